@@ -1,0 +1,77 @@
+"""Error types. Library code raises these; only the CLI maps them to exit codes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class CostspecError(Exception):
+    """Base class of every error costspec raises on purpose (bad input, bad usage)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in a spec file a value came from."""
+
+    file: str
+    line: int | None = None  # 1-based
+    column: int | None = None  # 1-based
+    path: str = "$"  # jsonschema-style YAML path, e.g. $.layers[3].mlp.hidden
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return f"{where}: {self.path}"
+
+    def child(self, key: str | int) -> "Location":
+        """The location of a child; the line stays the parent's until a better one is known."""
+        step = f"[{key}]" if isinstance(key, int) else f".{key}"
+        return Location(self.file, self.line, self.column, self.path + step)
+
+
+class SpecError(CostspecError):
+    """A spec that cannot be accepted: carries where, and what was expected."""
+
+    def __init__(self, message: str, location: Location | None = None, expected: str | None = None):
+        self.message = message
+        self.location = location
+        self.expected = expected
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        text = self.message
+        if self.expected:
+            text += f" (expected {self.expected})"
+        return f"{self.location}: {text}" if self.location else text
+
+
+class UnknownOpError(SpecError):
+    """A layer names an op that is not registered."""
+
+
+class ExpressionError(SpecError):
+    """An expression in a spec that is not in the safe arithmetic subset, or cannot be evaluated."""
+
+
+class UsageError(CostspecError):
+    """Bad command-line usage that click itself cannot catch (e.g. --set of an unknown dim)."""
+
+
+class MissingExtraError(CostspecError):
+    """An optional dependency (torch, matplotlib) is needed and not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs {package}, which is not installed; "
+            f"install it with: pip install 'costspec[{extra}]'"
+        )
+
+
+class MismatchError(CostspecError):
+    """Analytic and measured numbers disagree beyond the tolerance (validate, ncu compare)."""
+
+    exit_code = 1
