@@ -1,0 +1,140 @@
+"""Dims: named sizes. Free dims have defaults; derived dims are expressions of other dims.
+
+Every dim is a sympy symbol (positive integer), and formulas stay in those symbols: a derived
+dim such as S = (img // patch)**2 + 1 appears as `S`, its definition used only to evaluate
+(or to expand, on request).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import sympy
+
+from .errors import Location, SpecError, UsageError
+from .expr import MAX_INT_DIGITS, as_exact_int, dim_symbol, parse_expr
+
+
+@dataclass
+class Dim:
+    name: str
+    symbol: sympy.Symbol
+    default: sympy.Expr | None  # free dims
+    definition: sympy.Expr | None  # derived dims, in other dims' symbols
+    doc: str
+    keep: bool  # marked symbolic by the spec (kept in formulas by default)
+    loc: Location
+
+
+@dataclass
+class Dims:
+    """The dims of one spec, in dependency order."""
+
+    dims: dict[str, Dim] = field(default_factory=dict)
+
+    @property
+    def symbols(self) -> dict[str, sympy.Symbol]:
+        return {name: d.symbol for name, d in self.dims.items()}
+
+    def free(self) -> list[Dim]:
+        return [d for d in self.dims.values() if d.definition is None]
+
+    def derived(self) -> list[Dim]:
+        return [d for d in self.dims.values() if d.definition is not None]
+
+    def expand(self, expr: sympy.Expr) -> sympy.Expr:
+        """Replace derived symbols by their definitions, all the way down to free dims."""
+        table = {d.symbol: d.definition for d in self.derived()}
+        for _ in range(len(table) + 1):
+            if not (expr.free_symbols & set(table)):
+                break
+            expr = expr.xreplace(table)
+        return expr
+
+    def canonical(self, expr: sympy.Expr) -> sympy.Expr:
+        """Write `expr` in derived symbols where it contains their definitions (S for (img//patch)**2+1)."""
+        if not isinstance(expr, sympy.Expr) or expr.is_number:
+            return expr
+        for d in reversed(self.derived()):
+            full = self.expand(d.symbol)
+            if full.free_symbols <= expr.free_symbols | {d.symbol} and not full.is_Symbol:
+                expr = expr.subs(full, d.symbol)
+        return expr
+
+    def values(self, bindings: Mapping[str, int] | None = None, where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:
+        """Symbol -> value for every dim: defaults, overridden by `bindings`, derived ones computed."""
+        bindings = dict(bindings or {})
+        for name in bindings:
+            if name not in self.dims:
+                known = ", ".join(self.dims) or "none"
+                raise UsageError(f"{where} {name}: the spec has no dim '{name}' (dims: {known})")
+            if self.dims[name].definition is not None:
+                deps = ", ".join(sorted(str(s) for s in self.dims[name].definition.free_symbols))
+                raise UsageError(f"{where} {name}: '{name}' is derived from {deps}; set those instead")
+        out: dict[sympy.Symbol, sympy.Integer] = {}
+        for d in self.dims.values():
+            if d.definition is None:
+                raw = bindings.get(d.name, d.default)
+                value = sympy.Integer(raw) if isinstance(raw, int) else raw
+            else:
+                value = d.definition.xreplace(out)
+            number = as_exact_int(value, f"dim {d.name}", d.loc)
+            if number < 1 and d.name in bindings:
+                raise UsageError(f"{where} {d.name}={number}: sizes must be positive")
+            if number < 1:
+                raise SpecError(f"dim {d.name} = {number} is not a positive size", d.loc, "a positive integer")
+            out[d.symbol] = sympy.Integer(number)
+        return out
+
+
+def parse_dims(raw: Mapping[str, object] | None, locate) -> Dims:
+    """Build Dims from the spec's `dims:` mapping; `locate(path)` gives a Location."""
+    raw = dict(raw or {})
+    symbols = {name: dim_symbol(name) for name in raw}
+    entries = {}
+    for name, value in raw.items():
+        loc = locate(("dims", name))
+        doc, keep = "", False
+        if isinstance(value, dict):
+            doc, keep, value = value.get("doc", ""), bool(value.get("keep", False)), value["value"]
+            loc = locate(("dims", name, "value"))
+        expr = parse_expr(value, symbols, loc)
+        if not isinstance(expr, sympy.Expr):
+            raise SpecError(f"dim {name} is a condition, not a size", loc, "a positive integer or an expression")
+        entries[name] = (expr, doc, keep, loc)
+    order = _topological(entries, locate)
+    dims = Dims()
+    for name in order:
+        expr, doc, keep, loc = entries[name]
+        if expr.free_symbols:
+            dims.dims[name] = Dim(name, symbols[name], None, expr, doc, keep, loc)
+        else:
+            number = as_exact_int(expr, f"dim {name}", loc)
+            if number < 1:
+                raise SpecError(f"dim {name} = {number} is not a positive size", loc, "a positive integer")
+            if len(str(number)) > MAX_INT_DIGITS:
+                raise SpecError(f"dim {name} has more than {MAX_INT_DIGITS} digits", loc)
+            dims.dims[name] = Dim(name, symbols[name], sympy.Integer(number), None, doc, keep, loc)
+    return dims
+
+
+def _topological(entries, locate) -> list[str]:
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, chain: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = " -> ".join(chain[chain.index(name):] + [name])
+            raise SpecError(f"dims depend on each other in a cycle: {cycle}", locate(("dims", name)),
+                            "derived dims that bottom out in free dims")
+        state[name] = 1
+        for sym in sorted(entries[name][0].free_symbols, key=str):
+            visit(str(sym), chain + [name])
+        state[name] = 2
+        order.append(name)
+
+    for name in entries:
+        visit(name, [])
+    return order

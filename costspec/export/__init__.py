@@ -1,0 +1,1 @@
+"""Renderers: reports -> text. Human units (GFLOP, M params) appear only here."""

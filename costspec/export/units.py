@@ -1,0 +1,31 @@
+"""Human-readable numbers: SI prefixes for FLOPs, M/B for parameters."""
+from __future__ import annotations
+
+_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def si(value: float, unit: str = "FLOP") -> str:
+    """1.234e12 -> '1.234 TFLOP'; 0 -> '0'."""
+    if value == 0:
+        return "0"
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.3f} {prefix}{unit}"
+    return f"{value:g} {unit}"
+
+
+def params(value: int) -> str:
+    """85_798_656 -> '85.80 M'."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e9:
+        return f"{value / 1e9:.3f} B"
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.2f} M"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:.2f} k"
+    return str(value)
+
+
+def share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"

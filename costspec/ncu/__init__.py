@@ -1,0 +1,1 @@
+"""Nsight Compute (ncu) side of costspec: metric lists, CSV parsing, kernel classification."""

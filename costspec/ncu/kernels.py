@@ -1,0 +1,174 @@
+"""Kernel-level helpers: classify a kernel by its name, find its layer, turn counters into FLOPs.
+
+The counting conventions come from ``shared/reference/ncu-metrics-and-gpu-peaks.md``:
+
+* §1: CUDA-core FLOPs as ncu's roofline sections count them. FP32 = fadd + fmul + 2*ffma.
+  FP64 = dadd + dmul + 2*dfma. FP16 = 2*hadd + 2*hmul + 4*hfma ("roofline"): ncu's half
+  roofline counts every H* instruction as a packed half2, 2 lanes. The nvprof->ncu transition
+  table says hadd + hmul + 2*hfma ("nvprof"). costspec defaults to "roofline", because that is
+  what ncu's achieved FLOP/s shows. The notes' §7.2 asks for a half2 microbenchmark to confirm.
+* §2.1/§2.2: Tensor-Core FLOPs = the sum of the ``sm__ops_path_tensor_*.sum`` counters, taken
+  as they are (1 op = 1 FLOP). An aggregate and its own ``_sparsity_off/_on`` split must not
+  both be added. Volta has no ops counter: 512 x ``sm__inst_executed_pipe_tensor.sum``.
+* §5.6/§5.7: cuBLAS split-K adds a ``splitKreduce_kernel``, and epilogues put CUDA-core FLOPs
+  inside GEMM kernels. So a layer's measured FLOPs are summed over every kernel in its NVTX
+  range.
+"""
+from __future__ import annotations
+
+import re
+from typing import Collection, Literal, Mapping, Sequence, TypedDict
+
+from costspec.errors import UsageError
+from costspec.ncu.metrics import (
+    CUDA_CORE_METRICS,
+    TENSOR_OPS_PREFIX,
+    TENSOR_PIPE_INST,
+    VOLTA_FLOPS_PER_TENSOR_INST,
+    cuda_core_metric,
+    normalize_cc,
+    tensor_counters_by_dtype,
+)
+
+KERNEL_CLASSES: tuple[str, ...] = (
+    "gemm", "splitk_reduce", "elementwise", "reduction", "attention", "conv", "norm", "softmax", "other",
+)
+
+# First match wins, so the order matters. Split-K reduces before reductions and GEMMs. RNG
+# (distribution_*) before elementwise. Attention, conv (implicit_gemm), norms and softmax before
+# the generic gemm/reduce/elementwise words.
+_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern, re.IGNORECASE))
+    for kind, pattern in (
+        ("splitk_reduce", r"splitkreduce|reducesplitk|splitk_reduce"),
+        ("other", r"distribution_|philox|curand"),
+        ("attention", r"flash|fmha|attention|sdpa"),
+        ("conv", r"conv(?!ert)|implicit_gemm|fprop|dgrad|wgrad|winograd"),
+        ("norm", r"layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|\bbn_(?:fw|bw)"),
+        ("softmax", r"softmax"),
+        ("gemm", r"gemm|gemv|nvjet|xmma|matmul|\bdot_kernel"),
+        ("reduction", r"reduc|triton_red_|triton_per_"),
+        ("elementwise", r"elementwise|triton_poi_"),
+    )
+)
+
+
+def _base_name(kernel_name: str) -> str:
+    """``void at::native::foo<4, bar>(int)`` -> ``at::native::foo``: no return type, templates or parameters."""
+    name = kernel_name.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
+    cut = min((i for i in (name.find("<"), name.find("(")) if i >= 0), default=len(name))
+    words = name[:cut].split()
+    return words[-1] if words else name
+
+
+def _match(text: str) -> str | None:
+    for kind, pattern in _RULES:
+        if pattern.search(text):
+            return kind
+    return None
+
+
+def classify(kernel_name: str) -> str:
+    """The kind of a kernel, read from its (demangled or function) name. One of :data:`KERNEL_CLASSES`.
+
+    The bare function name is tried first, then the full name with template arguments. The
+    second step finds ``cutlass::Kernel<cutlass_80_simt_sgemm_...>`` but does not turn
+    ``reduce_kernel<..., NormOps>`` into a norm. Unrecognised kernels are ``"other"``.
+    """
+    return _match(_base_name(kernel_name)) or _match(kernel_name) or "other"
+
+
+def inner_range(nvtx_stack: Sequence[str], known_names: Collection[str]) -> str | None:
+    """The innermost range of a push/pop stack (outermost first) that is a known layer name."""
+    known = known_names if isinstance(known_names, (set, frozenset, dict)) else set(known_names)
+    for name in reversed(nvtx_stack):
+        if name in known:
+            return name
+    return None
+
+
+class FlopBreakdown(TypedDict):
+    """What :func:`flops_from_metrics` returns. FLOP counts are floats of whole numbers."""
+
+    cuda_fp32: float
+    cuda_fp64: float
+    cuda_fp16: float
+    tensor: float
+    tensor_by_dtype: dict[str, float]  # only when cc is given (not on 7.0)
+    tensor_counters: tuple[str, ...]  # the counters summed into "tensor"
+    tensor_method: str  # "ops_counters", "volta_inst_x512" or "none"
+    ignored: tuple[str, ...]  # tensor counters present but left out to avoid double counting
+    missing: tuple[str, ...]  # expected counters that were absent, treated as 0
+    fp16_convention: str
+
+
+_FP16_WEIGHTS = {
+    "roofline": {"hadd": 2, "hmul": 2, "hfma": 4},  # ncu half roofline section (half2 = 2 lanes)
+    "nvprof": {"hadd": 1, "hmul": 1, "hfma": 2},  # nvprof flop_count_hp mapping
+}
+
+
+def _tensor_counters(metrics: Mapping[str, float]) -> tuple[list[str], list[str]]:
+    """(counters to add, counters left out) among the ``sm__ops_path_tensor_*.sum`` present."""
+    present = [m for m in metrics if m.startswith(TENSOR_OPS_PREFIX) and m.endswith(".sum")]
+    bases = {m[: -len(".sum")] for m in present}
+    ignored = set()
+    for base in bases:
+        for split in ("_sparsity_off", "_sparsity_on"):
+            if base.endswith(split) and base[: -len(split)] in bases:
+                ignored.add(base[: -len(split)] + ".sum")  # aggregate and split: keep the split
+    # op_* counters (Hopper wgmma/mma.sync, Blackwell tcgen05) break the src_* counters down
+    # again by instruction; they only count when no src_* counter is there.
+    if any(not m.startswith(TENSOR_OPS_PREFIX + "op_") for m in present):
+        ignored |= {m for m in present if m.startswith(TENSOR_OPS_PREFIX + "op_")}
+    used = [m for m in present if m not in ignored]
+    return used, sorted(ignored)
+
+
+def flops_from_metrics(
+    metrics: Mapping[str, float],
+    fp16_convention: Literal["roofline", "nvprof"] = "roofline",
+    *,
+    cc: str | None = None,
+) -> FlopBreakdown:
+    """CUDA-core and Tensor-Core FLOPs of one kernel (or of summed kernels) from ncu counters.
+
+    Missing counters count as 0 and are listed in ``missing``. These are the nine CUDA-core
+    counters and, when ``cc`` is given, that architecture's tensor counters. With
+    ``cc="7.0"``, tensor FLOPs come from ``512 x sm__inst_executed_pipe_tensor.sum``.
+    """
+    if fp16_convention not in _FP16_WEIGHTS:
+        raise UsageError(f"fp16_convention must be one of {sorted(_FP16_WEIGHTS)}, not {fp16_convention!r}")
+    missing = [name for name in CUDA_CORE_METRICS if name not in metrics]
+
+    def count(op: str) -> float:
+        return float(metrics.get(cuda_core_metric(op), 0.0))
+
+    weights = _FP16_WEIGHTS[fp16_convention]
+    used, ignored = _tensor_counters(metrics)
+    tensor = float(sum(metrics[name] for name in used))
+    method = "ops_counters" if used else "none"
+    by_dtype: dict[str, float] = {}
+    if cc is not None:
+        arch_cc = normalize_cc(cc)
+        for dtype, counters in tensor_counters_by_dtype(arch_cc).items():
+            by_dtype[dtype] = float(sum(metrics.get(name, 0.0) for name in counters))
+            missing += [name for name in counters if name not in metrics]
+        if arch_cc == "7.0" and not used:
+            if TENSOR_PIPE_INST in metrics:
+                tensor = VOLTA_FLOPS_PER_TENSOR_INST * float(metrics[TENSOR_PIPE_INST])
+                method = "volta_inst_x512"
+            else:
+                missing.append(TENSOR_PIPE_INST)
+    return FlopBreakdown(
+        cuda_fp32=count("fadd") + count("fmul") + 2 * count("ffma"),
+        cuda_fp64=count("dadd") + count("dmul") + 2 * count("dfma"),
+        cuda_fp16=weights["hadd"] * count("hadd") + weights["hmul"] * count("hmul") + weights["hfma"] * count("hfma"),
+        tensor=tensor,
+        tensor_by_dtype=by_dtype,
+        tensor_counters=tuple(used),
+        tensor_method=method,
+        ignored=tuple(ignored),
+        missing=tuple(dict.fromkeys(missing)),
+        fp16_convention=fp16_convention,
+    )

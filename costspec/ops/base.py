@@ -1,0 +1,252 @@
+"""The op framework: what one op definition holds, and the primitive cost helpers ops compose.
+
+An op definition (a subclass of `OpDef`, registered with `@register_op`) holds together its
+attribute schema, shape rule, constraints, forward and backward work, parameters and torch
+builder. Work is symbolic and engine-neutral: matmul-class FLOPs by class and pointwise
+element counts by kind; `cost.py` routes it to Tensor / CUDA cores by precision and prices
+pointwise kinds with the cost table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+
+import sympy
+
+from ..conventions import FLOPS_PER_MAC, Precision
+from ..errors import Location, SpecError
+
+if TYPE_CHECKING:  # torch stays out of the import graph of eval/check
+    import torch
+
+Expr = sympy.Expr
+Shape = tuple  # tuple of sympy expressions
+ZERO = sympy.Integer(0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Work: engine-neutral, symbolic
+# ----------------------------------------------------------------------------------------------
+def _merge(a: Mapping[str, Expr], b: Mapping[str, Expr], k: Expr = sympy.Integer(1)) -> dict[str, Expr]:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out.get(key, ZERO) + k * value
+    return out
+
+
+@dataclass(frozen=True)
+class Work:
+    """Symbolic work of one op (or part) for one pass.
+
+    matmul:    class ("gemm", "conv", "sdpa", ...) -> FLOPs (2 per multiply-add)
+    pointwise: kind (a cost-table key) -> number of elements processed
+    """
+
+    matmul: Mapping[str, Expr] = field(default_factory=dict)
+    pointwise: Mapping[str, Expr] = field(default_factory=dict)
+
+    def __add__(self, other: "Work") -> "Work":
+        return Work(_merge(self.matmul, other.matmul), _merge(self.pointwise, other.pointwise))
+
+    def scaled(self, k: Expr) -> "Work":
+        return Work({c: k * v for c, v in self.matmul.items()}, {c: k * v for c, v in self.pointwise.items()})
+
+
+NO_WORK = Work()
+
+
+@dataclass(frozen=True)
+class Part:
+    """A named piece of an op's work: a row in reports and, unless `own`, a torch submodule.
+
+    `own` parts run in the op's own module (SDPA inside the attention module), not in a child.
+    """
+
+    name: str
+    work: Work
+    params: Expr = ZERO
+    own: bool = False
+
+
+def gemm(m: Expr, k: Expr, n: Expr) -> Work:
+    """(m x k) @ (k x n): 2*m*k*n FLOPs (FLOP = 2 * MAC)."""
+    return Work({"gemm": FLOPS_PER_MAC * m * k * n})
+
+
+def pointwise(kind: str, elements: Expr) -> Work:
+    """`elements` elements through one pointwise / reduction kind of the cost table."""
+    return Work({}, {kind: elements})
+
+
+def linear_forward(m: Expr, k: Expr, n: Expr, bias: bool) -> Work:
+    """y = x W^T (+ b) on m rows: one GEMM, plus the bias add in its epilogue."""
+    work = gemm(m, k, n)
+    return work + pointwise("bias_add", m * n) if bias else work
+
+
+def linear_backward(m: Expr, k: Expr, n: Expr, bias: bool, input_grad: bool) -> Work:
+    """dW = dY^T X (always), dX = dY W (only when the input needs a gradient), db = sum of dY rows."""
+    work = gemm(n, m, k)
+    if input_grad:
+        work = work + gemm(m, n, k)
+    return work + pointwise("bias_grad", m * n) if bias else work
+
+
+def numel(shape: Sequence[Expr]) -> Expr:
+    out = sympy.Integer(1)
+    for d in shape:
+        out = out * d
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Attributes
+# ----------------------------------------------------------------------------------------------
+REQUIRED = object()
+
+_ATTR_SCHEMAS: dict[str, tuple[dict, str]] = {
+    "size": ({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]},
+             "a positive integer or an expression string"),
+    "count": ({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]},
+              "a non-negative integer or an expression string"),
+    "pair": ({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"},
+                        {"type": "array", "minItems": 2, "maxItems": 2,
+                         "items": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]}}]},
+             "a non-negative integer, an expression, or a [height, width] pair of them"),
+    "bool": ({"type": "boolean"}, "true or false"),
+    "number": ({"type": "number"}, "a number"),
+    "axis": ({"type": "integer"}, "an integer axis (negative counts from the end)"),
+    "shape": ({"type": "array", "minItems": 1,
+               "items": {"anyOf": [{"type": "integer", "minimum": -1}, {"type": "string"}]}},
+              "a list of sizes (integers or expressions; one -1 is inferred)"),
+}
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of an op: its kind (schema), default, and a one-line doc.
+
+    `default` is a value, REQUIRED, or a callable (input shape, resolved attrs so far) -> value
+    for defaults that depend on the input (e.g. a linear layer's in_features).
+    """
+
+    name: str
+    kind: str
+    doc: str
+    default: Any = REQUIRED
+    choices: tuple = ()
+
+    def schema(self) -> dict:
+        if self.kind == "choice":
+            return {"enum": list(self.choices), "description": self.doc, "x-expected": "one of " + ", ".join(self.choices)}
+        base, expected = _ATTR_SCHEMAS[self.kind]
+        return {**base, "description": self.doc, "x-expected": expected}
+
+
+class Attrs:
+    """Resolved attribute values of one layer (sympy expressions for sizes), read as attributes."""
+
+    def __init__(self, values: dict[str, Any], loc: Location):
+        self._values = values
+        self.loc = loc
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def items(self):
+        return self._values.items()
+
+    def where(self, name: str | None = None) -> Location:
+        return self.loc.child(name) if name else self.loc
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A condition on dims that must hold once they are bound (checked with defaults at load time)."""
+
+    condition: Any  # sympy Boolean
+    message: str  # e.g. "dim {C} must be divisible by heads {heads}"; names are filled with values
+    where: Location
+    values: Mapping[str, Expr] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One use of an op in a spec: resolved attributes, input shape, precision, location."""
+
+    attrs: Attrs
+    in_shape: Shape
+    precision: Precision
+    loc: Location
+
+    def fail(self, message: str, attr: str | None = None, expected: str | None = None) -> SpecError:
+        return SpecError(message, self.attrs.where(attr), expected)
+
+
+# ----------------------------------------------------------------------------------------------
+# Op definitions
+# ----------------------------------------------------------------------------------------------
+class OpDef:
+    """Base class of op definitions. Subclasses set the class attributes and override methods."""
+
+    name: ClassVar[str] = ""
+    doc: ClassVar[str] = ""
+    default_name: ClassVar[str] = ""
+    attrs: ClassVar[tuple[Attr, ...]] = ()
+    input_rank: ClassVar[tuple[int, ...] | None] = None  # allowed input ranks, None = any
+    in_spec: ClassVar[bool] = True  # False: used by the engine (residual add), not written in specs
+
+    def schema(self) -> dict:
+        """JSON Schema of this op's attribute mapping (generated from `attrs`)."""
+        return {
+            "type": ["object", "null"],
+            "description": self.doc,
+            "properties": {a.name: a.schema() for a in self.attrs},
+            "required": [a.name for a in self.attrs if a.default is REQUIRED],
+            "additionalProperties": False,
+        }
+
+    def output_shape(self, call: OpCall) -> Shape:
+        """Symbolic output shape; raise call.fail(...) on a mismatch."""
+        return call.in_shape
+
+    def constraints(self, call: OpCall) -> list[Constraint]:
+        """Conditions on the dims (divisibility, ...) checked when the dims are bound."""
+        return []
+
+    def forward(self, call: OpCall) -> list[Part]:
+        """Forward work and parameters, as named parts."""
+        raise NotImplementedError
+
+    def backward(self, call: OpCall, input_grad: bool) -> list[Part]:
+        """Backward work, as parts with the forward's names. input_grad: dX is needed."""
+        raise NotImplementedError
+
+    def build(self, call: OpCall, dims: Mapping[str, int]) -> "torch.nn.Module":
+        """A torch module computing this op (called only by torch_build)."""
+        raise NotImplementedError
+
+
+def requires(op: OpDef, call: OpCall, rank: int | tuple[int, ...], what: str) -> None:
+    """Raise a SpecError naming the layer if the input rank is not the expected one."""
+    ranks = (rank,) if isinstance(rank, int) else rank
+    if len(call.in_shape) not in ranks:
+        shape = "[" + ", ".join(str(d) for d in call.in_shape) + "]"
+        raise SpecError(f"{op.name} needs {what}, but its input has shape {shape}", call.loc,
+                        f"an input of rank {' or '.join(map(str, ranks))}")
+
+
+def same_size(a: Expr, b: Expr) -> bool | None:
+    """True/False when sympy can decide a == b for all dims, None when it depends on values."""
+    diff = sympy.simplify(a - b)
+    if diff == 0:
+        return True
+    if diff.is_number:
+        return False
+    return None
+
+
+Builder = Callable[..., Any]

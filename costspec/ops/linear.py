@@ -1,0 +1,45 @@
+"""`linear`: y = x W^T + b over the last dim."""
+from __future__ import annotations
+
+from .base import Attr, OpCall, OpDef, Part, linear_backward, linear_forward, numel, requires, same_size
+from .registry import register_op
+
+
+@register_op
+class Linear(OpDef):
+    """Dense layer on the last dim: 2*M*K*N Tensor-Core FLOPs for M rows, plus the bias add."""
+
+    name = "linear"
+    doc = "Dense layer over the last dim (nn.Linear): [..., in] -> [..., out]."
+    default_name = "linear"
+    attrs = (
+        Attr("out", "size", "output features N"),
+        Attr("in", "size", "input features K (default: the input's last dim; checked against it)",
+             default=lambda shape, a: shape[-1]),
+        Attr("bias", "bool", "add a learned bias", default=True),
+    )
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, (1, 2, 3, 4, 5, 6), "a tensor")
+        a = call.attrs
+        if same_size(getattr(a, "in"), call.in_shape[-1]) is False:
+            raise call.fail(f"in={getattr(a, 'in')} does not match the input's last dim {call.in_shape[-1]}", "in",
+                            "the input's last dim")
+        return call.in_shape[:-1] + (a.out,)
+
+    def _mkn(self, call: OpCall):
+        return numel(call.in_shape[:-1]), getattr(call.attrs, "in"), call.attrs.out
+
+    def forward(self, call: OpCall):
+        m, k, n = self._mkn(call)
+        params = k * n + (n if call.attrs.bias else 0)
+        return [Part("", linear_forward(m, k, n, call.attrs.bias), params)]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        m, k, n = self._mkn(call)
+        return [Part("", linear_backward(m, k, n, call.attrs.bias, input_grad))]
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        return nn.Linear(ev(getattr(call.attrs, "in")), ev(call.attrs.out), bias=call.attrs.bias)

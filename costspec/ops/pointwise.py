@@ -1,0 +1,141 @@
+"""Pointwise ops: `activation`, `softmax`, `dropout`, and the residual `add` the engine inserts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Attr, OpCall, OpDef, Part, Work, numel, pointwise
+from .registry import register_op
+
+
+@dataclass(frozen=True)
+class Activation:
+    """The cost-table kinds one activation executes per element, forward and backward.
+
+    Kinds follow the aten ops PyTorch runs (QuickGELU is three ops: x * sigmoid(1.702 * x)),
+    so the runtime counter can match them one to one.
+    """
+
+    forward: tuple[str, ...]
+    backward: tuple[str, ...]
+    torch_name: str  # nn module class, or a costspec.torch_modules class
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "relu": Activation(("relu",), ("relu_backward",), "ReLU"),
+    "gelu": Activation(("gelu",), ("gelu_backward",), "GELU"),
+    "gelu_tanh": Activation(("gelu_tanh",), ("gelu_tanh_backward",), "GELUTanh"),
+    # y = x * s, s = sigmoid(1.702 x). Backward: g*s, g*x, sigmoid_backward, *1.702, and the add of
+    # the two paths into dx.
+    "quick_gelu": Activation(("scale", "sigmoid", "mul"), ("mul", "mul", "sigmoid_backward", "scale", "add"),
+                             "QuickGELU"),
+    "silu": Activation(("silu",), ("silu_backward",), "SiLU"),
+    "sigmoid": Activation(("sigmoid",), ("sigmoid_backward",), "Sigmoid"),
+    "tanh": Activation(("tanh",), ("tanh_backward",), "Tanh"),
+}
+
+
+def activation_work(fn: str, elements, pass_: str) -> Work:
+    """Work of activation `fn` on `elements` elements for pass "forward" or "backward"."""
+    kinds = getattr(ACTIVATIONS[fn], pass_)
+    work = Work()
+    for kind in kinds:
+        work = work + pointwise(kind, elements)
+    return work
+
+
+def build_activation(fn: str):
+    """A torch module for activation `fn`."""
+    import torch.nn as nn
+
+    from .. import torch_modules
+
+    name = ACTIVATIONS[fn].torch_name
+    return getattr(torch_modules, name)() if hasattr(torch_modules, name) else getattr(nn, name)()
+
+
+ACT_ATTR = Attr("fn", "choice", "activation function", default="gelu", choices=tuple(ACTIVATIONS))
+
+
+@register_op
+class ActivationOp(OpDef):
+    """An elementwise activation (CUDA-core FLOPs per element from the cost table)."""
+
+    name = "activation"
+    doc = "Elementwise activation: " + ", ".join(ACTIVATIONS) + " (gelu = exact erf form)."
+    default_name = "act"
+    attrs = (ACT_ATTR,)
+
+    def forward(self, call: OpCall):
+        return [Part("", activation_work(call.attrs.fn, numel(call.in_shape), "forward"))]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        work = activation_work(call.attrs.fn, numel(call.in_shape), "backward") if input_grad else Work()
+        return [Part("", work)]
+
+    def build(self, call: OpCall, ev):
+        return build_activation(call.attrs.fn)
+
+
+@register_op
+class Softmax(OpDef):
+    """Softmax over one axis."""
+
+    name = "softmax"
+    doc = "Softmax over one axis (default the last)."
+    default_name = "softmax"
+    attrs = (Attr("axis", "axis", "axis to normalise", default=-1),)
+
+    def forward(self, call: OpCall):
+        return [Part("", pointwise("softmax", numel(call.in_shape)))]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        return [Part("", pointwise("softmax_backward", numel(call.in_shape)) if input_grad else Work())]
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        return nn.Softmax(dim=call.attrs.axis)
+
+
+@register_op
+class Dropout(OpDef):
+    """Dropout: costed as inference (identity, no FLOPs); training-time masking is not modelled."""
+
+    name = "dropout"
+    doc = "Dropout; costed as at inference (identity: no FLOPs, no parameters)."
+    default_name = "drop"
+    attrs = (Attr("p", "number", "drop probability (documentation only)", default=0.0),)
+
+    def forward(self, call: OpCall):
+        return [Part("", Work())]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        return [Part("", Work())]
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        return nn.Dropout(p=0.0)  # identity, so runtime counts match the inference costing
+
+
+@register_op
+class Add(OpDef):
+    """The residual add `x + f(x)` that a `residual:` block ends with."""
+
+    name = "add"
+    doc = "Residual add x + f(x), inserted at the end of every `residual:` block."
+    default_name = "add"
+    in_spec = False
+
+    def forward(self, call: OpCall):
+        return [Part("", pointwise("add", numel(call.in_shape)))]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        # d(x + f(x)) passes the gradient through to both branches (no FLOPs); autograd's sum of
+        # the two branch gradients at the fork is one add per element, when x needs a gradient.
+        return [Part("", pointwise("add", numel(call.in_shape)) if input_grad else Work())]
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import ResidualAdd
+
+        return ResidualAdd()

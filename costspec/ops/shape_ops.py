@@ -1,0 +1,96 @@
+"""Ops that only move data: `flatten`, `reshape`, `transpose` (no FLOPs, no parameters)."""
+from __future__ import annotations
+
+import sympy
+
+from .base import Attr, OpCall, OpDef, Part, Work, numel, same_size
+from .registry import register_op
+
+
+def _axis(call: OpCall, attr: str) -> int:
+    rank = len(call.in_shape)
+    axis = getattr(call.attrs, attr)
+    if not -rank <= axis < rank:
+        raise call.fail(f"axis {axis} is out of range for an input of rank {rank}", attr,
+                        f"an axis in [{-rank}, {rank - 1}]")
+    return axis % rank
+
+
+class _Free(OpDef):
+    def forward(self, call: OpCall):
+        return [Part("", Work())]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        return [Part("", Work())]
+
+
+@register_op
+class Flatten(_Free):
+    """Merge axes start..end into one."""
+
+    name = "flatten"
+    doc = "Merge axes start..end into one (torch.flatten); no FLOPs."
+    default_name = "flatten"
+    attrs = (Attr("start", "axis", "first axis", default=1), Attr("end", "axis", "last axis", default=-1))
+
+    def output_shape(self, call: OpCall):
+        start, end = _axis(call, "start"), _axis(call, "end")
+        if start > end:
+            raise call.fail(f"start axis {start} is after end axis {end}", "start")
+        shape = call.in_shape
+        return shape[:start] + (numel(shape[start:end + 1]),) + shape[end + 1:]
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        return nn.Flatten(call.attrs.start, call.attrs.end)
+
+
+@register_op
+class Reshape(_Free):
+    """View the input with a new shape (one -1 is inferred)."""
+
+    name = "reshape"
+    doc = "Reshape to a new shape (one -1 inferred); no FLOPs."
+    default_name = "reshape"
+    attrs = (Attr("shape", "shape", "the new shape, e.g. [B, S, heads, C/heads]"),)
+
+    def output_shape(self, call: OpCall):
+        shape = list(call.attrs.shape)
+        total = numel(call.in_shape)
+        holes = [i for i, d in enumerate(shape) if d == -1]
+        if len(holes) > 1:
+            raise call.fail("more than one -1 in shape", "shape")
+        if holes:
+            known = numel([d for d in shape if d != -1])
+            shape[holes[0]] = sympy.simplify(total / known)
+        if same_size(numel(shape), total) is False:
+            raise call.fail(f"cannot reshape {len(call.in_shape)}-d input of {total} elements to {shape}", "shape",
+                            "a shape with the same number of elements")
+        return tuple(shape)
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import Reshape as TorchReshape
+
+        return TorchReshape([ev(d) for d in self.output_shape(call)[1:]])
+
+
+@register_op
+class Transpose(_Free):
+    """Swap two axes."""
+
+    name = "transpose"
+    doc = "Swap two axes (torch.transpose); no FLOPs."
+    default_name = "transpose"
+    attrs = (Attr("axis0", "axis", "first axis"), Attr("axis1", "axis", "second axis"))
+
+    def output_shape(self, call: OpCall):
+        i, j = _axis(call, "axis0"), _axis(call, "axis1")
+        shape = list(call.in_shape)
+        shape[i], shape[j] = shape[j], shape[i]
+        return tuple(shape)
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import Transpose as TorchTranspose
+
+        return TorchTranspose(call.attrs.axis0, call.attrs.axis1)

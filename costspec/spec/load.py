@@ -1,0 +1,128 @@
+"""Spec text -> YAML with marks -> JSON Schema validation -> a validated, located document."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+import jsonschema
+
+from ..errors import SpecError
+from .schema import COMPOSITION_KEYS, build_schema
+from .yaml_marks import MarkedDoc, format_path, load_marked
+
+
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.protocols.Validator:
+    schema = build_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def read_spec(path: str | Path) -> MarkedDoc:
+    """Read and schema-validate a spec file; raise the best SpecError on failure."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path} is a directory, not a spec file") from None
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+    return parse_spec(raw, str(path))
+
+
+def parse_spec(text: str | bytes, file: str = "<spec>") -> MarkedDoc:
+    """Parse and schema-validate spec text (see read_spec)."""
+    problems = list(schema_problems(doc := load_marked(text, file)))
+    if problems:
+        raise problems[0]
+    return doc
+
+
+def schema_problems(doc: MarkedDoc) -> Iterator[SpecError]:
+    """Every schema violation as a located SpecError, the most specific first."""
+    if not isinstance(doc.data, dict):
+        yield SpecError(f"a spec must be a YAML mapping, got {type(doc.data).__name__}", doc.locate(()),
+                        "keys costspec, name, input, layers")
+        return
+    errors = [_descend(e) for e in _validator().iter_errors(doc.data)]
+    errors.sort(key=_rank)
+    seen = set()
+    for error in errors:
+        problem = _to_spec_error(doc, error)
+        if str(problem) not in seen:
+            seen.add(str(problem))
+            yield problem
+
+
+def _descend(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """For an anyOf failure, the most specific error of the branches whose type fits the value
+    (a list given for `body` is judged as a list of layers, not as a block name)."""
+    if error.validator not in ("anyOf", "oneOf") or not error.context:
+        return error
+    depth = len(error.absolute_path)
+    fitting = [e for e in error.context
+               if not (e.validator in ("type", "enum", "const") and len(e.absolute_path) == depth)]
+    if not fitting:
+        return error
+    return sorted((_descend(e) for e in fitting), key=_rank)[0]
+
+
+def _rank(error: jsonschema.ValidationError):
+    # Deeper paths are more specific; among equals prefer errors that name what was expected.
+    weak = error.validator in ("anyOf", "oneOf", "minProperties")
+    return (-len(error.absolute_path), weak, format_path(tuple(error.absolute_path)))
+
+
+def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecError:
+    path = tuple(error.absolute_path)
+    where = doc.locate(path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    value = error.instance
+    kind = error.validator
+    if kind == "additionalProperties" and isinstance(value, dict):
+        extra = sorted(set(value) - set(schema.get("properties", {})))
+        key = extra[0] if extra else "?"
+        key_where = doc.locate(path + (key,))
+        if schema.get("x-costspec") == "layer":
+            ops = sorted(k for k, v in schema["properties"].items() if isinstance(v, dict) and "properties" in v)
+            return SpecError(f"unknown op '{key}'", key_where,
+                             "an op (" + ", ".join(ops) + ") or " + ", ".join(COMPOSITION_KEYS))
+        allowed = ", ".join(sorted(schema.get("properties", {}))) or "no keys"
+        return SpecError(f"unknown key '{key}'", key_where, f"one of: {allowed}")
+    if kind == "required":
+        missing = [k for k in error.validator_value if k not in value]
+        return SpecError(f"missing required key '{missing[0] if missing else '?'}'", where)
+    expected = schema.get("x-expected")
+    if kind in ("anyOf", "oneOf") and expected:
+        return SpecError(f"bad value {_show(value)}", where, expected)
+    if kind == "type":
+        types = error.validator_value
+        types = " or ".join(types) if isinstance(types, list) else types
+        return SpecError(f"expected {expected or _article(types)}, got {_show(value)}", where)
+    if kind == "enum":
+        return SpecError(f"bad value {_show(value)}", where,
+                         "one of " + ", ".join(map(str, error.validator_value)))
+    if kind == "const":
+        return SpecError(f"bad value {_show(value)}", where, f"{error.validator_value!r}")
+    if kind == "minimum":
+        return SpecError(f"{_show(value)} is too small", where, expected or f"at least {error.validator_value}")
+    if kind == "pattern":
+        return SpecError(f"bad name {_show(value)}", where, "a name of letters, digits and _, not starting with a digit")
+    if kind == "minItems":
+        return SpecError("empty list", where, f"at least {error.validator_value} item(s)")
+    if kind in ("maxItems", "uniqueItems", "minLength", "minProperties"):
+        return SpecError(error.message, where, expected)
+    return SpecError(error.message, where, expected)
+
+
+def _article(types: str) -> str:
+    return {"object": "a mapping", "array": "a list", "integer": "an integer", "string": "a string",
+            "boolean": "true or false", "number": "a number", "object or null": "a mapping"}.get(types, types)
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

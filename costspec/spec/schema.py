@@ -1,0 +1,104 @@
+"""The spec language's JSON Schema, generated from the op registry.
+
+`schemas/costspec.schema.json` is this function's output, committed; a test fails if the two
+drift. Layers key on the op name (one property per op), never `oneOf` over ops, so a schema
+error lands on the layer and attribute the user wrote.
+"""
+from __future__ import annotations
+
+import json
+
+from ..conventions import DTYPES
+from ..cost_table import default_table
+from ..ops import spec_ops
+
+FORMAT_VERSION = 1
+SCHEMA_ID = "https://costspec.dev/schemas/costspec.schema.json"
+COMPOSITION_KEYS = ("residual", "sequence", "repeat", "block")
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+_SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
+         "x-expected": "a positive integer or an expression string"}
+_COUNT = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],
+          "x-expected": "a non-negative integer or an expression string"}
+_LAYERS = {"type": "array", "items": {"$ref": "#/$defs/layer"}, "minItems": 1}
+_ARGS = {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
+         "additionalProperties": {"anyOf": [{"type": "integer"}, {"type": "number"}, {"type": "string"},
+                                            {"type": "boolean"}]},
+         "description": "values for a block's parameters (numbers or expressions of the dims)"}
+
+
+def build_schema() -> dict:
+    """The full JSON Schema (draft 2020-12) of a costspec file."""
+    ops = spec_ops()
+    layer_props: dict = {name: op.schema() for name, op in sorted(ops.items())}
+    layer_props.update({
+        "name": {"type": "string", "pattern": NAME_PATTERN, "description": "this layer's name in dotted paths"},
+        "precision": {"enum": list(DTYPES), "description": "override the spec's dtype for this layer"},
+        "residual": {**_LAYERS, "description": "x + f(x), f = these layers in sequence"},
+        "sequence": {**_LAYERS, "description": "these layers in sequence (a named scope when `name` is set)"},
+        "repeat": {**_SIZE, "description": "repeat `body` this many times; costed as count x body, never unrolled"},
+        "body": {"anyOf": [{"type": "string", "pattern": NAME_PATTERN}, _LAYERS],
+                 "x-expected": "a block name or a list of layers", "description": "the repeated layers"},
+        "block": {"type": "string", "pattern": NAME_PATTERN, "description": "use a block from `blocks:`"},
+        "args": _ARGS,
+        "at": {"type": "array", "minItems": 1, "description": "per-index variants of a repeat's body",
+               "items": {"type": "object", "additionalProperties": False, "required": ["indices"],
+                         "properties": {
+                             "indices": {"type": "array", "minItems": 1, "uniqueItems": True,
+                                         "items": {"type": "integer", "minimum": 0}},
+                             "args": _ARGS,
+                             "name": {"type": "string", "pattern": NAME_PATTERN},
+                         }}},
+    })
+    dim = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"},
+                     {"type": "object", "additionalProperties": False,
+                      "properties": {"value": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]},
+                                     "doc": {"type": "string"},
+                                     "keep": {"type": "boolean"}},
+                      "required": ["value"]}],
+           "x-expected": "a positive integer (free dim), an expression string (derived dim), "
+                         "or {value, doc, keep}"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "costspec model spec",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["costspec", "name", "input", "layers"],
+        "properties": {
+            "costspec": {"const": FORMAT_VERSION, "description": "format version"},
+            "name": {"type": "string", "minLength": 1},
+            "doc": {"type": "string"},
+            "source": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                       "description": "paper / config the spec follows"},
+            "dims": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
+                     "additionalProperties": dim, "description": "named sizes; each is a sympy symbol"},
+            "precision": {"type": "object", "additionalProperties": False,
+                          "properties": {"dtype": {"enum": list(DTYPES)}}},
+            "costs": {"type": "object", "additionalProperties": False,
+                      "properties": {kind: {"type": "number", "minimum": 0} for kind in sorted(default_table())},
+                      "description": "override CUDA-core FLOPs per element of cost-table kinds"},
+            "input": {"type": "array", "minItems": 1, "items": _SIZE, "description": "input shape"},
+            "blocks": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
+                       "additionalProperties": {"$ref": "#/$defs/block"}},
+            "layers": _LAYERS,
+        },
+        "$defs": {
+            "layer": {"type": "object", "additionalProperties": False, "minProperties": 1,
+                      "properties": layer_props, "x-costspec": "layer"},
+            "block": {"anyOf": [_LAYERS, {"type": "object", "additionalProperties": False, "required": ["layers"],
+                                          "properties": {"doc": {"type": "string"},
+                                                         "params": {"type": "object",
+                                                                    "propertyNames": {"pattern": NAME_PATTERN},
+                                                                    "additionalProperties": _ARGS[
+                                                                        "additionalProperties"]},
+                                                         "layers": _LAYERS}}],
+                      "x-expected": "a list of layers or {params, layers, doc}"},
+        },
+    }
+
+
+def schema_json() -> str:
+    """The schema as committed: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(build_schema(), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,536 @@
+"""Validated spec -> model tree: dotted names, symbolic shapes, costs per node.
+
+A `repeat` keeps one body per variant group and multiplies its cost by the group's count; it is
+never unrolled. Backward costs know which instance is the first to see a gradient: layers before
+the first parameterised layer get no backward, and that first layer computes dW but no dX
+(`Node.backward(in_rg)` with in_rg = "my input requires grad").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping
+
+import sympy
+
+from .conventions import Precision
+from .cost import ZERO_COST, Cost, route
+from .dims import Dims
+from .errors import Location, SpecError
+from .expr import parse_expr
+from .ops import OPS, spec_ops
+from .ops.base import REQUIRED, Attrs, Constraint, OpCall, OpDef, Part, Work
+from .spec.schema import COMPOSITION_KEYS
+
+MAX_TREE_DEPTH = 64  # nested blocks / scopes
+MAX_OP_NODES = 20_000  # op instances in the tree (repeats count once)
+
+
+class Node:
+    """A node of the model tree. Costs are per instance of this node."""
+
+    kind = "node"
+    transparent = False  # rows of a transparent node (residual) show in its parent
+
+    def __init__(self, local: str, loc: Location, explicit: bool = False):
+        self.local = local
+        self.explicit = explicit
+        self.loc = loc
+        self.name = local
+        self.children: list[Node] = []
+        self.count: sympy.Expr = sympy.Integer(1)  # instances per instance of the parent
+        self._bwd: dict[bool, Cost] = {}
+        self._fwd: Cost | None = None
+
+    @property
+    def label(self) -> str:
+        return self.local
+
+    def forward(self) -> Cost:
+        if self._fwd is None:
+            total = ZERO_COST
+            for child in self.children:
+                total = total + child.forward().scaled(child.count)
+            self._fwd = total
+        return self._fwd
+
+    def backward(self, in_rg: bool) -> Cost:
+        if in_rg not in self._bwd:
+            self._bwd[in_rg] = self._backward(in_rg)
+        return self._bwd[in_rg]
+
+    def _backward(self, in_rg: bool) -> Cost:
+        total, rg = ZERO_COST, in_rg
+        for child in self.children:
+            total = total + child.backward(rg).scaled(child.count)
+            rg = rg or child.makes_grad
+        return total
+
+    @property
+    def makes_grad(self) -> bool:
+        """True when this node has parameters, so its output requires grad."""
+        return any(child.makes_grad for child in self.children)
+
+    def op_nodes(self) -> Iterator["OpNode"]:
+        for child in self.children:
+            yield from child.op_nodes()
+
+
+class OpNode(Node):
+    """One use of a registered op."""
+
+    kind = "op"
+
+    def __init__(self, op: OpDef, call: OpCall, out_shape: tuple, table: Mapping[str, sympy.Expr],
+                 local: str, explicit: bool, canonical: Callable[[sympy.Expr], sympy.Expr] = lambda e: e):
+        super().__init__(local, call.loc, explicit)
+        self.op, self.call, self.out_shape, self.table = op, call, out_shape, table
+        self.canonical = canonical
+        self.fwd_parts: list[Part] = [self._canon(p) for p in op.forward(call)]
+        names = [p.name for p in self.fwd_parts]
+        if len(self.fwd_parts) > 1 or names[0]:
+            self.children = [PartNode(self, p.name, call.loc) for p in self.fwd_parts]
+        self._bwd_parts: dict[bool, dict[str, Part]] = {}
+
+    def _canon(self, part: Part) -> Part:
+        """The part with its expressions written in derived dims (S rather than (img//patch)**2 + 1)."""
+        c = self.canonical
+        work = Work({k: c(v) for k, v in part.work.matmul.items()},
+                    {k: c(v) for k, v in part.work.pointwise.items()})
+        return Part(part.name, work, c(sympy.sympify(part.params)), part.own)
+
+    @property
+    def precision(self) -> Precision:
+        return self.call.precision
+
+    @property
+    def params(self) -> sympy.Expr:
+        return sum((p.params for p in self.fwd_parts), sympy.Integer(0))
+
+    @property
+    def makes_grad(self) -> bool:
+        return self.params != 0
+
+    def part_forward(self, name: str) -> Cost:
+        part = next(p for p in self.fwd_parts if p.name == name)
+        return route(part.work, part.params, self.precision, self.table)
+
+    def backward_parts(self, in_rg: bool) -> dict[str, Part]:
+        if in_rg not in self._bwd_parts:
+            if not in_rg and not self.makes_grad:
+                parts = {}  # nothing before this op needs a gradient, and it has none of its own
+            else:
+                parts = {p.name: self._canon(p) for p in self.op.backward(self.call, in_rg)}
+                unknown = set(parts) - {p.name for p in self.fwd_parts}
+                if unknown:
+                    raise AssertionError(f"{self.op.name}.backward returned unknown parts {unknown}")
+            self._bwd_parts[in_rg] = parts
+        return self._bwd_parts[in_rg]
+
+    def part_backward(self, name: str, in_rg: bool) -> Cost:
+        part = self.backward_parts(in_rg).get(name)
+        return route(part.work, 0, self.precision, self.table) if part else ZERO_COST
+
+    def forward(self) -> Cost:
+        if self._fwd is None:
+            total = ZERO_COST
+            for p in self.fwd_parts:
+                total = total + self.part_forward(p.name)
+            self._fwd = total
+        return self._fwd
+
+    def _backward(self, in_rg: bool) -> Cost:
+        total = ZERO_COST
+        for name in self.backward_parts(in_rg):
+            total = total + self.part_backward(name, in_rg)
+        return total
+
+    def op_nodes(self):
+        yield self
+
+
+class PartNode(Node):
+    """A named piece of an op's work (attention's qkv / sdpa / proj)."""
+
+    kind = "part"
+
+    def __init__(self, owner: OpNode, part: str, loc: Location):
+        super().__init__(part, loc)
+        self.owner = owner
+
+    def forward(self) -> Cost:
+        return self.owner.part_forward(self.local)
+
+    def _backward(self, in_rg: bool) -> Cost:
+        return self.owner.part_backward(self.local, in_rg)
+
+    @property
+    def makes_grad(self) -> bool:
+        return False  # the owner op decides
+
+    def op_nodes(self):
+        return iter(())
+
+
+class ScopeNode(Node):
+    """A sequence of layers; named (a scope in dotted names) or the model root."""
+
+    kind = "scope"
+
+
+class ResidualNode(Node):
+    """x + f(x): the body's layers then the residual add; transparent in names and rows."""
+
+    kind = "residual"
+    transparent = True
+
+    def _backward(self, in_rg: bool) -> Cost:
+        *body, add = self.children
+        total, rg = ZERO_COST, in_rg
+        for child in body:
+            total = total + child.backward(rg)
+            rg = rg or child.makes_grad
+        return total + add.backward(in_rg)  # the gradient sum at the fork exists iff x needs grad
+
+
+class GroupNode(ScopeNode):
+    """The instances of a repeat that share one body (all of them, or those at given indices)."""
+
+    kind = "group"
+
+    def __init__(self, local: str, loc: Location, indices: tuple[int, ...] | None, count: sympy.Expr):
+        super().__init__(local, loc)
+        self.indices = indices
+        self.count = count
+
+    @property
+    def label(self) -> str:
+        return self.local
+
+
+class RepeatNode(Node):
+    """`repeat: n` over a body, with optional per-index variant groups."""
+
+    kind = "repeat"
+
+    def __init__(self, local: str, loc: Location, explicit: bool, times: sympy.Expr):
+        super().__init__(local, loc, explicit)
+        self.times = times
+
+    @property
+    def grouped(self) -> bool:
+        return len(self.children) > 1
+
+    def first_group(self) -> GroupNode:
+        for group in self.children:
+            if group.indices is None or 0 in group.indices:
+                return group
+        raise AssertionError("a repeat without a group holding index 0")
+
+    def _backward(self, in_rg: bool) -> Cost:
+        if in_rg or not self.makes_grad:
+            return super()._backward(in_rg)
+        first = self.first_group()
+        if not first.makes_grad:
+            raise SpecError("the first instance of this repeat has no parameters but later ones do; "
+                            "costspec cannot yet tell which instance first needs a gradient", self.loc,
+                            "the same parameterised layers in every instance")
+        total = first.backward(False) + first.backward(True).scaled(first.count - 1)
+        for group in self.children:
+            if group is not first:
+                total = total + group.backward(True).scaled(group.count)
+        return total
+
+
+# ----------------------------------------------------------------------------------------------
+# Building
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class _Env:
+    """What expressions in one place of the spec can see."""
+
+    names: dict[str, sympy.Expr]  # dims and block parameters, as sympy values
+    raw_params: dict[str, object]  # block parameters as written (for bool / choice attributes)
+    precision: Precision
+    blocks_stack: tuple[str, ...] = ()
+    depth: int = 0
+
+
+class TreeBuilder:
+    """Builds the model tree of a validated spec document."""
+
+    def __init__(self, data: dict, locate: Callable[[tuple], Location], dims: Dims,
+                 table: Mapping[str, sympy.Expr]):
+        self.data, self.locate, self.dims, self.table = data, locate, dims, table
+        self.blocks = data.get("blocks", {})
+        self.constraints: list[Constraint] = []
+        self.op_count = 0
+
+    def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:
+        env = _Env(dict(self.dims.symbols), {}, precision)
+        shape = tuple(self._size(v, env, ("input", i)) for i, v in enumerate(self.data["input"]))
+        root = ScopeNode("", self.locate(()))
+        shape = self._sequence(root, self.data["layers"], ("layers",), shape, env)
+        _assign_names(root, "")
+        return root, shape
+
+    # -- values -------------------------------------------------------------------------------
+    def _size(self, raw, env: _Env, path: tuple) -> sympy.Expr:
+        where = self.locate(path)
+        value = parse_expr(raw, env.names, where)
+        if not isinstance(value, sympy.Expr):
+            raise SpecError(f"{raw!r} is a condition, not a size", where, "a size")
+        if value.is_number and (value < 1 or not value.is_integer):
+            raise SpecError(f"size {raw!r} = {value} is not a positive integer", where, "a positive integer")
+        return self.dims.canonical(value)
+
+    def _attrs(self, op: OpDef, given: dict, env: _Env, path: tuple, in_shape: tuple) -> Attrs:
+        values: dict[str, object] = {}
+        for attr in op.attrs:
+            apath = path + (attr.name,)
+            if attr.name in given:
+                values[attr.name] = self._attr_value(attr, given[attr.name], env, apath)
+            elif attr.default is REQUIRED:
+                raise SpecError(f"{op.name} needs '{attr.name}'", self.locate(path), attr.doc)
+            elif callable(attr.default):
+                values[attr.name] = self.dims.canonical(sympy.sympify(attr.default(in_shape, values)))
+            else:
+                values[attr.name] = sympy.Integer(attr.default) if attr.kind in ("size", "count", "pair") \
+                    else attr.default
+        return Attrs(values, self.locate(path))
+
+    def _attr_value(self, attr, raw, env: _Env, path: tuple):
+        where = self.locate(path)
+        if attr.kind in ("bool", "choice", "number", "axis") and isinstance(raw, str) and raw in env.raw_params:
+            raw = env.raw_params[raw]  # a block parameter passed through
+        if attr.kind == "bool":
+            if not isinstance(raw, bool):
+                raise SpecError(f"{attr.name} must be true or false, got {raw!r}", where, "true or false")
+            return raw
+        if attr.kind == "choice":
+            if raw not in attr.choices:
+                raise SpecError(f"bad {attr.name} {raw!r}", where, "one of " + ", ".join(attr.choices))
+            return raw
+        if attr.kind == "number":
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                raise SpecError(f"{attr.name} must be a number, got {raw!r}", where, "a number")
+            return raw
+        if attr.kind == "axis":
+            if isinstance(raw, bool) or not isinstance(raw, int):
+                raise SpecError(f"{attr.name} must be an integer axis, got {raw!r}", where, "an integer")
+            return raw
+        if attr.kind == "shape":
+            return tuple(-1 if item == -1 else self._size(item, env, path + (i,)) for i, item in enumerate(raw))
+        if attr.kind == "pair" and isinstance(raw, list):
+            return tuple(self._count(item, env, path + (i,)) for i, item in enumerate(raw))
+        if attr.kind in ("pair", "count"):
+            return self._count(raw, env, path)
+        return self._size(raw, env, path)
+
+    def _count(self, raw, env: _Env, path: tuple) -> sympy.Expr:
+        where = self.locate(path)
+        value = parse_expr(raw, env.names, where)
+        if not isinstance(value, sympy.Expr) or (value.is_number and (value < 0 or not value.is_integer)):
+            raise SpecError(f"{raw!r} is not a non-negative integer", where, "a non-negative integer")
+        return self.dims.canonical(value)
+
+    # -- structure ----------------------------------------------------------------------------
+    def _sequence(self, parent: Node, layers: list, path: tuple, shape: tuple, env: _Env) -> tuple:
+        if env.depth > MAX_TREE_DEPTH:
+            raise SpecError(f"layers nested deeper than {MAX_TREE_DEPTH} levels", self.locate(path))
+        for i, layer in enumerate(layers):
+            node, shape = self._layer(layer, path + (i,), shape, env)
+            parent.children.append(node)
+        return shape
+
+    def _layer(self, layer: dict, path: tuple, shape: tuple, env: _Env) -> tuple[Node, tuple]:
+        where = self.locate(path)
+        kinds = [k for k in layer if k in spec_ops() or k in COMPOSITION_KEYS]
+        if len(kinds) != 1:
+            what = "nothing to do" if not kinds else "both " + " and ".join(f"'{k}'" for k in kinds)
+            raise SpecError(f"a layer must have exactly one op or composition key, this one has {what}", where,
+                            "one op name, or one of " + ", ".join(COMPOSITION_KEYS))
+        kind = kinds[0]
+        if kind != "repeat":
+            for key in ("body", "at"):
+                if key in layer:
+                    raise SpecError(f"'{key}' only belongs to a repeat", self.locate(path + (key,)))
+        if "args" in layer and kind not in ("repeat", "block"):
+            raise SpecError("'args' only belongs to a repeat or a block", self.locate(path + ("args",)))
+        if "precision" in layer:
+            env = _Env(env.names, env.raw_params, Precision(layer["precision"]), env.blocks_stack, env.depth)
+        name = layer.get("name")
+        if kind == "residual":
+            if name is not None:
+                raise SpecError("a residual has no name of its own (its layers are named in the enclosing scope)",
+                                self.locate(path + ("name",)), "a name on the layers inside it")
+            return self._residual(layer["residual"], path + ("residual",), shape, env)
+        if kind == "sequence":
+            return self._scope(name, layer["sequence"], path + ("sequence",), shape, env, where)
+        if kind == "block":
+            return self._block_use(layer["block"], layer.get("args", {}), name, path, shape, env)
+        if kind == "repeat":
+            return self._repeat(layer, name, path, shape, env)
+        return self._op(kind, layer[kind] or {}, name, path + (kind,), shape, env, where)
+
+    def _op(self, kind, given, name, path, shape, env: _Env, where: Location) -> tuple[Node, tuple]:
+        self.op_count += 1
+        if self.op_count > MAX_OP_NODES:
+            raise SpecError(f"more than {MAX_OP_NODES} op instances after expanding blocks", where)
+        op = OPS[kind]
+        call = OpCall(self._attrs(op, given, env, path, shape), shape, env.precision, where)
+        out = tuple(self.dims.canonical(sympy.sympify(d)) for d in op.output_shape(call))
+        self.constraints.extend(op.constraints(call))
+        node = OpNode(op, call, out, self.table, name or op.default_name, name is not None, self.dims.canonical)
+        return node, out
+
+    def _residual(self, layers, path, shape, env: _Env) -> tuple[Node, tuple]:
+        node = ResidualNode("residual", self.locate(path))
+        out = self._sequence(node, layers, path, shape, _deeper(env))
+        if _shape_differs(out, shape):
+            raise SpecError(f"residual body changes the shape from {_fmt(shape)} to {_fmt(out)}", self.locate(path),
+                            "layers that keep the shape, so x + f(x) is defined")
+        add, _ = self._op("add", {}, None, path, shape, env, self.locate(path))
+        node.children.append(add)
+        return node, shape
+
+    def _scope(self, name, layers, path, shape, env, where) -> tuple[Node, tuple]:
+        node = ScopeNode(name or "seq", where, name is not None)
+        node.transparent = name is None
+        return node, self._sequence(node, layers, path, shape, _deeper(env))
+
+    def _block_env(self, block: str, args: dict, env: _Env, path: tuple) -> tuple[list, tuple, _Env]:
+        where = self.locate(path)
+        if block not in self.blocks:
+            known = ", ".join(sorted(self.blocks)) or "none defined"
+            raise SpecError(f"unknown block '{block}'", where, f"a block from blocks: ({known})")
+        if block in env.blocks_stack:
+            cycle = " -> ".join(env.blocks_stack[env.blocks_stack.index(block):] + (block,))
+            raise SpecError(f"blocks use each other in a cycle: {cycle}", where, "blocks that do not contain themselves")
+        spec = self.blocks[block]
+        layers, params = (spec, {}) if isinstance(spec, list) else (spec["layers"], spec.get("params", {}))
+        unknown = set(args) - set(params)
+        if unknown:
+            raise SpecError(f"block '{block}' has no parameter '{sorted(unknown)[0]}'",
+                            self.locate(path + ("args", sorted(unknown)[0])),
+                            "one of: " + (", ".join(params) or "no parameters"))
+        names, raw_params = dict(self.dims.symbols), {}
+        for pname, default in params.items():
+            given = pname in args
+            raw = args[pname] if given else default
+            ppath = path + ("args", pname) if given else ("blocks", block, "params", pname)
+            # Arguments are expressions in the caller's scope; defaults in the dims' scope.
+            scope = env.names if given else self.dims.symbols
+            raw_params[pname] = raw if not isinstance(raw, str) or raw not in env.raw_params else env.raw_params[raw]
+            if isinstance(raw_params[pname], bool):
+                names[pname] = sympy.true if raw_params[pname] else sympy.false
+            elif isinstance(raw_params[pname], str) and not _looks_numeric(raw_params[pname], scope):
+                continue  # a string parameter (e.g. an activation name), usable by choice attributes
+            else:
+                names[pname] = parse_expr(raw_params[pname], scope, self.locate(ppath))
+        inner = _Env(names, raw_params, env.precision, env.blocks_stack + (block,), env.depth + 1)
+        return layers, ("blocks", block) if isinstance(spec, list) else ("blocks", block, "layers"), inner
+
+    def _block_use(self, block, args, name, path, shape, env) -> tuple[Node, tuple]:
+        layers, bpath, inner = self._block_env(block, args, env, path + ("block",))
+        node = ScopeNode(name or block, self.locate(path), name is not None)
+        return node, self._sequence(node, layers, bpath, shape, inner)
+
+    def _repeat(self, layer, name, path, shape, env: _Env) -> tuple[Node, tuple]:
+        where = self.locate(path)
+        times = self._count(layer["repeat"], env, path + ("repeat",))
+        if "body" not in layer:
+            raise SpecError("a repeat needs a body", where, "body: a block name or a list of layers")
+        node = RepeatNode(name or "repeat", where, name is not None, times)
+        variants = layer.get("at", [])
+        taken: set[int] = set()
+        for j, variant in enumerate(variants):
+            overlap = taken & set(variant["indices"])
+            if overlap:
+                raise SpecError(f"index {sorted(overlap)[0]} is in two variants", self.locate(path + ("at", j, "indices")))
+            taken |= set(variant["indices"])
+        if taken:
+            largest = max(taken)
+            self.constraints.append(Constraint(sympy.Gt(times, largest), "variant index {i} is not below repeat count {n}",
+                                               self.locate(path + ("at",)), {"i": sympy.Integer(largest), "n": times}))
+        groups = [(variant.get("name") or "[" + ",".join(map(str, variant["indices"])) + "]",
+                   tuple(variant["indices"]), {**layer.get("args", {}), **variant.get("args", {})}, path + ("at", j))
+                  for j, variant in enumerate(variants)]
+        rest = times - len(taken)
+        if not (rest.is_number and rest == 0):
+            groups.append(("others" if variants else "", None, layer.get("args", {}), path))
+        out = None
+        for label, indices, args, gpath in groups:
+            count = sympy.Integer(len(indices)) if indices is not None else rest
+            group = GroupNode(label, self.locate(gpath), indices, count)
+            body = layer["body"]
+            if isinstance(body, str):
+                layers, bpath, inner = self._block_env(body, args, env, path + ("body",))
+            else:
+                if args:
+                    raise SpecError("'args' needs a body that names a block", self.locate(path + ("args",)))
+                layers, bpath, inner = body, path + ("body",), _deeper(env)
+            group_out = self._sequence(group, layers, bpath, shape, inner)
+            if _shape_differs(group_out, shape):
+                raise SpecError(f"a repeated body must keep its input shape {_fmt(shape)}, it gives {_fmt(group_out)}",
+                                self.locate(path + ("body",)), "a body whose output can feed its input")
+            out = group_out
+            node.children.append(group)
+        return node, out
+
+
+def _deeper(env: _Env) -> _Env:
+    return _Env(env.names, env.raw_params, env.precision, env.blocks_stack, env.depth + 1)
+
+
+def _looks_numeric(raw: str, scope) -> bool:
+    try:
+        parse_expr(raw, scope)
+        return True
+    except SpecError:
+        return False
+
+
+def _shape_differs(a: tuple, b: tuple) -> bool:
+    return len(a) != len(b) or any(sympy.simplify(x - y) != 0 for x, y in zip(a, b))
+
+
+def _fmt(shape: tuple) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _assign_names(scope: Node, prefix: str) -> None:
+    """Give every node its dotted name; default names that collide in a scope are numbered."""
+    members = list(_scope_members(scope))
+    seen_explicit: dict[str, Node] = {}
+    defaults: dict[str, list[Node]] = {}
+    for node in members:
+        if node.explicit:
+            if node.local in seen_explicit:
+                raise SpecError(f"two layers are named '{node.local}' in the same scope", node.loc,
+                                "unique layer names")
+            seen_explicit[node.local] = node
+        else:
+            defaults.setdefault(node.local, []).append(node)
+    for local, nodes in defaults.items():
+        if len(nodes) > 1 or local in seen_explicit:
+            for k, node in enumerate(nodes, start=1):
+                node.local = f"{local}{k}"
+    for node in members:
+        node.name = f"{prefix}.{node.local}" if prefix else node.local
+        if isinstance(node, RepeatNode):
+            for group in node.children:
+                group.name = f"{node.name}[{group.local.strip('[]')}]" if node.grouped else node.name
+                _assign_names(group, group.name)
+        elif isinstance(node, OpNode):
+            for part in node.children:
+                part.name = f"{node.name}.{part.local}"
+        else:
+            _assign_names(node, node.name)
+
+
+def _scope_members(scope: Node) -> Iterator[Node]:
+    for child in scope.children:
+        if child.transparent:
+            yield from _scope_members(child)
+        else:
+            yield child
