@@ -1,0 +1,30 @@
+"""eval / check must never import torch (it costs seconds and is an optional extra)."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PROBE = """
+import sys
+from costspec.cli import main
+try:
+    main({args!r})
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+assert "torch" not in sys.modules, sorted(m for m in sys.modules if m.startswith("torch"))[:5]
+print("no torch")
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["eval", "specs/vit_b.yaml", "--batch", "8"],
+    ["eval", "specs/toy_mlp.yaml", "--pass", "train", "--format", "json"],
+    ["check", "specs/vit_b.yaml", "specs/toy_mlp.yaml"],
+])
+def test_command_does_not_import_torch(args):
+    result = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "no torch" in result.stdout
