@@ -21,7 +21,7 @@ must be a CSV row as wide as the header.
 Values:
 
 * C-locale numbers, with ``,`` as the only thousands separator (``"1,215,000,000.00"``).
-* ``n/a``, ``(!) n/a`` and empty cells mean "not collected". Such metrics are listed in
+* ``n/a``, ``(!) n/a``, ``nan`` and empty cells mean "not collected". Such metrics are listed in
   ``KernelRecord.missing`` and never stored as 0.
 * ``--print-metric-instances values`` cells such as ``"158 (0: 158)"``: the aggregate before
   the parenthesis is used.
@@ -53,7 +53,7 @@ import csv
 import os
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Union
 
