@@ -152,6 +152,13 @@ class Model:
         return Report(self.name, pass_, str(self.precision), dims, rows, _int(total.tc, values, self.root),
                       _int(total.cuda, values, self.root), _int(total.params, values, self.root))
 
+    def latex(self, keep=None, pass_: str = "forward", standalone: bool = False, **kwargs) -> str:
+        """The closed forms as a LaTeX `align` (see `costspec latex`)."""
+        from .export.latex import render_latex
+        from .formula import formulas
+
+        return render_latex(formulas(self, pass_, keep, **kwargs), standalone=standalone)
+
     def to_torch(self, **dims: int):
         """A torch nn.Module built from this spec, and a function making a correctly shaped input."""
         from .torch_build import build_module

@@ -37,3 +37,14 @@ def output_format(*choices: str, default: str = "table"):
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise UsageError(message)
+
+
+def _parse_keep(ctx, param, value) -> tuple[str, ...] | None:
+    return None if value is None else tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+keep = click.option("--keep", callback=_parse_keep, metavar="B,S,C",
+                    help="Dims to keep as symbols (default: the free dims and those marked keep); "
+                         "the others are replaced by their values.")
+expand = click.option("--expand", is_flag=True, help="Write derived dims (e.g. S) out by their definitions.")
+per_layer = click.option("--per-layer", is_flag=True, help="One formula per layer, every level of the tree.")

@@ -1,0 +1,24 @@
+"""`costspec formula`: closed-form Tensor-Core / CUDA-core FLOPs and parameters in the spec's symbols."""
+from __future__ import annotations
+
+import click
+
+from . import cli, options
+
+
+@cli.command("formula")
+@options.spec_arg
+@options.keep
+@options.sets
+@options.pass_
+@options.per_layer
+@options.expand
+@options.output_format("text", "json", default="text")
+def formula_command(spec, keep, sets, pass_, per_layer, expand, fmt):
+    """Print SPEC's costs as canonical polynomials in the kept symbols (totals; every layer with --per-layer)."""
+    from ..export.formulas import RENDERERS
+    from ..formula import formulas
+    from ..model import load
+
+    result = formulas(load(spec), pass_, keep, expand, sets, depth=None if per_layer else 0)
+    click.echo(RENDERERS[fmt](result))
