@@ -2,21 +2,17 @@
 from __future__ import annotations
 
 from .errors import SpecError
-from .spec.load import read_spec, schema_problems
+from .spec.load import read_bounded, schema_problems
 from .spec.yaml_marks import load_marked
 
 
 def check_file(path: str) -> list[SpecError]:
     """All schema problems of `path`; if the schema passes, the first semantic problem
     (dims, blocks, shapes) and every violated constraint at the dims' defaults."""
-    from pathlib import Path
-
     try:
-        doc = load_marked(Path(path).read_bytes(), path)
+        doc = load_marked(read_bounded(path), path)
     except SpecError as exc:
         return [exc]
-    except OSError as exc:
-        return [SpecError(f"cannot read {path}: {exc.strerror or exc}")]
     problems = list(schema_problems(doc))
     if problems:
         return problems

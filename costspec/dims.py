@@ -12,7 +12,7 @@ from typing import Mapping
 import sympy
 
 from .errors import Location, SpecError, UsageError
-from .expr import MAX_INT_DIGITS, as_exact_int, dim_symbol, parse_expr
+from .expr import MAX_INT_DIGITS, as_exact_int, digits, dim_symbol, parse_expr
 
 
 @dataclass
@@ -79,6 +79,9 @@ class Dims:
             else:
                 value = d.definition.xreplace(out)
             number = as_exact_int(value, f"dim {d.name}", d.loc)
+            if digits(number) > MAX_INT_DIGITS:  # a derived dim such as C**8 of a huge C
+                raise SpecError(f"dim {d.name} = {d.definition} has {digits(number):,} digits", d.loc,
+                                f"a size of at most {MAX_INT_DIGITS} digits")
             if number < 1 and d.name in bindings:
                 raise UsageError(f"{where} {d.name}={number}: sizes must be positive")
             if number < 1:
@@ -112,8 +115,9 @@ def parse_dims(raw: Mapping[str, object] | None, locate) -> Dims:
             number = as_exact_int(expr, f"dim {name}", loc)
             if number < 1:
                 raise SpecError(f"dim {name} = {number} is not a positive size", loc, "a positive integer")
-            if len(str(number)) > MAX_INT_DIGITS:
-                raise SpecError(f"dim {name} has more than {MAX_INT_DIGITS} digits", loc)
+            if digits(number) > MAX_INT_DIGITS:
+                raise SpecError(f"dim {name} has {digits(number):,} digits", loc,
+                                f"a size of at most {MAX_INT_DIGITS} digits")
             dims.dims[name] = Dim(name, symbols[name], sympy.Integer(number), None, doc, keep, loc)
     return dims
 

@@ -8,16 +8,22 @@ comparisons (chained too), `and`/`or`/`not`, and `x in [1, 2, 3]` on literal lis
 from __future__ import annotations
 
 import ast
+import math
 from typing import Mapping
 
 import sympy
 
-from .errors import ExpressionError, Location
+from .errors import ExpressionError, Location, SpecError
 
 MAX_EXPONENT = 1024  # `**` needs a constant integer exponent in [0, MAX_EXPONENT]
 MAX_TEXT = 2000  # characters; longer "expressions" are rejected before parsing
 MAX_DEPTH = 60  # nesting depth of the syntax tree
 MAX_INT_DIGITS = 400  # digits in one literal (10**100-sized numbers are fine)
+MAX_DEGREE = 8  # polynomial degree in the dims; keeps later symbolic work (shape checks) fast
+MAX_RESULT_DIGITS = 4000  # results are printed as exact integers (Python prints at most 4300 digits)
+_INT_LIMIT = 10**MAX_INT_DIGITS
+ALLOWED = ("numbers, dim names, + - * / // % **, min, max, ceil, floor, "
+           "'a if cond else b', comparisons, 'x in [..]'")
 
 _FUNCTIONS = {
     "min": (sympy.Min, 2, None),
@@ -25,6 +31,9 @@ _FUNCTIONS = {
     "ceil": (sympy.ceiling, 1, 1),
     "floor": (sympy.floor, 1, 1),
 }
+_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+_OPERATORS = {ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|",
+              ast.BitXor: "^", ast.Invert: "~", ast.Is: "is", ast.IsNot: "is not"}
 _COMPARE = {
     ast.Lt: sympy.Lt,
     ast.LtE: sympy.Le,
@@ -48,19 +57,71 @@ def parse_expr(text: object, env: Mapping[str, sympy.Expr], where: Location | No
     if isinstance(text, bool):
         return sympy.true if text else sympy.false
     if isinstance(text, int):
+        if abs(text) >= _INT_LIMIT:
+            raise ExpressionError(f"integer with {digits(text):,} digits", where,
+                                  f"a number of at most {MAX_INT_DIGITS} digits")
         return sympy.Integer(text)
     if isinstance(text, float):
-        return sympy.Rational(repr(text))
+        return _decimal(text, where)
     if not isinstance(text, str):
         raise ExpressionError(f"expected a number or an expression string, got {type(text).__name__}", where)
     if len(text) > MAX_TEXT:
-        raise ExpressionError(f"expression is {len(text)} characters long; the limit is {MAX_TEXT}", where)
+        raise ExpressionError(f"expression is {len(text):,} characters long", where,
+                              f"at most {MAX_TEXT:,} characters")
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ExpressionError(f"cannot parse expression {text!r}: {exc.msg}", where,
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        problem = exc.msg if isinstance(exc, SyntaxError) else "too complex or invalid"
+        raise ExpressionError(f"cannot parse expression {_quote(text)}: {problem}", where,
                               "arithmetic on numbers and dim names") from None
-    return _Builder(env, where, text).build(tree.body, 0)
+    builder = _Builder(env, where, text)
+    value = builder.build(tree.body, 0)
+    for number in value.atoms(sympy.Rational):
+        longest = max(digits(int(number.p)), digits(int(number.q)))
+        if longest > MAX_INT_DIGITS:
+            raise builder.fail(f"it computes a number with {longest:,} digits",
+                               f"numbers of at most {MAX_INT_DIGITS} digits")
+    degree = _degree(value)
+    if degree > MAX_DEGREE:
+        raise builder.fail(f"a polynomial of degree {degree} in the dims is not a plausible size",
+                           f"degree at most {MAX_DEGREE}")
+    return value
+
+
+def digits(n: int) -> int:
+    """Decimal digits of |n|, without converting it to text (Python converts at most 4300 digits)."""
+    n = abs(int(n))
+    if n == 0:
+        return 1
+    d = int((n.bit_length() - 1) * 0.30102999566398119) + 1  # digits of 2**(bit_length - 1)
+    return d + 1 if n >= 10**d else d
+
+
+def _decimal(value: float, where: Location | None) -> sympy.Expr:
+    if not math.isfinite(value):
+        raise ExpressionError(f"{value} is not a finite number", where, "a finite number")
+    return sympy.Rational(repr(value))
+
+
+def _quote(text: str) -> str:
+    """The expression as shown in messages: quoted, cut to a readable length."""
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:56] + "...'"
+
+
+def _degree(expr) -> int:
+    """Polynomial degree of `expr` in its symbols, counted the simple way (floor, min, max and
+    conditions take the largest of their arguments; a quotient adds both sides)."""
+    if not isinstance(expr, sympy.Basic) or not expr.free_symbols:
+        return 0
+    if expr.is_Symbol:
+        return 1
+    if expr.is_Mul:
+        return sum(_degree(a) for a in expr.args)
+    if expr.is_Pow:
+        exponent = expr.exp
+        return _degree(expr.base) * (abs(int(exponent)) if exponent.is_Integer else MAX_DEGREE + 1)
+    return max((_degree(a) for a in expr.args), default=0)
 
 
 class _Builder:
@@ -70,16 +131,14 @@ class _Builder:
         self.text = text
 
     def fail(self, message: str, expected: str | None = None) -> ExpressionError:
-        return ExpressionError(f"in expression {self.text!r}: {message}", self.where, expected)
+        return ExpressionError(f"in expression {_quote(self.text)}: {message}", self.where, expected)
 
     def build(self, node: ast.AST, depth: int) -> sympy.Expr:
         if depth > MAX_DEPTH:
             raise self.fail(f"nested deeper than {MAX_DEPTH} levels")
         method = getattr(self, "_" + type(node).__name__, None)
         if method is None:
-            raise self.fail(f"{_describe(node)} is not allowed",
-                            "numbers, dim names, + - * / // % **, min, max, ceil, floor, "
-                            "'a if cond else b', comparisons, 'x in [..]'")
+            raise self.fail(f"{_describe(node)} is not allowed", ALLOWED)
         return method(node, depth + 1)
 
     def _Constant(self, node: ast.Constant, depth: int) -> sympy.Expr:
@@ -87,33 +146,41 @@ class _Builder:
         if isinstance(value, bool):
             return sympy.true if value else sympy.false
         if isinstance(value, int):
-            if len(str(abs(value))) > MAX_INT_DIGITS:
-                raise self.fail(f"integer literal has more than {MAX_INT_DIGITS} digits")
+            if abs(value) >= _INT_LIMIT:
+                raise self.fail(f"integer literal with {digits(value):,} digits",
+                                f"a number of at most {MAX_INT_DIGITS} digits")
             return sympy.Integer(value)
         if isinstance(value, float):
+            if not math.isfinite(value):
+                raise self.fail(f"{value} is not a finite number", "a finite number")
             return sympy.Rational(repr(value))
-        raise self.fail(f"constant {value!r} is not a number")
+        raise self.fail(f"{_describe_constant(value)} is not a number", ALLOWED)
 
     def _Name(self, node: ast.Name, depth: int) -> sympy.Expr:
         if node.id in self.env:
-            return self.env[node.id]
+            value = self.env[node.id]
+            if isinstance(value, Exception):  # e.g. a block argument that did not parse
+                raise value
+            return value
         known = ", ".join(sorted(self.env)) or "none"
         raise self.fail(f"unknown name '{node.id}'", f"one of the dims or block parameters: {known}")
 
     def _UnaryOp(self, node: ast.UnaryOp, depth: int) -> sympy.Expr:
         operand = self.build(node.operand, depth)
         if isinstance(node.op, ast.USub):
-            return -operand
+            return -_as_number(operand, self)
         if isinstance(node.op, ast.UAdd):
-            return operand
+            return _as_number(operand, self)
         if isinstance(node.op, ast.Not):
             return sympy.Not(_as_bool(operand, self))
-        raise self.fail(f"unary operator {type(node.op).__name__} is not allowed")
+        raise self.fail(f"operator {_OPERATORS.get(type(node.op), type(node.op).__name__)} is not allowed", ALLOWED)
 
     def _BinOp(self, node: ast.BinOp, depth: int) -> sympy.Expr:
-        left = self.build(node.left, depth)
-        right = self.build(node.right, depth)
         op = node.op
+        if type(op) not in _ARITHMETIC:
+            raise self.fail(f"operator {_OPERATORS.get(type(op), type(op).__name__)} is not allowed", ALLOWED)
+        left = _as_number(self.build(node.left, depth), self)
+        right = _as_number(self.build(node.right, depth), self)
         if isinstance(op, ast.Add):
             return left + right
         if isinstance(op, ast.Sub):
@@ -129,9 +196,7 @@ class _Builder:
         if isinstance(op, ast.Mod):
             self._nonzero(right)
             return sympy.Mod(left, right)
-        if isinstance(op, ast.Pow):
-            return self._power(left, right)
-        raise self.fail(f"operator {type(op).__name__} is not allowed")
+        return self._power(left, right)
 
     def _nonzero(self, value: sympy.Expr) -> None:
         if value.is_zero:
@@ -149,21 +214,27 @@ class _Builder:
         return base ** exponent
 
     def _Call(self, node: ast.Call, depth: int) -> sympy.Expr:
-        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCTIONS:
-            name = node.func.id if isinstance(node.func, ast.Name) else _describe(node.func)
-            raise self.fail(f"call of '{name}' is not allowed", "min, max, ceil or floor")
+        if not isinstance(node.func, ast.Name):
+            # `__import__('os').system(...)`, `(lambda: 1)()`: the callee itself is not allowed
+            raise self.fail(f"{_describe(node.func)} is not allowed", "a call of min, max, ceil or floor")
+        if node.func.id not in _FUNCTIONS:
+            raise self.fail(f"call of '{node.func.id}' is not allowed", "a call of min, max, ceil or floor")
         if node.keywords:
-            raise self.fail("keyword arguments are not allowed")
+            raise self.fail(f"keyword arguments to {node.func.id}() are not allowed", "positional arguments")
+        args = [self.build(arg, depth) for arg in node.args]  # a bad argument is reported as itself
         func, least, most = _FUNCTIONS[node.func.id]
-        if len(node.args) < least or (most is not None and len(node.args) > most):
+        if len(args) < least or (most is not None and len(args) > most):
             count = f"{least}" if least == most else f"at least {least}"
-            raise self.fail(f"{node.func.id}() takes {count} argument(s), got {len(node.args)}")
-        return func(*[self.build(arg, depth) for arg in node.args])
+            raise self.fail(f"{node.func.id}() takes {count} argument(s), got {len(args)}")
+        return func(*args)
 
     def _IfExp(self, node: ast.IfExp, depth: int) -> sympy.Expr:
         cond = _as_bool(self.build(node.test, depth), self)
         then = self.build(node.body, depth)
         other = self.build(node.orelse, depth)
+        if isinstance(then, sympy.Expr) != isinstance(other, sympy.Expr):
+            raise self.fail("one branch of the conditional is a number and the other a condition",
+                            "two numbers, or two conditions")
         if cond is sympy.true:
             return then
         if cond is sympy.false:
@@ -182,15 +253,16 @@ class _Builder:
                 raise self.fail("'in' cannot be chained with other comparisons")
             right = self.build(comparator, depth)
             if type(op) not in _COMPARE:
-                raise self.fail(f"comparison {type(op).__name__} is not allowed")
-            terms.append(_COMPARE[type(op)](left, right))
+                raise self.fail(f"comparison '{_OPERATORS.get(type(op), type(op).__name__)}' is not allowed",
+                                "<, <=, >, >=, ==, !=, in, not in")
+            terms.append(_COMPARE[type(op)](_as_number(left, self), _as_number(right, self)))
             left = right
         return sympy.And(*terms)
 
     def _membership(self, left, op, comparator, depth):
         if left is None or not isinstance(comparator, (ast.List, ast.Tuple)):
             raise self.fail("'in' needs a literal list on its right", "x in [1, 2, 3]")
-        items = [self.build(item, depth) for item in comparator.elts]
+        items = [_as_number(self.build(item, depth), self) for item in comparator.elts]
         test = sympy.Or(*[sympy.Eq(left, item) for item in items]) if items else sympy.false
         return sympy.Not(test) if isinstance(op, ast.NotIn) else test
 
@@ -200,9 +272,21 @@ class _Builder:
 
 
 def _as_bool(value: sympy.Expr, builder: _Builder):
-    if isinstance(value, sympy.logic.boolalg.Boolean):
+    # A sympy Symbol is both an Expr and a Boolean: a dim name is a number here, not a condition.
+    if isinstance(value, sympy.logic.boolalg.Boolean) and not isinstance(value, sympy.Expr):
         return value
     raise builder.fail(f"{value} is a number where a condition was expected", "a comparison such as 'i in [2, 5]'")
+
+
+def _as_number(value, builder: _Builder) -> sympy.Expr:
+    if isinstance(value, sympy.Expr):
+        return value
+    raise builder.fail(f"the condition {value} is used as a number", "a number or a dim, not a comparison")
+
+
+def _describe_constant(value) -> str:
+    kinds = {str: "the string", bytes: "the bytes", complex: "the complex number"}
+    return f"{kinds[type(value)]} {value!r}" if type(value) in kinds else repr(value)
 
 
 def _describe(node: ast.AST) -> str:
@@ -225,10 +309,16 @@ def as_exact_int(value: sympy.Expr, what: str, where: Location | None = None) ->
     if isinstance(value, sympy.logic.boolalg.BooleanAtom):
         raise ExpressionError(f"{what} is a condition ({value}), not a number", where)
     if value.is_Integer:
-        return int(value)
+        number = int(value)
+        if digits(number) > MAX_RESULT_DIGITS:
+            # a SpecError, not an ExpressionError: callers that reword "not an integer" let it through
+            raise SpecError(f"{what} has {digits(number):,} digits, too many to print exactly", where,
+                            f"a value of at most {MAX_RESULT_DIGITS:,} digits")
+        return number
     if value.is_Rational:
-        raise ExpressionError(f"{what} evaluates to the fraction {value}, not an integer", where,
-                              "sizes that divide evenly")
+        shown = value if max(digits(int(value.p)), digits(int(value.q))) <= MAX_INT_DIGITS else "a fraction"
+        raise ExpressionError(f"{what} evaluates to {'the fraction ' if shown is value else ''}{shown}, "
+                              "not an integer", where, "sizes that divide evenly")
     free = sorted(str(s) for s in getattr(value, "free_symbols", ()))
     if free:
         raise ExpressionError(f"{what} still depends on {', '.join(free)} after binding the dims", where)

@@ -16,7 +16,7 @@ from .expr import as_exact_int
 from .ops.base import Constraint
 from .spec.load import parse_spec, read_spec
 from .spec.yaml_marks import MarkedDoc
-from .tree import GroupNode, Node, OpNode, RepeatNode, TreeBuilder
+from .tree import GroupNode, Node, OpNode, RepeatNode, ResidualNode, TreeBuilder
 
 PASSES = ("forward", "backward", "train")
 
@@ -122,7 +122,7 @@ class Model:
         for c in self.constraints:
             if c.condition.xreplace(values) is not sympy.true:
                 shown = {k: v.xreplace(values) for k, v in c.values.items()}
-                out.append(SpecError(c.message.format(**shown), c.where))
+                out.append(SpecError(c.message.format(**shown), c.where, c.expected))
         for node in self.op_nodes():
             for i, size in enumerate(node.out_shape):
                 value = sympy.sympify(size).xreplace(values)
@@ -179,6 +179,8 @@ def node_cost(node: Node, pass_: str, mult: sympy.Expr, in_rg: bool) -> Cost:
 def _walk(node: Node, depth: int, mult: sympy.Expr, in_rg: bool):
     rg = in_rg
     for child in node.children:
+        if isinstance(node, ResidualNode) and child is node.children[-1]:
+            rg = in_rg  # the residual add's gradient sum exists iff the residual's input needs grad
         child_mult = mult * child.count
         if child.transparent:
             yield from _walk(child, depth, child_mult, rg)

@@ -274,13 +274,18 @@ class TreeBuilder:
         return root, shape
 
     # -- values -------------------------------------------------------------------------------
-    def _size(self, raw, env: _Env, path: tuple) -> sympy.Expr:
+    def _size(self, raw, env: _Env, path: tuple, what: str = "size") -> sympy.Expr:
         where = self.locate(path)
         value = parse_expr(raw, env.names, where)
         if not isinstance(value, sympy.Expr):
             raise SpecError(f"{raw!r} is a condition, not a size", where, "a size")
         if value.is_number and (value < 1 or not value.is_integer):
-            raise SpecError(f"size {raw!r} = {value} is not a positive integer", where, "a positive integer")
+            raise SpecError(f"{what} {raw!r} = {value} is not a positive integer", where, "a positive integer")
+        if not value.is_number:  # checked once the dims are bound (and at their defaults, by check)
+            shown = str(raw).replace("{", "{{").replace("}", "}}")
+            self.constraints.append(Constraint(sympy.And(sympy.Eq(sympy.floor(value), value), value >= 1),
+                                               f"{what} {shown!r} = {{value}} is not a positive integer", where,
+                                               {"value": value}, "a positive integer"))
         return self.dims.canonical(value)
 
     def _attrs(self, op: OpDef, given: dict, env: _Env, path: tuple, in_shape: tuple) -> Attrs:
@@ -411,22 +416,27 @@ class TreeBuilder:
         unknown = set(args) - set(params)
         if unknown:
             raise SpecError(f"block '{block}' has no parameter '{sorted(unknown)[0]}'",
-                            self.locate(path + ("args", sorted(unknown)[0])),
+                            self.locate(path[:-1] + ("args", sorted(unknown)[0])),
                             "one of: " + (", ".join(params) or "no parameters"))
         names, raw_params = dict(self.dims.symbols), {}
         for pname, default in params.items():
             given = pname in args
             raw = args[pname] if given else default
-            ppath = path + ("args", pname) if given else ("blocks", block, "params", pname)
+            ppath = path[:-1] + ("args", pname) if given else ("blocks", block, "params", pname)
             # Arguments are expressions in the caller's scope; defaults in the dims' scope.
             scope = env.names if given else self.dims.symbols
             raw_params[pname] = raw if not isinstance(raw, str) or raw not in env.raw_params else env.raw_params[raw]
             if isinstance(raw_params[pname], bool):
                 names[pname] = sympy.true if raw_params[pname] else sympy.false
             elif isinstance(raw_params[pname], str) and not _looks_numeric(raw_params[pname], scope):
-                continue  # a string parameter (e.g. an activation name), usable by choice attributes
+                pass  # a string parameter (e.g. an activation name), usable by choice attributes
             else:
                 names[pname] = parse_expr(raw_params[pname], scope, self.locate(ppath))
+            if pname not in names and isinstance(raw_params[pname], str):
+                try:  # keep the argument's own error for the place it is used as a number
+                    parse_expr(raw_params[pname], scope, self.locate(ppath))
+                except SpecError as exc:
+                    names[pname] = exc
         inner = _Env(names, raw_params, env.precision, env.blocks_stack + (block,), env.depth + 1)
         return layers, ("blocks", block) if isinstance(spec, list) else ("blocks", block, "layers"), inner
 
@@ -437,7 +447,7 @@ class TreeBuilder:
 
     def _repeat(self, layer, name, path, shape, env: _Env) -> tuple[Node, tuple]:
         where = self.locate(path)
-        times = self._count(layer["repeat"], env, path + ("repeat",))
+        times = self._size(layer["repeat"], env, path + ("repeat",), "repeat count")
         if "body" not in layer:
             raise SpecError("a repeat needs a body", where, "body: a block name or a list of layers")
         node = RepeatNode(name or "repeat", where, name is not None, times)

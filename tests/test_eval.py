@@ -144,3 +144,21 @@ def test_binding_errors_are_clear():
         model.evaluate(img=225)
     with pytest.raises(costspec.CostspecError, match="not divisible by heads"):
         model.evaluate(heads=7)
+
+
+def test_backward_rows_sum_to_the_total_when_the_first_layer_is_a_residual(write_spec):
+    path = write_spec("""
+costspec: 1
+name: residual_first
+dims: {M: 4, K: 8}
+input: [M, K]
+layers:
+  - residual: [{linear: {out: K}}, {activation: {fn: gelu}}]
+  - linear: {out: K}
+""")
+    for pass_ in ("backward", "train"):
+        report = costspec.load(path).evaluate(pass_)
+        top = [r for r in report.rows if r.depth == 0]
+        assert sum(r.tc for r in top) == report.tc and sum(r.cuda for r in top) == report.cuda
+    rows = {r.name: r for r in costspec.load(path).evaluate("backward").rows}
+    assert rows["add"].cuda == 0  # x needs no grad: no gradient sum at the fork

@@ -1,4 +1,4 @@
-"""`costspec eval`: per-layer Tensor-Core / CUDA-core FLOPs and parameters."""
+"""`costspec eval`: per-layer Tensor-Core / CUDA-core FLOPs and parameters (and a roofline estimate)."""
 from __future__ import annotations
 
 import click
@@ -12,12 +12,22 @@ from . import cli, options
 @options.sets
 @options.pass_
 @options.depth
+@options.gpu(required=False)
+@options.fusion
+@options.efficiency
 @options.output_format("table", "json", "csv", "markdown")
-def eval_command(spec, batch, sets, pass_, depth, fmt):
-    """Evaluate SPEC's costs at concrete dims, per layer."""
+def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, fmt):
+    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
     from ..export.report import RENDERERS
     from ..model import load
 
     model = load(spec)
-    report = model.report(pass_, model.bind(batch, sets))
-    click.echo(RENDERERS[fmt](report, depth))
+    values = model.bind(batch, sets)
+    report = model.report(pass_, values)
+    roof = None
+    if gpu:
+        from ..gpus import get_gpu
+        from ..roofline import estimate
+
+        roof = estimate(model, report, values, get_gpu(gpu, catalog), fusion, efficiency)
+    click.echo(RENDERERS[fmt](report, depth, roof))

@@ -48,3 +48,47 @@ keep = click.option("--keep", callback=_parse_keep, metavar="B,S,C",
                          "the others are replaced by their values.")
 expand = click.option("--expand", is_flag=True, help="Write derived dims (e.g. S) out by their definitions.")
 per_layer = click.option("--per-layer", is_flag=True, help="One formula per layer, every level of the tree.")
+
+# costspec validate
+validate_pass = click.option("--pass", "pass_", type=click.Choice(["forward", "train"]), default="forward",
+                             show_default=True, help="Which pass to run and count (train = forward + backward).")
+device = click.option("--device", type=click.Choice(["meta", "cpu"]), default="meta", show_default=True,
+                      help="Where the torch module runs: meta (shapes only, fast) or cpu (real tensors).")
+rtol = click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                    help="Relative tolerance on matmul-class FLOPs per row (pointwise counts must match exactly).")
+
+
+def _parse_efficiency(ctx, param, value):
+    from ..roofline import Efficiency
+
+    if not value:
+        return Efficiency()
+    fields = {}
+    for item in value.split(","):
+        key, sep, number = item.partition("=")
+        try:
+            if not sep or key.strip() not in ("tc", "cuda", "memory") or not 0 < float(number) <= 1:
+                raise ValueError
+            fields[key.strip()] = float(number)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: expected tc|cuda|memory=FRACTION in (0, 1]") from None
+    return Efficiency(**fields)
+
+
+def gpu(required: bool):
+    """--gpu NAME and --catalog FILE (a user's GPU catalog)."""
+
+    def decorate(f):
+        f = click.option("--catalog", type=click.Path(dir_okay=False, exists=True), default=None,
+                         help="Your own GPU catalog (YAML), added to the built-in one.")(f)
+        return click.option("--gpu", required=required, default=None, metavar="NAME",
+                            help="A GPU from `costspec gpus`, e.g. h100-sxm: adds bytes, intensity, bound and "
+                                 "estimated time.")(f)
+
+    return decorate
+
+
+fusion = click.option("--fusion", type=click.Choice(["none", "default", "aggressive"]), default="default",
+                      show_default=True, help="Which kernels are assumed fused (see docs: fusion assumptions).")
+efficiency = click.option("--efficiency", callback=_parse_efficiency, default=None, metavar="tc=F,cuda=F,memory=F",
+                          help="Fractions of the peaks reached (default 1 = datasheet).")

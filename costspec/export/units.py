@@ -29,3 +29,13 @@ def params(value: int) -> str:
 
 def share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def seconds(value: float) -> str:
+    """0.00123 -> '1.230 ms'."""
+    if value == 0:
+        return "0"
+    for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if value >= scale:
+            return f"{value / scale:.3f} {unit}"
+    return f"{value / 1e-9:.1f} ns"

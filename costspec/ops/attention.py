@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (Attr, Constraint, OpCall, OpDef, Part, Work, linear_backward, linear_forward, numel,
-                   pointwise, requires, same_size)
+from .base import (Attr, Constraint, OpCall, OpDef, Part, Reconcile, Work, linear_backward, linear_forward,
+                   numel, pointwise, requires, same_size)
 from .registry import register_op
 
 
@@ -103,6 +103,43 @@ class Attention(OpDef):
         n, k, o, bias = proj
         parts.append(Part(n, linear_backward(m, k, o, bias, True)))
         return parts
+
+    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+        """How the counters see F.scaled_dot_product_attention, by the way it ran on the device.
+
+        NB: decomposed (meta, cpu math fallback): 2 + 4 bmm and mul by sqrt(scale) on q and k, i.e.
+        `backend: math` exactly; fused on cpu (_scaled_dot_product_flash_attention_for_cpu): FlopCounterMode
+        has no formula (0) and softmax / scale are not separate ops, so the analytic work stands in.
+        """
+        b, s, _, h, d, _ = self._sizes(call)
+        backend = call.attrs.backend
+        sdpa = sdpa_forward if pass_ == "forward" else sdpa_backward
+        analytic = sdpa(b, h, s, s, d, d, backend)
+        how = runtime.get("sdpa", "decomposed")
+        if how == "decomposed":
+            if backend == "math":
+                return []
+            text = ("SDPA ran as PyTorch's math decomposition (always so on meta), which scales q and k "
+                    "(B*h*(Sq+Sk)*d multiplies) where the flash backend scales every score (B*h*Sq*Sk)")
+            if pass_ == "backward":
+                text += ("; its backward is 4 bmm = 8*B*h*S^2*d, the flash backend's 10*B*h*S^2*d recomputes "
+                         "QK^T (difference 2*B*h*S^2*d)")
+            return [Reconcile("sdpa-math-decomposition", "sdpa", sdpa(b, h, s, s, d, d, "math") + analytic.scaled(-1),
+                              text)]
+        if how == "fused-uncounted":
+            formula = "2*B*h*S^2*d*2" if pass_ == "forward" else (
+                "10*B*h*S^2*d" if backend == "flash" else "8*B*h*S^2*d")
+            device = runtime.get("device", "this device")
+            return [Reconcile("sdpa-not-counted", "sdpa", analytic.scaled(-1),
+                              f"SDPA not counted by FlopCounterMode on {device} (a fused kernel with no formula): "
+                              f"compensated with analytic {formula}, and its fused softmax/scale with the "
+                              f"analytic element counts")]
+        # fused-counted (CUDA flash / efficient / cuDNN kernels): counted as the flash convention,
+        # softmax and scaling fused (no separate aten ops).
+        fused = Work(sdpa(b, h, s, s, d, d, "flash").matmul, {})
+        return [Reconcile("sdpa-fused-kernel", "sdpa", fused + analytic.scaled(-1),
+                          "SDPA ran as a fused kernel: FlopCounterMode counts it as flash does (backward "
+                          "10*B*h*S^2*d), softmax and scaling are not separate aten ops")]
 
     def build(self, call: OpCall, ev):
         from ..torch_modules import SelfAttention

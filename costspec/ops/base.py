@@ -56,6 +56,20 @@ NO_WORK = Work()
 
 
 @dataclass(frozen=True)
+class Reconcile:
+    """A named, documented difference between an op's analytic work and what the runtime
+    counters measure on the torch module its `build()` returns: measured = analytic + delta,
+    for one part (name as in `forward()`) and one pass. `costspec validate` lists every one it
+    applies, with its numbers; nothing is adjusted silently.
+    """
+
+    rule: str  # stable id, e.g. "sdpa-math-decomposition"
+    part: str
+    delta: Work
+    text: str  # one line: what the counter sees, what costspec models, the formula of the difference
+
+
+@dataclass(frozen=True)
 class Part:
     """A named piece of an op's work: a row in reports and, unless `own`, a torch submodule.
 
@@ -171,6 +185,7 @@ class Constraint:
     message: str  # e.g. "dim {C} must be divisible by heads {heads}"; names are filled with values
     where: Location
     values: Mapping[str, Expr] = field(default_factory=dict)
+    expected: str | None = None
 
 
 @dataclass(frozen=True)
@@ -225,9 +240,51 @@ class OpDef:
         """Backward work, as parts with the forward's names. input_grad: dX is needed."""
         raise NotImplementedError
 
-    def build(self, call: OpCall, dims: Mapping[str, int]) -> "torch.nn.Module":
-        """A torch module computing this op (called only by torch_build)."""
+    def build(self, call: OpCall, ev: Callable[[Expr], int]) -> "torch.nn.Module":
+        """A torch module computing this op (called only by torch_build); `ev` evaluates a size.
+        Parts that are not `own` must be submodules named like the part."""
         raise NotImplementedError
+
+    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime: Mapping[str, str],
+                  ev: Callable[[Expr], int]) -> list[Reconcile]:
+        """Named differences between this op's work and what FlopCounterMode and the pointwise
+        counter measure for build()'s module in pass_ ("forward" | "backward"). `runtime` says where
+        and how it ran: runtime["device"] ("meta", "cpu"), runtime["sdpa"] ("decomposed",
+        "fused-uncounted" or "fused-counted"). Default: none, the counters must see exactly the
+        analytic work."""
+        return []
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list["Traffic"]:
+        """Elements read and written per part (bytes = elements x the precision's element size).
+
+        Default, for single-part ops, unfused: forward reads the input and the parameters and
+        writes the output; backward reads the output gradient, the saved input and the
+        parameters, and writes the input gradient (when needed) and the parameter gradients.
+        Ops with several parts, or fused kernels, override this.
+        """
+        parts = self.forward(call)
+        if len(parts) != 1:
+            raise NotImplementedError(f"{self.name} has {len(parts)} parts and must define traffic()")
+        x = numel(call.in_shape)
+        y = numel(self.output_shape(call))
+        w = parts[0].params
+        if pass_ == "forward":
+            return [Traffic(parts[0].name, x + w, y)]
+        if not input_grad and w == 0:
+            return [Traffic(parts[0].name, ZERO, ZERO)]
+        return [Traffic(parts[0].name, y + x + w, (x if input_grad else ZERO) + w)]
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Elements one part reads from and writes to device memory in one pass."""
+
+    part: str
+    reads: Expr
+    writes: Expr
+
+
+FUSION_MODES = ("none", "default", "aggressive")
 
 
 def requires(op: OpDef, call: OpCall, rank: int | tuple[int, ...], what: str) -> None:

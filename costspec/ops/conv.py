@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (Attr, Constraint, OpCall, OpDef, Part, Work, numel, pointwise, requires, same_size)
+from .base import (Attr, Constraint, OpCall, OpDef, Part, Reconcile, Work, numel, pointwise, requires, same_size)
 from .registry import register_op
 
 
@@ -83,6 +83,21 @@ class Conv2d(OpDef):
         b, cin, hout, wout, kh, kw = self._geometry(call)
         return [Part("", conv_backward(b, cin, a.out, hout, wout, kh, kw, a.groups, a.bias, input_grad))]
 
+    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+        """FlopCounterMode's convolution_backward formula for grad_weight.
+
+        NB: torch 2.13 counts grad_weight as 2*B*Cout*Ho*Wo*Cin*kh*kw = g*F (the groups are ignored);
+        costspec keeps the F that the grouped kernel executes and names the difference.
+        """
+        a = call.attrs
+        if pass_ != "backward" or ev(a.groups) == 1:
+            return []
+        b, cin, hout, wout, kh, kw = self._geometry(call)
+        weight_grad = FLOPS_PER_MAC * b * a.out * hout * wout * (cin / a.groups) * kh * kw
+        return [Reconcile("conv-grouped-weight-grad", "", Work({"conv": (a.groups - 1) * weight_grad}),
+                          "FlopCounterMode counts convolution_backward's grad_weight as g*F (its formula ignores "
+                          "groups); costspec counts the F = 2*B*Cout*Ho*Wo*(Cin/g)*kh*kw it executes")]
+
     def build(self, call: OpCall, ev):
         import torch.nn as nn
 
@@ -149,6 +164,27 @@ class PatchEmbed(OpDef):
         if a.pos_embed:  # d(pos) = sum over the batch
             parts.append(Part("pos_embed", pointwise("bias_grad", b * tokens * a.dim), own=True))
         return parts
+
+    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+        """The gradient of cls_token / pos_embed at batch 1.
+
+        NB: the formula counts B*dim and B*S*dim elements for the batch sums of these gradients;
+        autograd's sum_to_size runs no reduction when B = 1, so none is measured then.
+        """
+        a = call.attrs
+        b, _, gh, gw = self._grid(call)
+        if pass_ != "backward" or ev(b) != 1:
+            return []
+        text = ("batch of 1: autograd sums the gradient of a parameter broadcast over the batch (cls_token, "
+                "pos_embed) only when B > 1; at B = 1 no reduction runs, costspec counts B*dim and B*S*dim elements")
+        out = []
+        if a.cls_token:
+            out.append(Reconcile("broadcast-grad-batch-1", "cls_token", pointwise("bias_grad", -b * a.dim), text))
+        if a.pos_embed:
+            tokens = gh * gw + (1 if a.cls_token else 0)
+            out.append(Reconcile("broadcast-grad-batch-1", "pos_embed", pointwise("bias_grad", -b * tokens * a.dim),
+                                 text))
+        return out
 
     def build(self, call: OpCall, ev):
         from ..torch_modules import PatchEmbed as TorchPatchEmbed

@@ -72,7 +72,10 @@ class Reshape(_Free):
     def build(self, call: OpCall, ev):
         from ..torch_modules import Reshape as TorchReshape
 
-        return TorchReshape([ev(d) for d in self.output_shape(call)[1:]])
+        out = self.output_shape(call)
+        if same_size(out[0], call.in_shape[0]):  # keep the batch dim: the module runs at any batch size
+            return TorchReshape([ev(d) for d in out[1:]])
+        return TorchReshape([ev(d) for d in out], keep_batch=False)
 
 
 @register_op

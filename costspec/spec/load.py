@@ -1,15 +1,19 @@
 """Spec text -> YAML with marks -> JSON Schema validation -> a validated, located document."""
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
 import jsonschema
 
-from ..errors import SpecError
+from ..errors import Location, SpecError
 from .schema import COMPOSITION_KEYS, build_schema
-from .yaml_marks import MarkedDoc, format_path, load_marked
+from .yaml_marks import MAX_BYTES, MarkedDoc, format_path, load_marked
+
+
+_REQUIRED = ("costspec", "name", "input", "layers")
 
 
 @lru_cache(maxsize=1)
@@ -21,16 +25,28 @@ def _validator() -> jsonschema.protocols.Validator:
 
 def read_spec(path: str | Path) -> MarkedDoc:
     """Read and schema-validate a spec file; raise the best SpecError on failure."""
+    return parse_spec(read_bounded(path), str(path))
+
+
+def read_bounded(path: str | Path) -> bytes:
+    """The bytes of a spec file, reading no more than the size limit allows (a huge file or a
+    device such as /dev/zero is an error, not a memory spike)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+            size = os.fstat(f.fileno()).st_size if len(raw) > MAX_BYTES else len(raw)
     except FileNotFoundError:
         raise SpecError(f"no such file: {path}") from None
     except IsADirectoryError:
         raise SpecError(f"{path} is a directory, not a spec file") from None
     except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
-    return parse_spec(raw, str(path))
+        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_BYTES:
+        shown = f"{size:,} bytes" if size > MAX_BYTES else f"more than {MAX_BYTES:,} bytes"
+        raise SpecError(f"file is {shown}, over the limit for a spec", Location(str(path), 1, 1),
+                        f"at most {MAX_BYTES:,} bytes")
+    return raw
 
 
 def parse_spec(text: str | bytes, file: str = "<spec>") -> MarkedDoc:
@@ -44,8 +60,9 @@ def parse_spec(text: str | bytes, file: str = "<spec>") -> MarkedDoc:
 def schema_problems(doc: MarkedDoc) -> Iterator[SpecError]:
     """Every schema violation as a located SpecError, the most specific first."""
     if not isinstance(doc.data, dict):
-        yield SpecError(f"a spec must be a YAML mapping, got {type(doc.data).__name__}", doc.locate(()),
-                        "keys costspec, name, input, layers")
+        found = "null" if doc.data is None else f"{_kind(doc.data)} {_show(doc.data)}"
+        yield SpecError(f"a spec must be a YAML mapping, got {found}", doc.locate(()),
+                        "a mapping with keys " + ", ".join(_REQUIRED))
         return
     errors = [_descend(e) for e in _validator().iter_errors(doc.data)]
     errors.sort(key=_rank)
@@ -91,20 +108,24 @@ def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecErr
             return SpecError(f"unknown op '{key}'", key_where,
                              "an op (" + ", ".join(ops) + ") or " + ", ".join(COMPOSITION_KEYS))
         allowed = ", ".join(sorted(schema.get("properties", {}))) or "no keys"
-        return SpecError(f"unknown key '{key}'", key_where, f"one of: {allowed}")
+        what = "cost kind" if path == ("costs",) else "key"
+        return SpecError(f"unknown {what} '{key}'", key_where, f"one of: {allowed}")
     if kind == "required":
         missing = [k for k in error.validator_value if k not in value]
-        return SpecError(f"missing required key '{missing[0] if missing else '?'}'", where)
+        return SpecError(f"missing required key '{missing[0] if missing else '?'}'", where,
+                         "a mapping with keys " + ", ".join(error.validator_value))
     expected = schema.get("x-expected")
     if kind in ("anyOf", "oneOf") and expected:
         return SpecError(f"bad value {_show(value)}", where, expected)
     if kind == "type":
         types = error.validator_value
         types = " or ".join(types) if isinstance(types, list) else types
-        return SpecError(f"expected {expected or _article(types)}, got {_show(value)}", where)
+        return SpecError(f"got {_kind(value)} {_show(value)}", where, expected or _article(types))
     if kind == "enum":
         return SpecError(f"bad value {_show(value)}", where,
                          "one of " + ", ".join(map(str, error.validator_value)))
+    if kind == "const" and path == ("costspec",):
+        return SpecError(f"unsupported format version {_show(value)}", where, f"costspec: {error.validator_value!r}")
     if kind == "const":
         return SpecError(f"bad value {_show(value)}", where, f"{error.validator_value!r}")
     if kind == "minimum":
@@ -121,6 +142,14 @@ def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecErr
 def _article(types: str) -> str:
     return {"object": "a mapping", "array": "a list", "integer": "an integer", "string": "a string",
             "boolean": "true or false", "number": "a number", "object or null": "a mapping"}.get(types, types)
+
+
+def _kind(value) -> str:
+    """'a string', 'a list', ... for a YAML value, as a person would name its type."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a mapping"}.get(type(value), type(value).__name__)
 
 
 def _show(value) -> str:

@@ -1,0 +1,31 @@
+"""`costspec roofline`: the roofline plot of a spec on a named GPU."""
+from __future__ import annotations
+
+import click
+
+from . import cli, options
+
+
+@cli.command("roofline")
+@options.spec_arg
+@options.gpu(required=True)
+@options.batch
+@options.sets
+@options.pass_
+@options.fusion
+@options.efficiency
+@click.option("--depth", type=click.IntRange(min=1), default=3, show_default=True, help="Tree levels to plot.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="roofline.png or .svg")
+def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency, depth, output):
+    """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof)."""
+    from ..export.roofline_plot import plot_roofline
+    from ..gpus import get_gpu
+    from ..model import load
+    from ..roofline import estimate
+
+    model = load(spec)
+    values = model.bind(batch, sets)
+    report = model.report(pass_, values)
+    roof = estimate(model, report, values, get_gpu(gpu, catalog), fusion, efficiency)
+    plot_roofline(report, roof, model.precision.dtype, output, depth)
+    click.echo(f"wrote {output}: {len(report.rows)} layers, estimated {roof.time_s * 1e3:.4g} ms", err=True)

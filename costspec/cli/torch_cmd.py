@@ -1,0 +1,23 @@
+"""`costspec torch`: the torch module built from a spec, one line per submodule."""
+from __future__ import annotations
+
+import click
+
+from . import cli, options
+
+
+@cli.command("torch")
+@options.spec_arg
+@options.batch
+@options.sets
+@options.depth
+def torch_command(spec, batch, sets, depth):
+    """Print the torch module built from SPEC (module paths = layer names) with parameter counts."""
+    from ..model import load
+    from ..torch_build import build_module, describe, import_torch
+
+    torch = import_torch("costspec torch")
+    model = load(spec)
+    with torch.device("meta"):  # shapes and parameter counts only: no memory, no init
+        module, _ = build_module(model, model.bind(batch, sets))
+    click.echo(describe(module, depth))

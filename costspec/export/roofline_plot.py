@@ -1,0 +1,59 @@
+"""Draw a roofline: both compute roofs and the memory roof, one labelled point per layer."""
+from __future__ import annotations
+
+from ..errors import MissingExtraError
+from ..gpus import POINTWISE_DTYPE
+from ..model import Report
+from ..roofline import RooflineReport
+
+
+def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, depth: int = 2) -> None:
+    """Write a roofline PNG/SVG: x = FLOPs/byte, y = achieved FLOP/s at the estimated time;
+    one point per leaf row up to `depth`, sized by its share of the time."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MissingExtraError("matplotlib", "plot", "costspec roofline") from None
+    gpu = roof.gpu
+    bw = gpu.bandwidth
+    tc_peak = gpu.tensor_peak(dtype) if dtype in gpu.tensor else None
+    cuda_peak = gpu.cuda_peak(POINTWISE_DTYPE)
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
+    xs = [10 ** (k / 20) for k in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
+    for peak, label, style in ((tc_peak, f"Tensor Cores {dtype} {tc_peak / 1e12 if tc_peak else 0:g} TFLOP/s", "-"),
+                               (cuda_peak, f"CUDA cores fp32 {cuda_peak / 1e12:g} TFLOP/s", "--")):
+        if peak:
+            ax.plot(xs, [min(peak, bw * x) for x in xs], style, lw=1.6, label=label)
+    ax.plot(xs, [bw * x for x in xs], ":", color="grey", lw=1, label=f"memory {gpu.memory_bw_gbps:g} GB/s")
+    total = roof.time_s or 1.0
+    rows = [(r, rr) for r, rr in zip(report.rows, roof.rows)
+            if rr.time_s > 0 and rr.intensity and r.depth < depth and _is_leaf(report, r, depth)]
+    for r, rr in rows:
+        achieved = r.total / rr.time_s
+        size = 20 + 600 * rr.time_s / total
+        ax.scatter([rr.intensity], [achieved], s=size, alpha=0.6)
+        ax.annotate(r.name, (rr.intensity, achieved), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    top = max(p for p in (tc_peak, cuda_peak) if p)
+    lows = [r.total / rr.time_s for r, rr in rows] + [bw * xs[0]]
+    ax.set_ylim(max(min(lows) / 3, top / 1e7), top * 2.5)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity [FLOP/byte]")
+    ax.set_ylabel("FLOP/s at the estimated time")
+    ax.set_title(f"{report.spec_name} ({report.pass_}, {dtype}) on {gpu.name}: "
+                 f"{roof.time_s * 1e3:.3g} ms, point area = time share")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _is_leaf(report: Report, row, depth: int) -> bool:
+    """A row with no visible children at this depth (children are the following deeper rows)."""
+    i = report.rows.index(row)
+    nxt = report.rows[i + 1] if i + 1 < len(report.rows) else None
+    return nxt is None or nxt.depth <= row.depth or nxt.depth >= depth

@@ -1,0 +1,151 @@
+"""Roofline estimates: bytes moved, arithmetic intensity, bound and time per layer on a named GPU.
+
+Each leaf (an op, or a named part of one) runs as its own kernel(s): its time is the largest of
+TC FLOPs / Tensor-Core peak(dtype), CUDA FLOPs / CUDA-core peak, bytes / memory bandwidth,
+each divided by an efficiency factor (1 = datasheet peak). A block's time is the sum of its
+leaves' times (kernels run one after another), never the max of its sums.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import sympy
+
+from .gpus import POINTWISE_DTYPE, Gpu
+from .model import Model, Report
+from .ops.base import FUSION_MODES, ZERO
+from .tree import Node, OpNode, PartNode, RepeatNode, ResidualNode
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Fractions of the datasheet peaks actually reached (from flags or a calibration file)."""
+
+    tc: float = 1.0
+    cuda: float = 1.0
+    memory: float = 1.0
+
+
+@dataclass
+class RooflineRow:
+    name: str
+    bytes: int
+    intensity: float | None  # FLOPs per byte
+    bound: str  # "TC", "CUDA", "memory", "mixed" or "-"
+    time_s: float
+
+
+@dataclass
+class RooflineReport:
+    gpu: Gpu
+    fusion: str
+    rows: list[RooflineRow]
+    bytes: int
+    time_s: float
+    mfu: float | None  # TC FLOPs / (time x TC peak of the spec's dtype)
+    notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------
+# Traffic (elements -> bytes), following the same instance logic as costs
+# ----------------------------------------------------------------------------------------------
+def _op_traffic(op: OpNode, pass_: str, in_rg: bool, fusion: str) -> dict[str, sympy.Expr]:
+    if pass_ == "backward" and not in_rg and not op.makes_grad:
+        return {}
+    size = op.precision.bytes_per_element
+    return {t.part: (t.reads + t.writes) * size for t in op.op.traffic(op.call, pass_, in_rg, fusion)}
+
+
+def node_bytes(node: Node, pass_: str, in_rg: bool, fusion: str) -> sympy.Expr:
+    """Bytes moved by one instance of `node` in `pass_` ("forward" or "backward")."""
+    if isinstance(node, PartNode):
+        return _op_traffic(node.owner, pass_, in_rg, fusion).get(node.local, ZERO)
+    if isinstance(node, OpNode):
+        return sum(_op_traffic(node, pass_, in_rg, fusion).values(), ZERO)
+    if pass_ == "forward":
+        return sum((child.count * node_bytes(child, pass_, in_rg, fusion) for child in node.children), ZERO)
+    if isinstance(node, RepeatNode) and not in_rg and node.makes_grad:
+        first = node.first_group()
+        total = node_bytes(first, pass_, False, fusion) + (first.count - 1) * node_bytes(first, pass_, True, fusion)
+        return total + sum((g.count * node_bytes(g, pass_, True, fusion) for g in node.children if g is not first),
+                           ZERO)
+    children = node.children[:-1] if isinstance(node, ResidualNode) else node.children
+    total, rg = ZERO, in_rg
+    for child in children:
+        total += child.count * node_bytes(child, pass_, rg, fusion)
+        rg = rg or child.makes_grad
+    if isinstance(node, ResidualNode):
+        total += node_bytes(node.children[-1], pass_, in_rg, fusion)
+    return total
+
+
+def total_bytes(node: Node, pass_: str, mult: sympy.Expr, in_rg: bool, fusion: str) -> sympy.Expr:
+    """Bytes of all `mult` instances of `node`; `train` = forward + backward."""
+    if pass_ == "train":
+        return total_bytes(node, "forward", mult, in_rg, fusion) + total_bytes(node, "backward", mult, in_rg, fusion)
+    if pass_ == "forward":
+        return mult * node_bytes(node, "forward", in_rg, fusion)
+    return node_bytes(node, "backward", in_rg, fusion) + (mult - 1) * node_bytes(node, "backward", True, fusion)
+
+
+# ----------------------------------------------------------------------------------------------
+# Estimates
+# ----------------------------------------------------------------------------------------------
+def _leaf_precision(node: Node):
+    return node.owner.precision if isinstance(node, PartNode) else node.precision
+
+
+def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: str = "default",
+             efficiency: Efficiency = Efficiency()) -> RooflineReport:
+    """Bytes, intensity, bound and time for every row of `report` (same pass, same dims)."""
+    if fusion not in FUSION_MODES:
+        raise ValueError(f"fusion must be one of {FUSION_MODES}")
+    walked = list(model.walk())
+    rows: list[RooflineRow] = []
+    times: list[float] = [0.0] * len(walked)
+    bounds: list[dict[str, float]] = [dict() for _ in walked]
+    for i, ((node, depth, mult, in_rg), row) in enumerate(zip(walked, report.rows)):
+        nbytes = int(sympy.sympify(total_bytes(node, report.pass_, mult, in_rg, fusion)).xreplace(values))
+        leaf = not node.children
+        if leaf:
+            prec = _leaf_precision(node)
+            terms = {
+                "TC": row.tc / (gpu.tensor_peak(prec.dtype) * efficiency.tc) if row.tc else 0.0,
+                "CUDA": row.cuda / (gpu.cuda_peak(POINTWISE_DTYPE if prec.tensor_cores else prec.dtype)
+                                    * efficiency.cuda) if row.cuda else 0.0,
+                "memory": nbytes / (gpu.bandwidth * efficiency.memory) if nbytes else 0.0,
+            }
+            bound = max(terms, key=terms.get)
+            times[i] = terms[bound]
+            bounds[i] = {bound: times[i]} if times[i] else {}
+            # Add this leaf's time and bound to every enclosing row (rows are pre-order).
+            for j in range(i - 1, -1, -1):
+                if walked[j][1] < depth and _encloses(walked, j, i):
+                    times[j] += times[i]
+                    if times[i]:
+                        bounds[j][bound] = bounds[j].get(bound, 0.0) + times[i]
+        rows.append(RooflineRow(row.name, nbytes, (row.total / nbytes) if nbytes else None, "", 0.0))
+    for i, r in enumerate(rows):
+        r.time_s = times[i]
+        b = bounds[i]
+        r.bound = "-" if not b else (next(iter(b)) if len(b) == 1 else max(b, key=b.get) + "*")
+    total_time = sum(times[i] for i, w in enumerate(walked) if w[1] == 0)
+    nbytes = sum(r.bytes for r, w in zip(rows, walked) if w[1] == 0)
+    mfu = None
+    if total_time and report.tc and model.precision.tensor_cores:
+        mfu = report.tc / (total_time * gpu.tensor_peak(model.precision.dtype))
+    notes = [f"roofline on {gpu.name}: time = max(TC FLOPs / TC peak, CUDA FLOPs / CUDA peak, bytes / "
+             f"{gpu.memory_bw_gbps:g} GB/s) per kernel, summed; fusion: {fusion}; "
+             f"efficiency tc={efficiency.tc:g} cuda={efficiency.cuda:g} memory={efficiency.memory:g}; "
+             "'*' marks a block whose leaves have different bounds (the dominant one shown)"]
+    return RooflineReport(gpu, fusion, rows, nbytes, total_time, mfu, notes)
+
+
+def _encloses(walked, j: int, i: int) -> bool:
+    """True when row j is an ancestor of row i in the pre-order walk."""
+    depth_j = walked[j][1]
+    for k in range(j + 1, i + 1):
+        if walked[k][1] <= depth_j:
+            return False
+    return True

@@ -1,0 +1,288 @@
+"""Runtime counts of a torch module: matmul-class FLOPs from torch's FlopCounterMode and
+CUDA-core work from a TorchDispatchMode that maps every executed aten op to a cost-table kind.
+
+Both are attributed to torch module paths with the ModuleTracker FlopCounterMode runs (the
+innermost module active when the op executes, forward and backward), per pass. Every aten op
+ends up in exactly one place: a cost-table kind (pointwise), a matmul-class op (FlopCounterMode
+counts it), ignored on purpose (with the reason), or unknown (listed, never dropped).
+
+torch is imported by this module: import it only where torch is needed.
+"""
+from __future__ import annotations
+
+import copy
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import torch
+from torch.autograd.graph import register_multi_grad_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils.module_tracker import ModuleTracker
+
+OUTSIDE = "(outside the model)"  # ops with no model module active: the loss and its gradient seed
+PASSES = ("forward", "backward")
+
+# -- classification tables (aten overload packet name -> what it is) ----------------------------
+_IGNORED_REASON = "moves or views data, no arithmetic"
+IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
+    "aten.view", "aten._unsafe_view", "aten.reshape", "aten._reshape_alias", "aten.t", "aten.transpose",
+    "aten.permute", "aten.expand", "aten.unsqueeze", "aten.squeeze", "aten.clone", "aten.copy_",
+    "aten._to_copy", "aten.contiguous", "aten.detach", "aten.alias", "aten.cat", "aten.stack", "aten.unbind",
+    "aten.split", "aten.split_with_sizes", "aten.slice", "aten.select", "aten.slice_backward",
+    "aten.select_backward", "aten.as_strided", "aten.unfold", "aten.flatten", "aten.lift_fresh",
+    "aten.squeeze_", "aten.unsqueeze_", "aten.t_", "aten.transpose_", "aten.as_strided_", "aten.detach_",
+    "aten.resize_",
+)}
+IGNORED.update({name: "allocates or fills memory, no arithmetic" for name in (
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
+    "aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.ones", "aten.ones_like", "aten.fill_",
+    "aten.zero_", "aten.scalar_tensor",
+)})
+
+# One output element = one element of this cost-table kind.
+SIMPLE: dict[str, str] = {
+    "aten.sigmoid": "sigmoid", "aten.sigmoid_backward": "sigmoid_backward",
+    "aten.silu": "silu", "aten.silu_backward": "silu_backward",
+    "aten.tanh": "tanh", "aten.tanh_backward": "tanh_backward",
+    "aten.relu": "relu", "aten.threshold_backward": "relu_backward",
+    "aten._softmax": "softmax", "aten._safe_softmax": "softmax",
+    "aten._softmax_backward_data": "softmax_backward",
+    "aten.native_layer_norm": "layernorm", "aten.native_layer_norm_backward": "layernorm_backward",
+}
+
+# Module types whose forward is a decomposition into several aten ops that the cost table prices
+# as one kind: all their non-ignored ops become one record of (forward kind, backward kind), with
+# the largest element count among them (= numel of the input).
+DECOMPOSED: dict[type, tuple[str, str]] = {torch.nn.RMSNorm: ("rmsnorm", "rmsnorm_backward")}
+
+_SDPA_WORDS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+
+
+def _numel(value) -> int:
+    if isinstance(value, (tuple, list)):
+        value = value[0]
+    return value.numel() if isinstance(value, torch.Tensor) else 0
+
+
+def _is_scalar(value) -> bool:
+    return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.dim() == 0)
+
+
+def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[str, list[tuple[str, int]]]:
+    """(category, [(kind, elements)]) of one executed aten op.
+
+    category: "pointwise" | "matmul" (counted by FlopCounterMode; may carry a fused epilogue kind)
+    | "sdpa-uncounted" | "sdpa-counted" | "ignored" | "unknown".
+    """
+    packet = func._overloadpacket
+    if any(word in name for word in _SDPA_WORDS):
+        return ("sdpa-counted" if packet in flop_registry else "sdpa-uncounted"), []
+    if name in IGNORED:
+        return "ignored", []
+    if name in SIMPLE:
+        return "pointwise", [(SIMPLE[name], _numel(args[0] if name.endswith("_backward") else out))]
+    if name in ("aten.gelu", "aten.gelu_backward"):
+        approximate = kwargs.get("approximate", args[-1] if isinstance(args[-1], str) else "none")
+        kind = "gelu_tanh" if approximate == "tanh" else "gelu"
+        return "pointwise", [(kind + ("_backward" if name.endswith("_backward") else ""), _numel(out))]
+    if name in ("aten.add", "aten.add_"):
+        linear_epilogue = phase == "forward" and isinstance(module, torch.nn.Linear)
+        return "pointwise", [("bias_add" if linear_epilogue else "add", _numel(out))]
+    if name in ("aten.mul", "aten.mul_"):
+        scalar = any(_is_scalar(a) for a in args[:2])
+        return "pointwise", [("scale" if scalar else "mul", _numel(out))]
+    if name == "aten.sum" and phase == "backward":  # a bias / broadcast-parameter gradient
+        return "pointwise", [("bias_grad", _numel(args[0]))]
+    if name == "aten.addmm":  # the bias add runs in the GEMM's epilogue
+        return "matmul", [("bias_add", _numel(out))]
+    if name == "aten.convolution":
+        return "matmul", [("bias_add", _numel(out))] if args[2] is not None else []
+    if name == "aten.convolution_backward":
+        mask = args[-1]
+        return "matmul", [("bias_grad", _numel(args[0]))] if mask[2] else []
+    if packet in flop_registry:
+        return "matmul", []
+    return "unknown", []
+
+
+class ScopeTracker(ModuleTracker):
+    """torch's ModuleTracker (what FlopCounterMode attributes with), with two backward scopes closed
+    that torch's leaves open for the rest of the backward pass (measured: torch 2.13 notes, §6a):
+
+    * a module whose inputs need no gradient (the first layer with parameters) leaves its
+      backward scope when its parameters' gradients are computed; torch's tracker waits for
+      input gradients that never come, and charges every later backward op to it as well;
+    * a module that returns its input unchanged (Dropout(p=0), a flatten of one axis) has no
+      backward scope; torch's tracker enters one when the output's gradient arrives and never
+      leaves it, because the exit hook (on the same tensor) fired first.
+    """
+
+    def _fw_pre_hook(self, mod, input) -> None:
+        super()._fw_pre_hook(mod, input)
+        args, _ = tree_flatten(input)
+        if torch.is_grad_enabled() and not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            params = [p for p in mod.parameters() if p.requires_grad]
+            if params:
+                self._hooks.append(register_multi_grad_hook(params, self._get_pop_fn(self._get_mod_name(mod), True)))
+
+    def _fw_post_hook(self, mod, input, output) -> None:
+        inputs = {id(a) for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor)}
+        outputs = [a for a in tree_flatten(output)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
+        if outputs and all(id(a) in inputs for a in outputs):  # identity: no backward work of its own
+            self._get_pop_fn(self._get_mod_name(mod), False)()
+            return
+        super()._fw_post_hook(mod, input, output)
+
+
+@dataclass
+class Unknown:
+    """An aten op the counter has no mapping for (listed in reports, never dropped)."""
+
+    phase: str
+    module: str
+    op: str
+    elements: int
+
+
+@dataclass
+class Measurement:
+    """What ran, per pass, attributed to torch module paths ("" = the root module, OUTSIDE = none)."""
+
+    root: str  # the root module's class name (FlopCounterMode's key prefix)
+    matmul: dict[str, dict[str, int]]  # pass -> path -> FlopCounterMode FLOPs (exclusive of submodules)
+    total: dict[str, int]  # pass -> FlopCounterMode's "Global" total
+    pointwise: dict[str, dict[str, Counter]]  # pass -> path -> kind -> elements
+    sdpa: dict[str, dict[str, Counter]]  # pass -> path -> "sdpa-uncounted" / "sdpa-counted" -> calls
+    ignored: Counter = field(default_factory=Counter)  # (op, reason) -> calls
+    outside: Counter = field(default_factory=Counter)  # ops outside the model: op -> calls
+    unknown: list[Unknown] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # attribution problems (never expected)
+
+
+class PointwiseCounter(TorchDispatchMode):
+    """Records every executed aten op with its kind, element count and innermost module path."""
+
+    def __init__(self, tracker, modules: dict[str, torch.nn.Module], root: str):
+        super().__init__()
+        self.tracker, self.modules, self.root = tracker, modules, root
+        self.phase = "forward"
+        self.pointwise = {p: defaultdict(Counter) for p in PASSES}
+        self.sdpa = {p: defaultdict(Counter) for p in PASSES}
+        self.decomposed: dict[tuple[str, str], tuple[str, int]] = {}
+        self.ignored: Counter = Counter()
+        self.outside: Counter = Counter()
+        self.unknown: list[Unknown] = []
+        self.problems: list[str] = []
+
+    def _innermost(self) -> str:
+        names = [n for n in self.tracker.parents if n != "Global"]
+        if not names:
+            return OUTSIDE
+        paths = [n[len(self.root) + 1:] if n != self.root else "" for n in names]
+        deepest = max(paths, key=lambda p: (p.count(".") + 1 if p else 0))
+        depth = deepest.count(".") + 1 if deepest else 0
+        ties = sorted(p for p in paths if (p.count(".") + 1 if p else 0) == depth)
+        if len(ties) > 1:
+            self.problems.append(f"{self.phase}: ambiguous module scope {ties}")
+        return deepest
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = str(func._overloadpacket)
+        path = self._innermost()
+        if path == OUTSIDE:
+            self.outside[name] += 1
+            return out
+        module = self.modules.get(path)
+        category, kinds = classify(name, func, args, kwargs, out, self.phase, module)
+        if category == "ignored":
+            self.ignored[(name, IGNORED[name])] += 1
+            return out
+        decomposed = next((k for t, k in DECOMPOSED.items() if isinstance(module, t)), None)
+        if decomposed and category in ("pointwise", "unknown"):
+            kind = decomposed[0 if self.phase == "forward" else 1]
+            _, most = self.decomposed.get((self.phase, path), (kind, 0))
+            self.decomposed[(self.phase, path)] = (kind, max(most, _numel(out)))
+            return out
+        if category == "unknown":
+            self.unknown.append(Unknown(self.phase, path, name, _numel(out)))
+            kinds = [(f"unknown:{name}", _numel(out))]
+        elif category.startswith("sdpa"):
+            self.sdpa[self.phase][path][category] += 1
+        for kind, elements in kinds:
+            self.pointwise[self.phase][path][kind] += elements
+        return out
+
+    def finish(self) -> None:
+        for (phase, path), (kind, elements) in self.decomposed.items():
+            self.pointwise[phase][path][kind] += elements
+        self.decomposed.clear()
+
+
+def measure(module: torch.nn.Module, x: torch.Tensor, train: bool) -> Measurement:
+    """Run `module(x)` (and, if train, backward of out.float().sum()) under FlopCounterMode and the
+    pointwise counter."""
+    root = type(module).__name__
+    modules = dict(module.named_modules())
+    flops: dict[str, dict[str, int]] = {}
+    fc = FlopCounterMode(display=False)
+    fc.mod_tracker = ScopeTracker()
+    with fc:
+        counter = PointwiseCounter(fc.mod_tracker, modules, root)
+        with counter:
+            out = module(x)
+            loss = out.float().sum() if train else None
+            forward = copy.deepcopy(fc.get_flop_counts())
+            if train:
+                counter.phase = "backward"
+                loss.backward()
+        counter.finish()
+        everything = fc.get_flop_counts()
+    inclusive = {"forward": _totals(forward), "backward": {}}
+    if train:  # backward = everything counted minus the forward snapshot
+        every = _totals(everything)
+        inclusive["backward"] = {k: every[k] - inclusive["forward"].get(k, 0) for k in every}
+    problems = list(dict.fromkeys(counter.problems))
+    for phase in PASSES:
+        flops[phase] = _exclusive(inclusive[phase], root, problems, phase)
+    total = {p: inclusive[p].get("Global", 0) for p in PASSES}
+    return Measurement(root, flops, total, counter.pointwise, counter.sdpa, counter.ignored, counter.outside,
+                       counter.unknown, problems)
+
+
+def _totals(counts: dict) -> dict[str, int]:
+    return {key: sum(per_op.values()) for key, per_op in counts.items()}
+
+
+def _exclusive(inclusive: dict[str, int], root: str, problems: list[str], phase: str) -> dict[str, int]:
+    """FlopCounterMode's inclusive per-module counts -> counts of each module path alone."""
+    paths = {("" if k == root else k[len(root) + 1:]): v for k, v in inclusive.items() if k != "Global"}
+    out = dict(paths)
+    for path, value in paths.items():
+        parent = _keyed_parent(path, paths)
+        if parent is not None:
+            out[parent] = out[parent] - value
+    if "" in paths:
+        out[OUTSIDE] = inclusive.get("Global", 0) - paths[""]
+    else:
+        out[OUTSIDE] = inclusive.get("Global", 0) - sum(v for p, v in paths.items() if _keyed_parent(p, paths) is None)
+    for path, value in out.items():
+        if value < 0:
+            problems.append(f"{phase}: FlopCounterMode's count for '{path or '(model)'}' is smaller than its "
+                            f"submodules' ({value}): module scopes overlapped")
+    return {p: v for p, v in out.items() if v}
+
+
+def _keyed_parent(path: str, keyed: dict) -> str | None:
+    if path == "":
+        return None
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        candidate = ".".join(parts[:i])
+        if candidate in keyed:
+            return candidate
+    return "" if "" in keyed else None
+

@@ -1,0 +1,192 @@
+"""Model tree -> torch nn.Module whose submodule paths are the spec's dotted layer names.
+
+Each op builds its own module (`OpDef.build`); this file only assembles them: a scope becomes a
+`Scope` with the scope's layers as children under their local names, a repeat an
+`nn.ModuleList` (instance i built from the body of the variant group holding i), a residual a
+fork / body / add sequence inside its scope. No cost formulas live here.
+
+Module paths map back to report rows by dropping the repeat index, or replacing it by the group:
+`blocks.2.attn.qkv` -> `blocks.attn.qkv`, or `blocks[global].attn.qkv` for a repeat with variants.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+
+import sympy
+
+from .errors import MissingExtraError, SpecError
+from .expr import as_exact_int
+from .tree import GroupNode, Node, OpNode, PartNode, RepeatNode, ResidualNode, ScopeNode
+
+if TYPE_CHECKING:
+    import torch
+
+    from .model import Model
+
+
+def import_torch(purpose: str):
+    """torch, or a MissingExtraError naming the extra to install."""
+    try:
+        import torch
+    except ImportError:
+        raise MissingExtraError("torch", "torch", purpose) from None
+    return torch
+
+
+def evaluator(values: Mapping[sympy.Symbol, sympy.Integer]) -> Callable[[sympy.Expr], int]:
+    """expr -> exact int at bound dim `values` (what op builders receive as `ev`)."""
+
+    def ev(expr) -> int:
+        return as_exact_int(sympy.sympify(expr).xreplace(values), "a size")
+
+    return ev
+
+
+def build_module(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer]):
+    """(nn.Module, make_input) for `model` at bound dims `values`.
+
+    Parameters are created on torch's current default device (wrap the call in
+    `with torch.device("meta"):` for shape-only runs). `make_input(device, dtype)` returns a
+    tensor of the spec's input shape (random on real devices), with requires_grad False.
+    """
+    torch = import_torch("building a torch module from a spec")
+    from .torch_modules import CostspecModel
+
+    ev = evaluator(values)
+    shape = tuple(ev(d) for d in model.in_shape)
+    root = CostspecModel(model.name, shape)
+    root.steps = _fill(root, model.root.children, ev)
+
+    def make_input(device="cpu", dtype=None) -> "torch.Tensor":
+        """A float input of the spec's shape (no grad), random unless on meta."""
+        dtype = dtype or torch.get_default_dtype()
+        return torch.randn(shape, device=device, dtype=dtype)
+
+    return root, make_input
+
+
+def _fill(container, nodes, ev) -> tuple:
+    """Add the modules of `nodes` to `container` under their local names; return the steps."""
+    from torch import nn
+
+    from .torch_modules import Call, Repeat, Residual, Scope
+
+    steps = []
+    for node in nodes:
+        if isinstance(node, ResidualNode):
+            *body, add = node.children
+            body_steps = _fill(container, body, ev)
+            _add_child(container, add, _op_module(add, ev))
+            steps.append(Residual(add.local, body_steps))
+        elif isinstance(node, ScopeNode) and node.transparent:  # an unnamed sequence
+            steps.extend(_fill(container, node.children, ev))
+        elif isinstance(node, RepeatNode):
+            instances = nn.ModuleList()
+            for i in range(ev(node.times)):
+                body = Scope()
+                body.steps = _fill(body, group_of(node, i).children, ev)
+                instances.append(body)
+            _add_child(container, node, instances)
+            steps.append(Repeat(node.local))
+        elif isinstance(node, OpNode):
+            _add_child(container, node, _op_module(node, ev))
+            steps.append(Call(node.local))
+        else:  # a named scope (sequence, block use)
+            scope = Scope()
+            scope.steps = _fill(scope, node.children, ev)
+            _add_child(container, node, scope)
+            steps.append(Call(node.local))
+    return tuple(steps)
+
+
+def _op_module(node: OpNode, ev):
+    from torch import nn
+
+    module = node.op.build(node.call, ev)
+    for part in node.fwd_parts:  # parts that are not `own` are submodules of the same name
+        if part.name and not part.own and not isinstance(getattr(module, part.name, None), nn.Module):
+            raise AssertionError(f"{node.op.name}.build() has no submodule '{part.name}' for its part")
+    return module
+
+
+def _add_child(container, node: Node, module) -> None:
+    if node.local in container._modules or hasattr(container, node.local):
+        raise SpecError(f"layer name '{node.local}' clashes with an attribute of torch's nn.Module", node.loc,
+                        "another name for this layer")
+    container.add_module(node.local, module)
+
+
+def group_of(repeat: RepeatNode, index: int) -> GroupNode:
+    """The variant group of `repeat` whose body instance `index` uses."""
+    rest = None
+    for group in repeat.children:
+        if group.indices is None:
+            rest = group
+        elif index in group.indices:
+            return group
+    if rest is None:
+        raise SpecError(f"repeat '{repeat.name}' has no body for index {index}", repeat.loc)
+    return rest
+
+
+# ----------------------------------------------------------------------------------------------
+# Module path -> model tree node / report row
+# ----------------------------------------------------------------------------------------------
+def _members(node: Node) -> Iterator[Node]:
+    for child in node.children:
+        if child.transparent:
+            yield from _members(child)
+        else:
+            yield child
+
+
+def node_of(model: "Model", path: str) -> Node:
+    """The deepest tree node of torch module `path` (a module inside an op module maps to the op
+    or part holding it). The root path "" is the model's root scope."""
+    node: Node = model.root
+    for step in path.split(".") if path else ():
+        if isinstance(node, RepeatNode):
+            node = group_of(node, int(step))
+            continue
+        if isinstance(node, PartNode):
+            return node
+        child = next((c for c in _members(node) if c.local == step), None)
+        if child is None:
+            if isinstance(node, OpNode):
+                return node  # the op module's own internals
+            raise KeyError(f"torch module path '{path}' has no layer '{step}' in the spec")
+        node = child
+    return node
+
+
+def row_name(model: "Model", path: str) -> str:
+    """The report row of torch module `path`: `blocks.2.attn.qkv` -> `blocks.attn.qkv`
+    (or `blocks[global].attn.qkv` when index 2 is in the variant group `global`)."""
+    return node_of(model, path).name
+
+
+def row_names(model: "Model", module) -> dict[str, str]:
+    """torch module path -> row name, for every submodule of a module built from `model`."""
+    return {path: row_name(model, path) for path, _ in module.named_modules()}
+
+
+def describe(module, max_depth: int | None = None) -> str:
+    """The module tree: one line per submodule with its class and parameter count."""
+    lines = []
+    for path, sub in module.named_modules():
+        depth = path.count(".") + 1 if path else 0
+        if max_depth is not None and depth > max_depth:
+            continue
+        own = sum(p.numel() for p in sub.parameters(recurse=False))
+        total = sum(p.numel() for p in sub.parameters())
+        extra = sub.extra_repr()
+        label = ("  " * depth) + (path.rsplit(".", 1)[-1] if path else "(model)")
+        lines.append((label, type(sub).__name__ + (f"({extra})" if extra else ""), f"{total:,}",
+                      f"{own:,}" if own != total else ""))
+    widths = [max(len(row[i]) for row in lines + [("module", "type", "params", "own")]) for i in range(4)]
+    out = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in
+                     enumerate(zip(("module", "type", "params", "own"), widths)))]
+    for row in lines:
+        out.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                   .rstrip())
+    return "\n".join(out)

@@ -1,0 +1,182 @@
+"""Every registered op against torch: analytic matmul-class FLOPs == FlopCounterMode and pointwise
+kinds / element counts == the aten ops executed, forward and backward, on hypothesis-drawn small
+shapes and precisions (meta tensors; the named reconciliations of `costspec validate` apply).
+
+Each op has a case: a strategy drawing (dims, input shape, layers) that use it. An op registered
+without a case fails `test_every_op_has_a_case`.
+"""
+from __future__ import annotations
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+import costspec  # noqa: E402
+from costspec.ops import OPS  # noqa: E402
+from costspec.validate import render_table, validate  # noqa: E402
+
+# Half the active profile's examples per op (conftest's "ci": 20, "long": 1000), reproducible.
+SETTINGS = settings(max_examples=max(10, settings.default.max_examples // 2), deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+small = st.integers(1, 5)
+dtypes = st.sampled_from(["fp32", "tf32", "bf16", "fp16"])
+CASES = {}
+
+
+def case(name):
+    def register(fn):
+        CASES[name] = fn
+        return fn
+
+    return register
+
+
+def spec_text(dims: dict, shape: list, layers: list, dtype: str) -> str:
+    return yaml.safe_dump({"costspec": 1, "name": "case", "dims": dims, "precision": {"dtype": dtype},
+                           "input": shape, "layers": layers}, sort_keys=False)
+
+
+def with_grad(draw, layers: list) -> list:
+    """Half the time, a layernorm first: the op's input then requires grad (dX is counted)."""
+    return ([{"layernorm": {}}] + layers) if draw(st.booleans()) else layers
+
+
+@case("linear")
+def _linear(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(0, 3)))] + [draw(small)]
+    return {}, shape, with_grad(draw, [{"linear": {"out": draw(small), "bias": draw(st.booleans())}}])
+
+
+@case("attention")
+def _attention(draw):
+    heads, head_dim = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    c = heads * (head_dim if draw(st.booleans()) else draw(st.integers(1, 3)))  # the op needs heads | C
+    attrs = {"heads": heads, "head_dim": head_dim, "fused_qkv": draw(st.booleans()),
+             "qkv_bias": draw(st.booleans()), "proj_bias": draw(st.booleans()),
+             "backend": draw(st.sampled_from(["flash", "math"]))}
+    return {"B": draw(st.integers(1, 3))}, ["B", draw(small), c], with_grad(draw, [{"attention": attrs}])
+
+
+def _image(draw, channels=None):  # at least 3x3: a 2x2 kernel with dilation 2 spans 3 pixels
+    return {"B": draw(st.integers(1, 3))}, ["B", channels or draw(small), draw(st.integers(3, 7)),
+                                             draw(st.integers(3, 7))]
+
+
+@case("conv2d")
+def _conv2d(draw):
+    dims, shape = _image(draw, draw(st.sampled_from([2, 4, 6])))
+    groups = draw(st.sampled_from([g for g in (1, 2, shape[1]) if shape[1] % g == 0]))
+    attrs = {"out": groups * draw(st.integers(1, 3)), "kernel": [draw(st.integers(1, 2)), draw(st.integers(1, 2))],
+             "stride": draw(st.integers(1, 2)), "padding": draw(st.integers(0, 1)), "dilation": draw(st.integers(1, 2)),
+             "groups": groups, "bias": draw(st.booleans())}
+    pre = [{"conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
+    return dims, shape, pre + [{"conv2d": attrs}]
+
+
+@case("patch_embed")
+def _patch_embed(draw):
+    p = draw(st.integers(1, 3))
+    dims = {"B": draw(st.integers(1, 3))}
+    shape = ["B", draw(small), p * draw(st.integers(1, 3)), p * draw(st.integers(1, 3))]
+    attrs = {"patch": p, "dim": draw(small), "cls_token": draw(st.booleans()), "pos_embed": draw(st.booleans()),
+             "bias": draw(st.booleans())}
+    return dims, shape, [{"patch_embed": attrs}, {"layernorm": {}}]
+
+
+@case("mlp")
+def _mlp(draw):
+    attrs = {"hidden": draw(small), "out": draw(small), "bias": draw(st.booleans()),
+             "fn": draw(st.sampled_from(["gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "sigmoid", "tanh"]))}
+    return {}, [draw(small), draw(small), draw(small)], with_grad(draw, [{"mlp": attrs}])
+
+
+@case("activation")
+def _activation(draw):
+    fn = draw(st.sampled_from(["gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "sigmoid", "tanh"]))
+    return {}, [draw(small), draw(small)], with_grad(draw, [{"activation": {"fn": fn}}, {"linear": {"out": 2}}])
+
+
+@case("softmax")
+def _softmax(draw):
+    return {}, [draw(small), draw(small), draw(small)], with_grad(
+        draw, [{"softmax": {"axis": draw(st.integers(-3, 2))}}, {"linear": {"out": 2}}])
+
+
+@case("dropout")
+def _dropout(draw):
+    return {}, [draw(small), draw(small)], with_grad(draw, [{"dropout": {"p": 0.1}}, {"linear": {"out": 2}}])
+
+
+@case("add")  # the engine's residual add: x + f(x)
+def _add(draw):
+    body = draw(st.sampled_from([[{"linear": {"out": 3}}], [{"activation": {"fn": "relu"}}],
+                                 [{"layernorm": {}}, {"linear": {"out": 3}}]]))
+    return {}, [draw(small), 3], with_grad(draw, [{"residual": body}, {"linear": {"out": 2}}])
+
+
+def _norm(name, rank):
+    def draw_case(draw):
+        attrs = {"affine": draw(st.booleans())}
+        if name != "rmsnorm":
+            attrs["bias"] = draw(st.booleans())
+        shape = [draw(small) for _ in range(rank)]
+        pre = [{"linear": {"out": shape[-1]}}] if rank != 4 else [{"conv2d": {"out": shape[1], "kernel": 1}}]
+        return {}, shape, (pre if draw(st.booleans()) else []) + [{name: attrs}, {"flatten": {"start": 0}},
+                                                                   {"linear": {"out": 2}}]
+
+    return draw_case
+
+
+CASES["layernorm"] = _norm("layernorm", 3)
+CASES["rmsnorm"] = _norm("rmsnorm", 3)
+CASES["layernorm2d"] = _norm("layernorm2d", 4)
+
+
+@case("flatten")
+def _flatten(draw):
+    start = draw(st.integers(0, 2))
+    return {}, [draw(small), draw(small), draw(small)], with_grad(
+        draw, [{"flatten": {"start": start, "end": draw(st.integers(start, 2))}}, {"linear": {"out": 2}}])
+
+
+@case("reshape")
+def _reshape(draw):
+    b, s, c = draw(small), draw(small), draw(small)
+    shape = draw(st.sampled_from([[b, -1], [b * s, c], [b, c, s], [-1]]))
+    return {}, [b, s, c], with_grad(draw, [{"reshape": {"shape": shape}}, {"linear": {"out": 2}}])
+
+
+@case("transpose")
+def _transpose(draw):
+    return {}, [draw(small), draw(small), draw(small)], with_grad(
+        draw, [{"transpose": {"axis0": draw(st.integers(-3, 2)), "axis1": draw(st.integers(-3, 2))}},
+               {"linear": {"out": 2}}])
+
+
+def test_every_op_has_a_case():
+    missing = sorted(set(OPS) - set(CASES))
+    assert not missing, f"registered ops without a torch case: {missing}"
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_op_matches_torch(op):
+    if op not in CASES:
+        pytest.fail(f"op '{op}' has no case in tests/test_ops_vs_torch.py")
+
+    @SETTINGS
+    @given(st.data(), dtypes)
+    def run(data, dtype):
+        dims, shape, layers = data.draw(st.composite(CASES[op])())
+        text = spec_text(dims, shape, layers, dtype)
+        model = costspec.loads(text)
+        assert any(n.op.name == op for n in model.op_nodes())
+        result = validate(model, model.bind(), "train", "meta")
+        assert result.ok, text + "\n" + render_table(result)
+        for phase in ("forward", "backward"):
+            total = result.total(phase)
+            assert total.reconciled == total.analytic
+
+    run()
