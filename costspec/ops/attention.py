@@ -4,7 +4,8 @@ from __future__ import annotations
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (Attr, Constraint, OpCall, OpDef, Part, Reconcile, Work, linear_backward, linear_forward,
+from .base import (ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Traffic, Work, linear_backward,
+                   linear_forward, linear_traffic,
                    numel, pointwise, requires, same_size)
 from .registry import register_op
 
@@ -140,6 +141,24 @@ class Attention(OpDef):
         return [Reconcile("sdpa-fused-kernel", "sdpa", fused + analytic.scaled(-1),
                           "SDPA ran as a fused kernel: FlopCounterMode counts it as flash does (backward "
                           "10*B*h*S^2*d), softmax and scaling are not separate aten ops")]
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        """Projections as GEMMs. SDPA, flash-style (default): reads q, k, v (and O, dO in backward),
+        writes O (dq, dk, dv), never the S x S scores. With `backend: math` or `--fusion none` the
+        scores, scaled scores and probabilities are written and read back (b*h*S^2 each)."""
+        b, s, _, h, d, _ = self._sizes(call)
+        qkv, proj = self._projections(call)
+        m, head_elems, scores = b * s, b * h * s * d, b * h * s * s
+        unfused = fusion == "none" or call.attrs.backend == "math"
+        if pass_ == "forward":
+            sdpa = Traffic("sdpa", 3 * head_elems + (3 * scores if unfused else ZERO),
+                           head_elems + (3 * scores if unfused else ZERO))
+        else:
+            sdpa = Traffic("sdpa", 5 * head_elems + (3 * scores if unfused else ZERO),
+                           3 * head_elems + (2 * scores if unfused else ZERO))
+        out = [linear_traffic(n, m, k, o, bias, pass_, input_grad) for n, k, o, bias in qkv]
+        n, k, o, bias = proj
+        return out + [sdpa, linear_traffic(n, m, k, o, bias, pass_, True)]
 
     def build(self, call: OpCall, ev):
         from ..torch_modules import SelfAttention

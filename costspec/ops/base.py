@@ -106,6 +106,22 @@ def linear_backward(m: Expr, k: Expr, n: Expr, bias: bool, input_grad: bool) -> 
     return work + pointwise("bias_grad", m * n) if bias else work
 
 
+def linear_traffic(part: str, m: Expr, k: Expr, n: Expr, bias: bool, pass_: str, input_grad: bool) -> "Traffic":
+    """Elements moved by y = x W^T + b on m rows (bias fused in the GEMM epilogue).
+
+    forward: read x (m*k), W (k*n), b (n); write y (m*n).
+    backward: dW reads dY (m*n) and x (m*k), writes dW (k*n) and db (n, summed in the same pass);
+    dX (when needed) reads dY and W, writes dX (m*k).
+    """
+    b = n if bias else ZERO
+    if pass_ == "forward":
+        return Traffic(part, m * k + k * n + b, m * n)
+    reads, writes = m * n + m * k, k * n + b
+    if input_grad:
+        reads, writes = reads + m * n + k * n, writes + m * k
+    return Traffic(part, reads, writes)
+
+
 def numel(shape: Sequence[Expr]) -> Expr:
     out = sympy.Integer(1)
     for d in shape:
@@ -213,6 +229,7 @@ class OpDef:
     attrs: ClassVar[tuple[Attr, ...]] = ()
     input_rank: ClassVar[tuple[int, ...] | None] = None  # allowed input ranks, None = any
     in_spec: ClassVar[bool] = True  # False: used by the engine (residual add), not written in specs
+    fusable: ClassVar[bool] = False  # a pointwise op `--fusion aggressive` folds into its producer's epilogue
 
     def schema(self) -> dict:
         """JSON Schema of this op's attribute mapping (generated from `attrs`)."""
@@ -268,6 +285,8 @@ class OpDef:
         x = numel(call.in_shape)
         y = numel(self.output_shape(call))
         w = parts[0].params
+        if fusion == "aggressive" and self.fusable:
+            return [Traffic(parts[0].name, ZERO, ZERO)]
         if pass_ == "forward":
             return [Traffic(parts[0].name, x + w, y)]
         if not input_grad and w == 0:

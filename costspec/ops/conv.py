@@ -4,7 +4,8 @@ from __future__ import annotations
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (Attr, Constraint, OpCall, OpDef, Part, Reconcile, Work, numel, pointwise, requires, same_size)
+from .base import (ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Traffic, Work, numel, pointwise, requires,
+                   same_size)
 from .registry import register_op
 
 
@@ -184,6 +185,29 @@ class PatchEmbed(OpDef):
             tokens = gh * gw + (1 if a.cls_token else 0)
             out.append(Reconcile("broadcast-grad-batch-1", "pos_embed", pointwise("bias_grad", -b * tokens * a.dim),
                                  text))
+        return out
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        """proj: the conv (image + weights in, grid tokens out); cls_token: torch.cat copies the grid
+        tokens into the longer sequence; pos_embed: reads tokens and the table, writes tokens."""
+        a = call.attrs
+        b, cin, gh, gw = self._grid(call)
+        image, grid_tokens = b * cin * gh * a.patch * gw * a.patch, b * gh * gw * a.dim
+        tokens = b * (gh * gw + (1 if a.cls_token else 0)) * a.dim
+        weights = a.dim * cin * a.patch ** 2 + (a.dim if a.bias else 0)
+        if pass_ == "forward":
+            out = [Traffic("proj", image + weights, grid_tokens)]
+            if a.cls_token:
+                out.append(Traffic("cls_token", grid_tokens + a.dim, tokens))
+            if a.pos_embed:
+                out.append(Traffic("pos_embed", tokens + tokens // b, tokens))
+            return out
+        out = [Traffic("proj", grid_tokens + image + (grid_tokens + weights if input_grad else ZERO),
+                       weights + (image if input_grad else ZERO))]
+        if a.cls_token:
+            out.append(Traffic("cls_token", tokens, grid_tokens + a.dim))
+        if a.pos_embed:
+            out.append(Traffic("pos_embed", tokens, tokens // b))
         return out
 
     def build(self, call: OpCall, ev):

@@ -1,7 +1,8 @@
 """`linear`: y = x W^T + b over the last dim."""
 from __future__ import annotations
 
-from .base import Attr, OpCall, OpDef, Part, linear_backward, linear_forward, numel, requires, same_size
+from .base import (Attr, OpCall, OpDef, Part, linear_backward, linear_forward, linear_traffic, numel, requires,
+                   same_size)
 from .registry import register_op
 
 
@@ -38,6 +39,10 @@ class Linear(OpDef):
     def backward(self, call: OpCall, input_grad: bool):
         m, k, n = self._mkn(call)
         return [Part("", linear_backward(m, k, n, call.attrs.bias, input_grad))]
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        m, k, n = self._mkn(call)
+        return [linear_traffic("", m, k, n, call.attrs.bias, pass_, input_grad)]
 
     def build(self, call: OpCall, ev):
         import torch.nn as nn

@@ -1,7 +1,8 @@
 """`mlp`: fc1 -> activation -> fc2 (the transformer feed-forward block)."""
 from __future__ import annotations
 
-from .base import Attr, OpCall, OpDef, Part, linear_backward, linear_forward, numel, requires, same_size
+from .base import (ZERO, Attr, OpCall, OpDef, Part, Traffic, linear_backward, linear_forward, linear_traffic,
+                   numel, requires, same_size)
 from .pointwise import ACT_ATTR, activation_work
 from .registry import register_op
 
@@ -44,6 +45,16 @@ class Mlp(OpDef):
             Part("act", activation_work(call.attrs.fn, m * hidden, "backward")),
             Part("fc2", linear_backward(m, hidden, out, bias, True)),
         ]
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        """fc1 and fc2 as GEMMs; the activation reads and writes the hidden tensor (forward) or
+        reads dH and H and writes dH (backward), unless `--fusion aggressive` fuses it into fc1."""
+        m, c, hidden, out = self._sizes(call)
+        bias = call.attrs.bias
+        h = m * hidden
+        act = (ZERO, ZERO) if fusion == "aggressive" else ((h, h) if pass_ == "forward" else (2 * h, h))
+        return [linear_traffic("fc1", m, c, hidden, bias, pass_, input_grad), Traffic("act", *act),
+                linear_traffic("fc2", m, hidden, out, bias, pass_, True)]
 
     def build(self, call: OpCall, ev):
         from ..torch_modules import Mlp as TorchMlp

@@ -60,6 +60,7 @@ ACT_ATTR = Attr("fn", "choice", "activation function", default="gelu", choices=t
 class ActivationOp(OpDef):
     """An elementwise activation (CUDA-core FLOPs per element from the cost table)."""
 
+    fusable = True
     name = "activation"
     doc = "Elementwise activation: " + ", ".join(ACTIVATIONS) + " (gelu = exact erf form)."
     default_name = "act"
@@ -101,6 +102,7 @@ class Softmax(OpDef):
 class Dropout(OpDef):
     """Dropout: costed as inference (identity, no FLOPs); training-time masking is not modelled."""
 
+    fusable = True
     name = "dropout"
     doc = "Dropout; costed as at inference (identity: no FLOPs, no parameters)."
     default_name = "drop"
@@ -122,6 +124,7 @@ class Dropout(OpDef):
 class Add(OpDef):
     """The residual add `x + f(x)` that a `residual:` block ends with."""
 
+    fusable = True
     name = "add"
     doc = "Residual add x + f(x), inserted at the end of every `residual:` block."
     default_name = "add"
