@@ -31,16 +31,24 @@ def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, d
     total = roof.time_s or 1.0
     rows = [(r, rr) for r, rr in zip(report.rows, roof.rows)
             if rr.time_s > 0 and rr.intensity and r.depth < depth and _is_leaf(report, r, depth)]
-    for r, rr in rows:
-        achieved = r.total / rr.time_s
-        size = 20 + 600 * rr.time_s / total
-        ax.scatter([rr.intensity], [achieved], s=size, alpha=0.6)
-        ax.annotate(r.name, (rr.intensity, achieved), fontsize=7, xytext=(4, 3), textcoords="offset points")
     top = max(p for p in (tc_peak, cuda_peak) if p)
     lows = [r.total / rr.time_s for r, rr in rows] + [bw * xs[0]]
     ax.set_ylim(max(min(lows) / 3, top / 1e7), top * 2.5)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    fig.canvas.draw()
+    placed: list[tuple[float, float]] = []  # label anchors in display pixels
+    for r, rr in sorted(rows, key=lambda p: (p[1].intensity, -p[0].total / p[1].time_s)):
+        achieved = r.total / rr.time_s
+        ax.scatter([rr.intensity], [achieved], s=20 + 600 * rr.time_s / total, alpha=0.6)
+        x, y = ax.transData.transform((rr.intensity, achieved))
+        dy = 4.0
+        # Move the label down until it clears every label already placed (~110 x 11 px boxes).
+        while any(abs(x + 6 - px) < 110 and abs(y + dy - py) < 11 for px, py in placed):
+            dy -= 11
+        placed.append((x + 6, y + dy))
+        ax.annotate(r.name, (rr.intensity, achieved), fontsize=7, xytext=(6, dy * 72 / fig.dpi),
+                    textcoords="offset points", arrowprops={"arrowstyle": "-", "lw": 0.4} if dy < 0 else None)
     ax.set_xlabel("arithmetic intensity [FLOP/byte]")
     ax.set_ylabel("FLOP/s at the estimated time")
     ax.set_title(f"{report.spec_name} ({report.pass_}, {dtype}) on {gpu.name}: "
