@@ -22,6 +22,11 @@ print("no torch")
     ["eval", "specs/vit_b.yaml", "--batch", "8"],
     ["eval", "specs/toy_mlp.yaml", "--pass", "train", "--format", "json"],
     ["check", "specs/vit_b.yaml", "specs/toy_mlp.yaml"],
+    ["formula", "specs/vit_b.yaml", "--keep", "B,S,C,L", "--per-layer", "--format", "json"],
+    ["latex", "specs/vit_b.yaml", "--pass", "train", "--standalone"],
+    ["sweep", "specs/vit_b.yaml", "--vary", "B=1..64:x2"],
+    ["gpus"],
+    ["eval", "specs/vit_b.yaml", "--gpu", "h100-sxm"],
 ])
 def test_command_does_not_import_torch(args):
     result = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], cwd=ROOT, capture_output=True,
