@@ -2,7 +2,6 @@
 import re
 import shutil
 import subprocess
-import sys
 from functools import lru_cache
 
 import pytest
