@@ -15,8 +15,10 @@ from . import cli, options
 @options.gpu(required=False)
 @options.fusion
 @options.efficiency
+@click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A calibration file from `costspec ncu calibrate`: adds predicted EXECUTED FLOPs per layer.")
 @options.output_format("table", "json", "csv", "markdown")
-def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, fmt):
+def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, calibration, fmt):
     """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
     from ..export.report import RENDERERS
     from ..model import load
@@ -30,4 +32,9 @@ def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficien
         from ..roofline import estimate
 
         roof = estimate(model, report, values, get_gpu(gpu, catalog), fusion, efficiency)
-    click.echo(RENDERERS[fmt](report, depth, roof))
+    text = RENDERERS[fmt](report, depth, roof)
+    if calibration:
+        from ..calibration import executed_report, load_calibration, with_executed
+
+        text = with_executed(fmt, text, executed_report(model, values, pass_, load_calibration(calibration)), depth)
+    click.echo(text)

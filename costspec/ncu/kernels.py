@@ -53,7 +53,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 )
 
 
-def _base_name(kernel_name: str) -> str:
+def base_name(kernel_name: str) -> str:
     """``void at::native::foo<4, bar>(int)`` -> ``at::native::foo``: no return type, templates or parameters."""
     name = kernel_name.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
     cut = min((i for i in (name.find("<"), name.find("(")) if i >= 0), default=len(name))
@@ -75,7 +75,7 @@ def classify(kernel_name: str) -> str:
     second step finds ``cutlass::Kernel<cutlass_80_simt_sgemm_...>`` but does not turn
     ``reduce_kernel<..., NormOps>`` into a norm. Unrecognised kernels are ``"other"``.
     """
-    return _match(_base_name(kernel_name)) or _match(kernel_name) or "other"
+    return _match(base_name(kernel_name)) or _match(kernel_name) or "other"
 
 
 def inner_range(nvtx_stack: Sequence[str], known_names: Collection[str]) -> str | None:

@@ -239,6 +239,7 @@ def build_command(
     *,
     ncu: str = "ncu",
     log_file: str | None = None,
+    profile_from_start: bool = True,
 ) -> list[str]:
     """The ncu command line that profiles ``python_argv`` with costspec's metrics for ``cc``.
 
@@ -251,6 +252,9 @@ def build_command(
       (``==PROF==`` lines and the raw page as CSV), apart from the program's stdout. By default
       it is ``<out_report without .ncu-rep>.log``.
     * The :data:`RECORDED_SETTINGS` are ncu's defaults, written out explicitly.
+    * ``profile_from_start=False`` adds ``--profile-from-start off``: only kernels between
+      ``cudaProfilerStart`` and ``cudaProfilerStop`` are profiled (``costspec.ncu.runner`` brackets
+      the one measured step with them, after its warm-up).
 
     Run it with :data:`NCU_ENV` added to the environment.
     """
@@ -262,6 +266,8 @@ def build_command(
     ]
     if nvtx:
         command += ["--nvtx", "--nvtx-push-pop-scope", "process"]
+    if not profile_from_start:
+        command += ["--profile-from-start", "off"]
     for flag, value in RECORDED_SETTINGS.items():
         command += [flag, value]
     command += [

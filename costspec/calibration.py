@@ -1,0 +1,309 @@
+"""Calibration files (written by `costspec ncu calibrate`) and the *executed*-FLOPs prediction
+`costspec eval --calibration` and `costspec ncu compare --calibration` make with them.
+
+The analytic model counts the FLOPs an op needs. The hardware executes a bit more (tiling and
+epilogue work in GEMM kernels), some FLOPs the model has no term for (cuBLAS split-K reduces),
+and a different number of FLOPs per element for pointwise ops (an activation's exp and divide
+run as several FMAs). A calibration holds, per phase (forward, backward):
+
+* epsilon[c] per matmul class c (gemm, conv, sdpa): executed FLOPs of the class's kernels =
+  (1 + epsilon[c]) x its analytic matmul FLOPs. `cuda_share[c]` is the fraction of those
+  executed FLOPs that ran on CUDA cores (epilogues) rather than Tensor Cores.
+* rho: split-K reduce FLOPs per GEMM/conv output element (see `costspec.ncu.slots`).
+* kappa[k] per cost-table kind k: executed FLOPs = (1 + kappa[k]) x the analytic FLOPs of k.
+* fused: kinds that never ran as a kernel of their own (the bias add in the GEMM epilogue):
+  their executed FLOPs are inside the matmul kernels, so epsilon already holds them; they add
+  nothing on top.
+
+    executed(slot) = sum_c (1 + eps_c) A_c + rho O + sum_{k in kappa} (1 + kappa_k) A_k
+                     + sum_{k not calibrated, not fused} A_k
+
+Kinds and classes without a coefficient keep their analytic FLOPs (listed as uncalibrated).
+Coefficients are stored as floats and as exact fractions (`exact: p/q`), so a prediction at the
+calibration's own dims reproduces the measured FLOPs exactly.
+
+torch is not imported here.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import yaml
+
+from .errors import CostspecError, UsageError
+
+if TYPE_CHECKING:
+    from .model import Model
+    from .ncu.slots import SlotTerms
+
+FORMAT_KEY = "costspec_calibration"
+FORMAT_VERSION = 1
+
+
+class CalibrationError(CostspecError):
+    """A calibration file that cannot be read."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Coefficients
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class PhaseCoefficients:
+    """The fitted numbers of one phase, exact."""
+
+    epsilon: dict[str, Fraction] = field(default_factory=dict)
+    cuda_share: dict[str, Fraction] = field(default_factory=dict)
+    rho: Fraction | None = None
+    kappa: dict[str, Fraction] = field(default_factory=dict)
+    fused: frozenset[str] = frozenset()
+
+
+@dataclass
+class Calibration:
+    """A loaded calibration file: coefficients per phase plus what they were fitted on."""
+
+    spec: str
+    dims: dict[str, int]
+    precision: str
+    phases: dict[str, PhaseCoefficients]
+    source: str = ""
+    data: dict = field(default_factory=dict)
+
+
+def exact(value: Fraction) -> str:
+    """A fraction as text for the file: ``7/1024`` or ``3``."""
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def _number(entry: Any, where: str) -> Fraction:
+    try:
+        if isinstance(entry, dict):
+            if "exact" in entry:
+                return Fraction(str(entry["exact"]))
+            return Fraction(str(entry["value"]))
+        return Fraction(str(entry))
+    except (KeyError, ValueError, ZeroDivisionError, TypeError):
+        raise CalibrationError(f"{where}: expected a number or {{value: ..., exact: p/q}}") from None
+
+
+def _phase(data: Mapping, where: str) -> PhaseCoefficients:
+    if not isinstance(data, Mapping):
+        raise CalibrationError(f"{where}: expected a mapping")
+    eps = {c: _number(e, f"{where}.epsilon.{c}") for c, e in (data.get("epsilon") or {}).items()}
+    share = {c: _number(e.get("cuda_share", 0), f"{where}.epsilon.{c}.cuda_share")
+             for c, e in (data.get("epsilon") or {}).items() if isinstance(e, Mapping)}
+    rho = _number(data["rho"], f"{where}.rho") if data.get("rho") is not None else None
+    kappa = {k: _number(e, f"{where}.kappa.{k}") for k, e in (data.get("kappa") or {}).items()}
+    return PhaseCoefficients(eps, share, rho, kappa, frozenset(data.get("fused") or {}))
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration YAML written by `costspec ncu calibrate`."""
+    name = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CalibrationError(f"{name}: cannot read calibration: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise CalibrationError(f"{name}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT_VERSION:
+        raise CalibrationError(f"{name}: not a costspec calibration file (expected `{FORMAT_KEY}: {FORMAT_VERSION}` "
+                               "as written by `costspec ncu calibrate`)")
+    phases = {p: _phase(data[p], f"{name}: {p}") for p in ("forward", "backward") if data.get(p)}
+    if not phases:
+        raise CalibrationError(f"{name}: no forward or backward coefficients")
+    return Calibration(str(data.get("spec", "")), dict(data.get("dims") or {}), str(data.get("precision", "")),
+                       phases, name, data)
+
+
+def dump_calibration(data: dict) -> str:
+    """YAML text of a calibration mapping (keys in the given order)."""
+    return yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Prediction
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class Executed:
+    """Predicted executed FLOPs of a slot or row, exact, with what had no coefficient."""
+
+    tc: Fraction = Fraction(0)
+    cuda: Fraction = Fraction(0)
+    uncalibrated: set[str] = field(default_factory=set)
+
+    @property
+    def total(self) -> Fraction:
+        return self.tc + self.cuda
+
+    def __iadd__(self, other: "Executed") -> "Executed":
+        self.tc += other.tc
+        self.cuda += other.cuda
+        self.uncalibrated |= other.uncalibrated
+        return self
+
+
+def executed_slot(terms: "SlotTerms", coeffs: PhaseCoefficients | None) -> Executed:
+    """Executed FLOPs of one slot's analytic terms under one phase's coefficients (module docstring)."""
+    out = Executed()
+    coeffs = coeffs or PhaseCoefficients()
+    for cls, flops in terms.matmul.items():
+        if cls not in coeffs.epsilon:
+            out.uncalibrated.add(f"epsilon[{cls}]")
+        done = (1 + coeffs.epsilon.get(cls, Fraction(0))) * flops
+        if terms.tensor_cores:
+            share = coeffs.cuda_share.get(cls, Fraction(0))
+            out.tc += done * (1 - share)
+            out.cuda += done * share
+        else:
+            out.cuda += done
+    if terms.gemm_outputs:
+        if coeffs.rho is None:
+            out.uncalibrated.add("rho")
+        else:
+            out.cuda += coeffs.rho * terms.gemm_outputs
+    for kind, flops in terms.pointwise_flops.items():
+        if kind in coeffs.kappa:
+            out.cuda += (1 + coeffs.kappa[kind]) * flops
+        elif kind in coeffs.fused:
+            continue  # ran inside the matmul kernels: already in epsilon
+        else:
+            out.cuda += flops
+            out.uncalibrated.add(f"kappa[{kind}]")
+    return out
+
+
+@dataclass
+class ExecutedRow:
+    name: str
+    label: str
+    depth: int
+    analytic_tc: int
+    analytic_cuda: int
+    executed: Executed
+
+    @property
+    def analytic(self) -> int:
+        return self.analytic_tc + self.analytic_cuda
+
+
+@dataclass
+class ExecutedReport:
+    """`eval --calibration`: analytic and predicted executed FLOPs per row (all phases of the pass)."""
+
+    spec: str
+    pass_: str
+    dims: dict[str, int]
+    calibration: Calibration
+    rows: list[ExecutedRow]
+    total: ExecutedRow
+    notes: list[str]
+
+
+def executed_report(model: "Model", values: Mapping, pass_: str, calibration: Calibration) -> ExecutedReport:
+    """Predict executed FLOPs per report row for `pass_` (forward, backward, train)."""
+    from .ncu.slots import analytic_slots, iter_phases, layout, sum_slots
+
+    rows_layout = layout(model)
+    per_phase = []
+    notes: list[str] = []
+    for phase in iter_phases(pass_):
+        if phase not in calibration.phases:
+            notes.append(f"{calibration.source} has no {phase} coefficients: the {phase} pass is shown uncalibrated")
+        slots = analytic_slots(model, values, phase)
+        coeffs = calibration.phases.get(phase)
+        per_phase.append((slots, {name: executed_slot(t, coeffs) for name, t in slots.items()}))
+
+    def row(name: str, label: str, depth: int, names) -> ExecutedRow:
+        done, tc, cuda = Executed(), 0, 0
+        for slots, executed in per_phase:
+            terms = sum_slots(slots, names)
+            tc, cuda = tc + terms.tc, cuda + terms.cuda
+            for slot in names:
+                if slot in executed:
+                    done += executed[slot]
+        return ExecutedRow(name, label, depth, tc, cuda, done)
+
+    rows = [row(r.name, r.label, r.depth, r.slots) for r in rows_layout]
+    every = set().union(*(set(slots) for slots, _ in per_phase))
+    total = row("", "total", 0, every)
+    for phase in iter_phases(pass_):
+        outside = (calibration.data.get(phase) or {}).get("outside_flops")
+        if outside:
+            notes.append(f"{phase}: kernels outside the model ({outside:,} FLOPs at calibration, e.g. the loss) "
+                         "are not predicted")
+    if total.executed.uncalibrated:
+        notes.append("uncalibrated (kept at their analytic FLOPs): " + ", ".join(sorted(total.executed.uncalibrated)))
+    if calibration.spec and calibration.spec != model.name:
+        notes.append(f"the calibration was fitted on spec '{calibration.spec}', applied here to '{model.name}'")
+    if calibration.precision and calibration.precision != str(model.precision):
+        notes.append(f"the calibration was fitted at precision {calibration.precision}, this spec runs "
+                     f"{model.precision}: kernels (and so coefficients) differ between precisions")
+    dims = {str(k): int(v) for k, v in values.items()}
+    return ExecutedReport(model.name, pass_, dims, calibration, rows, total, notes)
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendering (a second report after `costspec eval`'s analytic one)
+# ----------------------------------------------------------------------------------------------
+EXECUTED_NOTE = ("executed = FLOPs the GPU is predicted to execute (hardware counters' convention), from the "
+                 "calibration's epsilon (GEMM-kernel overhead), rho (split-K reduce FLOPs per GEMM output "
+                 "element) and kappa (executed/analytic - 1 per pointwise kind); analytic = costspec's counting "
+                 "convention, unchanged.")
+
+
+def _fmt_int(value) -> str:
+    return f"{round(value):,}"
+
+
+def _ratio(executed: Fraction, analytic: int) -> str:
+    if analytic == 0:
+        return "-" if executed == 0 else "inf"
+    return f"{float(executed / analytic):.4f}"
+
+
+def render_executed_table(report: ExecutedReport, depth: int | None = None) -> str:
+    head = (f"{report.spec} | EXECUTED FLOPs (calibrated with {report.calibration.source}) | pass: {report.pass_} | "
+            + " ".join(f"{k}={v}" for k, v in report.dims.items()))
+    table = [["layer", "analytic total", "executed TC", "executed CUDA", "executed total", "executed/analytic"]]
+    rows = [r for r in report.rows if depth is None or r.depth < depth] + [report.total]
+    for r in rows:
+        table.append(["  " * r.depth + r.label, _fmt_int(r.analytic), _fmt_int(r.executed.tc),
+                      _fmt_int(r.executed.cuda), _fmt_int(r.executed.total), _ratio(r.executed.total, r.analytic)])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["", head]
+    for i, row in enumerate(table):
+        lines.append("  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]))
+        if i == 0 or i == len(table) - 2:
+            lines.append("  ".join("-" * w for w in widths))
+    lines.extend(report.notes)
+    lines.append(EXECUTED_NOTE)
+    return "\n".join(lines)
+
+
+def _row_json(r: ExecutedRow) -> dict:
+    return {"name": r.name or "total", "label": r.label, "depth": r.depth, "analytic_tc_flops": r.analytic_tc,
+            "analytic_cuda_flops": r.analytic_cuda, "analytic_total_flops": r.analytic,
+            "executed_tc_flops": float(r.executed.tc), "executed_cuda_flops": float(r.executed.cuda),
+            "executed_total_flops": float(r.executed.total)}
+
+
+def executed_json(report: ExecutedReport) -> dict:
+    return {"calibration": report.calibration.source, "pass": report.pass_, "rows": [_row_json(r) for r in report.rows],
+            "total": _row_json(report.total), "notes": report.notes, "convention": EXECUTED_NOTE}
+
+
+def with_executed(fmt: str, analytic_text: str, report: ExecutedReport, depth: int | None = None) -> str:
+    """`costspec eval` output with the executed report added: a second table (table, markdown) or an
+    `executed` key (json)."""
+    if fmt == "json":
+        data = json.loads(analytic_text)
+        data["executed"] = executed_json(report)
+        return json.dumps(data, indent=2)
+    if fmt in ("table", "markdown"):
+        return analytic_text + "\n" + render_executed_table(report, depth)
+    raise UsageError(f"--calibration works with --format table, markdown or json, not {fmt}")

@@ -1,0 +1,86 @@
+"""`costspec ncu run | compare | calibrate`: Nsight Compute profiling, comparison and calibration."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from . import cli, options
+
+_passes = click.option("--pass", "pass_", type=click.Choice(["forward", "backward", "train"]), default=None,
+                       help="Phases in the CSV (default: from the sidecar, else forward); train needs the "
+                            "costspec:forward/backward ranges of `ncu run`.")
+
+
+@cli.group("ncu")
+def ncu_group() -> None:
+    """Nsight Compute: profile a spec's module, compare with the analytic costs, calibrate."""
+
+
+@ncu_group.command("run")
+@options.spec_arg
+@options.batch
+@options.sets
+@click.option("--pass", "pass_", type=click.Choice(["forward", "train"]), default="forward", show_default=True)
+@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default=None,
+              help="Run in this dtype (default: the spec's precision).")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Unprofiled steps first.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False), help="OUT.csv (raw page).")
+@click.option("--print-command", is_flag=True, help="Print the ncu command instead of running it (no GPU needed).")
+@click.option("--arch", default=None, help="Target compute capability for --print-command, e.g. 9.0 or 8.0.")
+@options.gpu(required=False)
+@click.option("--ncu", "ncu", default="ncu", show_default=True, help="The ncu executable.")
+def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arch, gpu, catalog, ncu):
+    """Profile one step of SPEC's torch module under ncu; writes OUT.csv and the sidecar OUT.json."""
+    from ..model import load
+    from ..ncu.run import PRINT_COMMAND_HINT, detect_gpu, execute, find_ncu, format_plan, plan_run, resolve_arch
+
+    model = load(spec)
+    model.bind(batch, sets)  # bad dims fail here, before anything runs
+    cc = resolve_arch(arch, gpu, catalog)
+    if cc is None:
+        cc = detect_gpu(PRINT_COMMAND_HINT)[1]  # no GPU and no --arch/--gpu: NoGpuError, exit 2
+    plan = plan_run(spec, out, cc, batch, sets, pass_, dtype or str(model.precision), warmup, ncu)
+    if print_command:
+        click.echo(format_plan(plan))
+        return
+    detect_gpu(PRINT_COMMAND_HINT)
+    sidecar = execute(plan, find_ncu(ncu))
+    click.echo(f"wrote {plan.csv} ({sidecar['kernels']} kernels), {plan.sidecar}, {plan.report}")
+
+
+@ncu_group.command("compare")
+@options.spec_arg
+@click.argument("csv", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
+@options.batch
+@options.sets
+@_passes
+@click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A calibration file: adds the predicted executed FLOPs and the residuals.")
+@options.output_format("table", "json")
+def compare_command(spec, csv, batch, sets, pass_, calibration, fmt):
+    """Analytic vs measured Tensor-Core / CUDA-core FLOPs per layer, from ncu CSV(s); no GPU needed."""
+    from ..calibration import load_calibration
+    from ..ncu.compare import RENDERERS, compare
+    from ..ncu.inputs import load_measured
+
+    measured = load_measured(spec, list(csv), batch, sets, pass_)
+    click.echo(RENDERERS[fmt](compare(measured, load_calibration(calibration) if calibration else None)))
+
+
+@ncu_group.command("calibrate")
+@options.spec_arg
+@click.argument("csv", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
+@options.batch
+@options.sets
+@_passes
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False), help="calib.yaml to write.")
+def calibrate_command(spec, csv, batch, sets, pass_, out):
+    """Fit epsilon (GEMM), rho (split-K) and kappa (pointwise kinds) per phase; write a calibration file."""
+    from ..calibration import dump_calibration
+    from ..ncu.calibrate import calibrate, render_summary
+    from ..ncu.inputs import load_measured
+
+    result = calibrate(load_measured(spec, list(csv), batch, sets, pass_), spec)
+    Path(out).write_text(dump_calibration(result.data), encoding="utf-8")
+    click.echo(render_summary(result) + f"\nwrote {out}")

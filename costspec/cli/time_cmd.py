@@ -1,0 +1,35 @@
+"""`costspec time`: measured per-layer time on CUDA vs the roofline estimate."""
+from __future__ import annotations
+
+import click
+
+from . import cli, options
+
+
+@cli.command("time")
+@options.spec_arg
+@options.batch
+@options.sets
+@options.validate_pass
+@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default=None,
+              help="Run in this dtype (default: the spec's precision).")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True)
+@options.gpu(required=False)
+@options.output_format("table", "json")
+def time_command(spec, batch, sets, pass_, dtype, warmup, repeats, gpu, catalog, fmt):
+    """Time every layer of SPEC's torch module on CUDA (median of repeats); with --gpu, vs the roofline."""
+    from ..model import load
+    from ..ncu.run import detect_gpu
+    from ..timing import RENDERERS, add_estimate, time_layers
+
+    model = load(spec)
+    values = model.bind(batch, sets)
+    detect_gpu()  # no CUDA GPU: says so, exit 2
+    timing = time_layers(model, values, pass_, dtype, warmup, repeats)
+    if gpu:
+        from ..gpus import get_gpu
+        from ..roofline import estimate
+
+        timing = add_estimate(timing, estimate(model, model.report(pass_, values), values, get_gpu(gpu, catalog)))
+    click.echo(RENDERERS[fmt](timing))

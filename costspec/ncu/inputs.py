@@ -1,0 +1,102 @@
+"""Inputs of `ncu compare` / `ncu calibrate`: the spec, the CSVs and their JSON sidecars.
+
+`costspec ncu run -o OUT.csv` writes ``OUT.json`` next to the CSV (the ``.csv`` suffix replaced).
+It records the GPU, compute capability, ncu and torch versions, the command, the spec, the dims
+it bound (``bind``: ``--batch``/``--set``), all dim values (``dims``), the pass and the dtype.
+When a sidecar is there, compare/calibrate take the dims and the pass from it; command-line
+flags override it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..errors import CostspecError, UsageError
+from .attribute import Attribution, attribute
+from .parse import parse_csv
+
+SIDECAR_VERSION = 1
+
+
+def sidecar_path(csv_path: str | Path) -> Path:
+    """``run.ncu.csv`` -> ``run.ncu.json`` (any other name: the name + ``.json``)."""
+    path = Path(csv_path)
+    return path.with_suffix(".json") if path.suffix.lower() == ".csv" else path.with_name(path.name + ".json")
+
+
+def read_sidecar(csv_path: str | Path) -> dict | None:
+    """The sidecar of a CSV, or None when there is none."""
+    path = sidecar_path(csv_path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CostspecError(f"{path}: cannot read the ncu sidecar: {exc}") from None
+    if not isinstance(data, dict):
+        raise CostspecError(f"{path}: the ncu sidecar is not a JSON object")
+    return data
+
+
+def write_sidecar(csv_path: str | Path, data: Mapping) -> Path:
+    path = sidecar_path(csv_path)
+    path.write_text(json.dumps({"costspec_ncu_sidecar": SIDECAR_VERSION, **data}, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+@dataclass
+class Measured:
+    """A spec bound to dims, and the attributed kernels of its CSVs."""
+
+    model: object
+    values: dict
+    pass_: str  # forward | backward | train: the phases present
+    attribution: Attribution
+    sidecars: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _merge_bindings(sidecars: Sequence[dict | None], batch: int | None, sets: Mapping[str, int]) -> dict[str, int]:
+    bind: dict[str, int] = {}
+    for sidecar in sidecars:
+        for name, value in ((sidecar or {}).get("bind") or {}).items():
+            if name in bind and bind[name] != value:
+                raise UsageError(f"the sidecars disagree on dim {name} ({bind[name]} vs {value}); pass --set {name}=...")
+            bind[name] = int(value)
+    bind.update(sets or {})
+    if batch is not None:
+        bind["B"] = batch
+    return bind
+
+
+def load_measured(spec: str, csvs: Sequence[str], batch: int | None = None, sets: Mapping[str, int] | None = None,
+                  pass_: str | None = None) -> Measured:
+    """Load the spec, parse every CSV, read their sidecars, bind dims and attribute the kernels.
+
+    `pass_` (a flag) overrides each sidecar's pass; without both, a CSV is taken as forward.
+    """
+    from ..model import load
+
+    if not csvs:
+        raise UsageError("give at least one ncu CSV")
+    model = load(spec)
+    sidecars = [read_sidecar(c) for c in csvs]
+    bind = _merge_bindings(sidecars, batch, sets or {})
+    batch_value = bind.pop("B", None) if "B" in model.dims.dims else None
+    values = model.bind(batch_value, bind)
+    sources, passes, notes = [], [], []
+    for csv_path, sidecar in zip(csvs, sidecars):
+        this_pass = pass_ or (sidecar or {}).get("pass") or "forward"
+        if sidecar is None and pass_ is None:
+            notes.append(f"{csv_path}: no sidecar ({sidecar_path(csv_path).name}) and no --pass: read as forward")
+        if sidecar and sidecar.get("dtype") and sidecar["dtype"] != str(model.precision):
+            notes.append(f"{csv_path}: profiled in {sidecar['dtype']}, the spec's analytic routing uses "
+                         f"{model.precision}")
+        sources.append((str(csv_path), parse_csv(csv_path), this_pass))
+        passes.append(this_pass)
+    attribution = attribute(sources, model)
+    phases = attribution.phases
+    overall = "train" if phases == ("forward", "backward") else phases[0]
+    return Measured(model, values, overall, attribution, [s for s in sidecars if s], notes + attribution.notes)
