@@ -56,9 +56,9 @@ class Dims:
         if not isinstance(expr, sympy.Expr) or expr.is_number:
             return expr
         for d in reversed(self.derived()):
-            full = self.expand(d.symbol)
-            if full.free_symbols <= expr.free_symbols | {d.symbol} and not full.is_Symbol:
-                expr = expr.subs(full, d.symbol)
+            for form in (self.expand(d.symbol), d.definition):  # in free dims, or as written
+                if not form.is_Symbol and form.free_symbols <= expr.free_symbols:
+                    expr = expr.subs(form, d.symbol)
         return expr
 
     def values(self, bindings: Mapping[str, int] | None = None, where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:

@@ -13,7 +13,7 @@ from .cost_table import flops_per_element
 from .dims import Dims, parse_dims
 from .errors import ExpressionError, SpecError
 from .expr import as_exact_int
-from .ops.base import Constraint
+from .ops.base import Constraint, OpDef, layer_notes
 from .spec.load import parse_spec, read_spec
 from .spec.yaml_marks import MarkedDoc
 from .tree import GroupNode, Node, OpNode, RepeatNode, ResidualNode, TreeBuilder
@@ -150,7 +150,8 @@ class Model:
         total = self.cost(pass_)
         dims = {str(s): int(v) for s, v in values.items()}
         return Report(self.name, pass_, str(self.precision), dims, rows, _int(total.tc, values, self.root),
-                      _int(total.cuda, values, self.root), _int(total.params, values, self.root))
+                      _int(total.cuda, values, self.root), _int(total.params, values, self.root),
+                      layer_notes(self.op_nodes()))
 
     def latex(self, keep=None, pass_: str = "forward", standalone: bool = False, **kwargs) -> str:
         """The closed forms as a LaTeX `align` (see `costspec latex`)."""

@@ -35,6 +35,8 @@ IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
     "aten.squeeze_", "aten.unsqueeze_", "aten.t_", "aten.transpose_", "aten.as_strided_", "aten.detach_",
     "aten.resize_",
 )}
+IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip")})
+IGNORED.update({name: "gathers rows of a table, no arithmetic" for name in ("aten.embedding", "aten.index")})
 IGNORED.update({name: "allocates or fills memory, no arithmetic" for name in (
     "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
     "aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.ones", "aten.ones_like", "aten.fill_",
@@ -50,6 +52,8 @@ SIMPLE: dict[str, str] = {
     "aten._softmax": "softmax", "aten._safe_softmax": "softmax",
     "aten._softmax_backward_data": "softmax_backward",
     "aten.native_layer_norm": "layernorm", "aten.native_layer_norm_backward": "layernorm_backward",
+    "aten.tril": "select", "aten.where": "select",  # a causal mask: SDPA's math path builds it with tril + where
+    "aten.embedding_dense_backward": "scatter_add",  # elements of the output gradient, added into table rows
 }
 
 # Module types whose forward is a decomposition into several aten ops that the cost table prices
@@ -93,6 +97,11 @@ def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[st
     if name in ("aten.mul", "aten.mul_"):
         scalar = any(_is_scalar(a) for a in args[:2])
         return "pointwise", [("scale" if scalar else "mul", _numel(out))]
+    if name in ("aten.index_put", "aten.index_put_", "aten._index_put_impl_"):
+        accumulate = kwargs.get("accumulate", args[3] if len(args) > 3 else False)
+        if accumulate:  # the gradient of a gather: values added into the gathered rows
+            return "pointwise", [("scatter_add", _numel(args[2]))]
+        return "ignored", []
     if name == "aten.sum" and phase == "backward":  # a bias / broadcast-parameter gradient
         return "pointwise", [("bias_grad", _numel(args[0]))]
     if name == "aten.addmm":  # the bias add runs in the GEMM's epilogue
@@ -199,7 +208,7 @@ class PointwiseCounter(TorchDispatchMode):
         module = self.modules.get(path)
         category, kinds = classify(name, func, args, kwargs, out, self.phase, module)
         if category == "ignored":
-            self.ignored[(name, IGNORED[name])] += 1
+            self.ignored[(name, IGNORED.get(name, _IGNORED_REASON))] += 1
             return out
         decomposed = next((k for t, k in DECOMPOSED.items() if isinstance(module, t)), None)
         if decomposed and category in ("pointwise", "unknown"):

@@ -55,18 +55,45 @@ def build_module(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer]):
     ev = evaluator(values)
     shape = tuple(ev(d) for d in model.in_shape)
     root = CostspecModel(model.name, shape)
-    root.steps = _fill(root, model.root.children, ev)
+    built: list[tuple[OpNode, object]] = []
+    root.steps = _fill(root, model.root.children, ev, built)
+    _tie(built)
+    first = next(model.op_nodes(), None)
 
     def make_input(device="cpu", dtype=None) -> "torch.Tensor":
-        """A float input of the spec's shape (no grad), random unless on meta."""
+        """An input of the spec's shape (no grad), random unless on meta: float, or what the first
+        layer's op asks for (an embedding: int64 token ids in range)."""
         dtype = dtype or torch.get_default_dtype()
-        return torch.randn(shape, device=device, dtype=dtype)
+        x = first.op.example_input(first.call, shape, ev, device, dtype) if first is not None else None
+        return torch.randn(shape, device=device, dtype=dtype) if x is None else x
 
     return root, make_input
 
 
-def _fill(container, nodes, ev) -> tuple:
-    """Add the modules of `nodes` to `container` under their local names; return the steps."""
+def _tie(built: list) -> None:
+    """Share weights the ops ask for (`OpDef.tied_to`): each such layer uses the weight of the one
+    layer of the named op kind in the model (an lm_head tied to the embedding)."""
+    for node, module in built:
+        kind = node.op.tied_to(node.call)
+        if kind is None:
+            continue
+        instances = [(n, m) for n, m in built if n.op.name == kind]  # a layer in a repeat: one per instance
+        if len(instances) != 1:
+            found = "none" if not instances else f"{len(instances)} instances"
+            raise SpecError(f"{node.op.name} '{node.name}' is tied to the model's {kind} layer, but the model has "
+                            f"{found}", node.call.attrs.where("tied"), f"exactly one {kind} layer (outside any repeat)")
+        (source_node, source), = instances
+        theirs, ours = tuple(source.weight.shape), tuple(module.weight.shape)
+        if theirs != ours:
+            raise SpecError(f"{node.op.name} '{node.name}' needs a weight of shape {list(ours)} to tie to "
+                            f"{kind} '{source_node.name}', whose table is {list(theirs)}",
+                            node.call.attrs.where("tied"), f"the same vocab and dim as the {kind}")
+        node.op.tie(node.call, module, source)
+
+
+def _fill(container, nodes, ev, built: list) -> tuple:
+    """Add the modules of `nodes` to `container` under their local names; return the steps. Every op
+    module is appended to `built` with its node."""
     from torch import nn
 
     from .torch_modules import Call, Repeat, Residual, Scope
@@ -75,34 +102,35 @@ def _fill(container, nodes, ev) -> tuple:
     for node in nodes:
         if isinstance(node, ResidualNode):
             *body, add = node.children
-            body_steps = _fill(container, body, ev)
-            _add_child(container, add, _op_module(add, ev))
+            body_steps = _fill(container, body, ev, built)
+            _add_child(container, add, _op_module(add, ev, built))
             steps.append(Residual(add.local, body_steps))
         elif isinstance(node, ScopeNode) and node.transparent:  # an unnamed sequence
-            steps.extend(_fill(container, node.children, ev))
+            steps.extend(_fill(container, node.children, ev, built))
         elif isinstance(node, RepeatNode):
             instances = nn.ModuleList()
             for i in range(ev(node.times)):
                 body = Scope()
-                body.steps = _fill(body, group_of(node, i).children, ev)
+                body.steps = _fill(body, group_of(node, i).children, ev, built)
                 instances.append(body)
             _add_child(container, node, instances)
             steps.append(Repeat(node.local))
         elif isinstance(node, OpNode):
-            _add_child(container, node, _op_module(node, ev))
+            _add_child(container, node, _op_module(node, ev, built))
             steps.append(Call(node.local))
         else:  # a named scope (sequence, block use)
             scope = Scope()
-            scope.steps = _fill(scope, node.children, ev)
+            scope.steps = _fill(scope, node.children, ev, built)
             _add_child(container, node, scope)
             steps.append(Call(node.local))
     return tuple(steps)
 
 
-def _op_module(node: OpNode, ev):
+def _op_module(node: OpNode, ev, built: list):
     from torch import nn
 
     module = node.op.build(node.call, ev)
+    built.append((node, module))
     for part in node.fwd_parts:  # parts that are not `own` are submodules of the same name
         if part.name and not part.own and not isinstance(getattr(module, part.name, None), nn.Module):
             raise AssertionError(f"{node.op.name}.build() has no submodule '{part.name}' for its part")

@@ -52,38 +52,186 @@ class PatchEmbed(nn.Module):
         return x
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention: q/k/v projections (fused `qkv` or `q`, `k`, `v`), SDPA, `proj`."""
+def window_partition(x: torch.Tensor, window: int) -> tuple[torch.Tensor, tuple[int, int]]:
+    """(B, H, W, C) -> (B * windows, w*w, C), zero-padding the grid at the bottom / right to a multiple
+    of w first, as SAM's window_partition does; returns the padded grid (Hp, Wp) too."""
+    b, h, w, c = x.shape
+    pad_h, pad_w = (window - h % window) % window, (window - w % window) % window
+    if pad_h or pad_w:
+        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))  # (B, Hp, Wp, C)
+    hp, wp = h + pad_h, w + pad_w
+    x = x.view(b, hp // window, window, wp // window, window, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, window * window, c), (hp, wp)  # (B*nW, w*w, C)
 
-    def __init__(self, dim: int, heads: int, head_dim: int, qkv_bias: bool = True, proj_bias: bool = True,
-                 fused_qkv: bool = True):
+
+def window_unpartition(x: torch.Tensor, window: int, padded: tuple[int, int], grid: tuple[int, int],
+                       b: int) -> torch.Tensor:
+    """(B * windows, w*w, C) -> (B, H*W, C): reassemble the padded grid and crop the padding."""
+    (hp, wp), (h, w) = padded, grid
+    x = x.view(b, hp // window, wp // window, window, window, -1).permute(0, 1, 3, 2, 4, 5)
+    x = x.reshape(b, hp, wp, -1)[:, :h, :w, :]  # (B, H, W, C)
+    return x.reshape(b, h * w, -1)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (Su et al. 2021, as in Llama): x*cos + rotate_half(x)*sin on q and k,
+    positions 0..S-1. rotate_half(x) = [-x2, x1] is computed as flip([x1, x2]) * [-1, 1], the sign
+    folded into the sin table: 2 mul + 1 add per element, forward and backward."""
+
+    def __init__(self, head_dim: int, seq: int, base: float = 10000.0):
         super().__init__()
-        self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
-        inner = heads * head_dim
-        if fused_qkv:
-            self.qkv = nn.Linear(dim, 3 * inner, bias=qkv_bias)
-        else:
-            self.q = nn.Linear(dim, inner, bias=qkv_bias)
-            self.k = nn.Linear(dim, inner, bias=qkv_bias)
-            self.v = nn.Linear(dim, inner, bias=qkv_bias)
-        self.proj = nn.Linear(inner, dim, bias=proj_bias)
+        half = head_dim // 2
+        inv_freq = 1.0 / (base ** (torch.arange(0, half, dtype=torch.float32) / half))
+        freqs = torch.outer(torch.arange(seq, dtype=torch.float32), inv_freq)  # (S, d/2)
+        self.register_buffer("cos", torch.cat([freqs.cos(), freqs.cos()], -1), persistent=False)  # (S, d)
+        self.register_buffer("sin", torch.cat([-freqs.sin(), freqs.sin()], -1), persistent=False)  # (S, d)
 
-    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:  # (B, S, h*d) -> (B, h, S, d)
-        b, s, _ = t.shape
-        return t.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, heads, S, d), q and k heads together
+        swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]
+        return x * self.cos + swapped * self.sin
+
+
+class RelPosBias(nn.Module):
+    """SAM's decomposed relative position bias (add_decomposed_rel_pos) for a q_h x q_w token grid:
+    bias[q, k] = <q, Rh[qh - kh]> + <q, Rw[qw - kw]>, from tables rel_pos_h (2*q_h-1, d) and
+    rel_pos_w (2*q_w-1, d); returned as an additive SDPA mask (B, h, S, S)."""
+
+    def __init__(self, head_dim: int, size: tuple[int, int]):
+        super().__init__()
+        self.size = size
+        self.rel_pos_h = nn.Parameter(torch.zeros(2 * size[0] - 1, head_dim))  # SAM: zero init
+        self.rel_pos_w = nn.Parameter(torch.zeros(2 * size[1] - 1, head_dim))
+        for axis, n in (("h", size[0]), ("w", size[1])):  # relative coordinate (q - k) + (n - 1)
+            coords = torch.arange(n)[:, None] - torch.arange(n)[None, :] + (n - 1)
+            self.register_buffer(f"coords_{axis}", coords, persistent=False)
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:  # q: (B, h, S, d), S = q_h * q_w
+        b, h, s, d = q.shape
+        qh, qw = self.size
+        r_q = q.reshape(b * h, qh, qw, d)
+        rh = self.rel_pos_h[self.coords_h]  # (q_h, k_h, d)
+        rw = self.rel_pos_w[self.coords_w]  # (q_w, k_w, d)
+        # SAM's einsum("bhwc,hkc->bhwk", r_q, Rh) and einsum("bhwc,wkc->bhwk", r_q, Rw), written as the bmm
+        # einsum lowers them to (and FlopCounterMode counts), batched over q_h and q_w respectively; as bmm
+        # they stay matmuls at any size (einsum turns a contraction over d = 1 into an elementwise product)
+        bh = b * h
+        rel_h = torch.bmm(r_q.permute(1, 0, 2, 3).reshape(qh, bh * qw, d), rh.transpose(1, 2))  # (q_h, B*h*q_w, k_h)
+        rel_h = rel_h.view(qh, bh, qw, -1).permute(1, 0, 2, 3)  # (B*h, q_h, q_w, k_h)
+        rel_w = torch.bmm(r_q.permute(2, 0, 1, 3).reshape(qw, bh * qh, d), rw.transpose(1, 2))  # (q_w, B*h*q_h, k_w)
+        rel_w = rel_w.view(qw, bh, qh, -1).permute(1, 2, 0, 3)  # (B*h, q_h, q_w, k_w)
+        bias = rel_h[:, :, :, :, None] + rel_w[:, :, :, None, :]  # (B*h, q_h, q_w, k_h, k_w)
+        return bias.reshape(b, h, s, s)
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids -> table rows (F.embedding), plus BERT's segment embedding of the default all-zero
+    segment ids (the `embedding` op)."""
+
+    def __init__(self, vocab: int, dim: int, segments: int = 0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab, dim))
+        self.segment = nn.Parameter(torch.zeros(segments, dim)) if segments else None
+        if not self.weight.is_meta:
+            nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # ids: (B, S) int64
+        x = F.embedding(ids, self.weight)  # (B, S, dim)
+        if self.segment is not None:
+            x = x + self.segment[0]  # segment id 0 for every token, broadcast over (B, S)
+        return x
+
+
+class PositionEmbedding(nn.Module):
+    """x + table[:S] (a learned (length, C) table, broadcast over the batch)."""
+
+    def __init__(self, length: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(length, dim))
+        if not self.weight.is_meta:
+            nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, C)
-        b, s, _ = x.shape
+        return x + self.weight[: x.shape[1]]
+
+
+class ClsToken(nn.Module):
+    """Prepend a learned class token: (B, S, C) -> (B, S+1, C)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.token = nn.Parameter(torch.zeros(1, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, C)
+        return torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, S+1, C)
+
+
+class TakeToken(nn.Module):
+    """x[:, index]: (B, S, C) -> (B, C)."""
+
+    def __init__(self, index: int):
+        super().__init__()
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, self.index]
+
+    def extra_repr(self) -> str:
+        return str(self.index)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: q/k/v projections (fused `qkv` or `q`, `k`, `v`), optional `rope` and
+    `rel_pos`, SDPA (causal, grouped-query), `proj`; optionally within windows of a token grid."""
+
+    def __init__(self, dim: int, heads: int, head_dim: int, qkv_bias: bool = True, proj_bias: bool = True,
+                 fused_qkv: bool = True, kv_heads: int | None = None, gqa: bool = False, window: int = 0,
+                 grid: tuple[int, int] | None = None, rel_pos: bool = False, rope: bool = False,
+                 rope_len: int = 0, causal: bool = False):
+        super().__init__()
+        self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
+        self.kv_heads, self.gqa, self.causal = kv_heads or heads, gqa, causal
+        self.window, self.grid = window, grid
+        inner, kv_inner = heads * head_dim, self.kv_heads * head_dim
+        self.split = (inner, kv_inner, kv_inner)
+        if fused_qkv:
+            self.qkv = nn.Linear(dim, inner + 2 * kv_inner, bias=qkv_bias)
+        else:
+            self.q = nn.Linear(dim, inner, bias=qkv_bias)
+            self.k = nn.Linear(dim, kv_inner, bias=qkv_bias)
+            self.v = nn.Linear(dim, kv_inner, bias=qkv_bias)
+        if rope:
+            self.rope = Rotary(head_dim, rope_len)
+        if rel_pos:
+            self.rel_pos = RelPosBias(head_dim, (window, window) if window else grid)
+        self.proj = nn.Linear(inner, dim, bias=proj_bias)
+
+    def _heads(self, t: torch.Tensor, heads: int) -> torch.Tensor:  # (B, S, heads*d) -> (B, heads, S, d)
+        b, s, _ = t.shape
+        return t.view(b, s, heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, C)
+        b, s, c = x.shape
+        if self.window:
+            x, padded = window_partition(x.view(b, *self.grid, c), self.window)  # (B*nW, w*w, C)
         if self.fused_qkv:
-            qkv = self.qkv(x)  # (B, S, 3*h*d)
-            q, k, v = qkv.view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, S, d)
+            q, k, v = self.qkv(x).split(self.split, dim=-1)  # (B, S, h*d), (B, S, kv*d) x 2
         else:
             # x feeds three projections: each reads its own alias (see _alias); autograd sums their
             # three input gradients in this module's scope (the `sdpa` part's 2 adds per element).
-            q, k, v = (self._split_heads(lin(_alias(x))) for lin in (self.q, self.k, self.v))  # 3 x (B, h, S, d)
-        o = F.scaled_dot_product_attention(q, k, v)  # (B, h, S, d): softmax(q k^T / sqrt(d)) v
-        o = o.transpose(1, 2).reshape(b, s, self.heads * self.head_dim)  # (B, S, h*d)
-        return self.proj(o)  # (B, S, C)
+            q, k, v = (lin(_alias(x)) for lin in (self.q, self.k, self.v))
+        q, k, v = self._heads(q, self.heads), self._heads(k, self.kv_heads), self._heads(v, self.kv_heads)
+        if hasattr(self, "rope"):
+            # q and k rotated in one call, as fused RoPE kernels do (and one tensor in and out gives the
+            # module one backward scope; a two-output module's opens only once both gradients are ready)
+            q, k = self.rope(torch.cat([q, k], dim=1)).split((self.heads, self.kv_heads), dim=1)
+        mask = self.rel_pos(_alias(q)) if hasattr(self, "rel_pos") else None  # (B, h, S, S)
+        extra = {"enable_gqa": True} if self.gqa else {}
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal, **extra)  # (B, h, S, d)
+        o = o.transpose(1, 2).reshape(o.shape[0], o.shape[2], self.heads * self.head_dim)  # (B, S, h*d)
+        o = self.proj(o)  # (B, S, C)
+        if self.window:
+            o = window_unpartition(o, self.window, padded, self.grid, b)  # (B, H*W, C), padding cropped
+        return o
 
 
 class Mlp(nn.Module):
@@ -99,6 +247,26 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)
         return self.fc2(self.act(self.fc1(x)))  # (..., hidden) -> (..., out)
+
+
+class GatedMlp(nn.Module):
+    """down(act(gate(x)) * up(x)) (the `gate` / `up` / `act` / `mul` / `down` parts of a gated `mlp`;
+    SwiGLU with SiLU, as Llama's MLP)."""
+
+    def __init__(self, dim: int, hidden: int, out: int, fn: str, bias: bool = True):
+        super().__init__()
+        from .ops.pointwise import build_activation
+
+        self.gate = nn.Linear(dim, hidden, bias=bias)
+        self.up = nn.Linear(dim, hidden, bias=bias)
+        self.act = build_activation(fn)
+        self.down = nn.Linear(hidden, out, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)
+        # x feeds two projections: each reads its own alias (see _alias); autograd sums their input
+        # gradients in this module's scope (the `mul` part's add per element of x).
+        h = self.act(self.gate(_alias(x))) * self.up(_alias(x))  # (..., hidden)
+        return self.down(h)  # (..., out)
 
 
 class LayerNorm2d(nn.Module):
@@ -238,5 +406,8 @@ class CostspecModel(Scope):
         return f"{self.spec_name}, input {list(self.input_shape)}"
 
 
-__all__ = ["PatchEmbed", "SelfAttention", "Mlp", "LayerNorm2d", "QuickGELU", "GELUTanh", "ResidualAdd",
-           "Reshape", "Transpose", "Scope", "CostspecModel", "Call", "Residual", "Repeat"]
+__all__ = [
+    "PatchEmbed", "TokenEmbedding", "PositionEmbedding", "ClsToken", "TakeToken", "SelfAttention", "Rotary",
+    "RelPosBias", "window_partition", "window_unpartition", "Mlp", "GatedMlp", "LayerNorm2d", "QuickGELU",
+    "GELUTanh", "ResidualAdd", "Reshape", "Transpose", "Scope", "CostspecModel", "Call", "Residual", "Repeat"
+]

@@ -382,6 +382,9 @@ class TreeBuilder:
         if self.op_count > MAX_OP_NODES:
             raise SpecError(f"more than {MAX_OP_NODES} op instances after expanding blocks", where)
         op = OPS[kind]
+        if type(op).example_input is not OpDef.example_input and self.op_count > 1:
+            raise SpecError(f"{kind} reads the model input (e.g. token ids) and must be the first layer", where,
+                            f"{kind} as the first layer of the spec")
         call = OpCall(self._attrs(op, given, env, path, shape), shape, env.precision, where)
         out = tuple(self.dims.canonical(sympy.sympify(d)) for d in op.output_shape(call))
         self.constraints.extend(op.constraints(call))

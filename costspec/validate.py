@@ -26,6 +26,7 @@ import sympy
 
 from .errors import MismatchError
 from .model import node_cost
+from .ops.base import layer_notes
 from .tree import Node, OpNode, PartNode, RepeatNode, ResidualNode
 from .torch_build import build_module, evaluator, import_torch, node_of
 
@@ -97,6 +98,7 @@ class Validation:
     outside: list[tuple[str, int]]  # (aten op, calls) outside the model
     unknown: list[tuple[str, str, str, int]]  # (phase, row, aten op, elements)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # counting choices the ops made (OpDef.notes)
 
     def failures(self) -> list[str]:
         out = [f"{phase}: {row.name or 'total'}" for phase, rows in self.rows.items() for row in rows
@@ -195,7 +197,7 @@ def validate(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], pass_
         ignored=sorted(((op, n, why) for (op, why), n in measured.ignored.items()), key=lambda t: (-t[1], t[0])),
         outside=sorted(measured.outside.items()),
         unknown=[(u.phase, path_slot.get(u.module, u.module), u.op, u.elements) for u in measured.unknown],
-        problems=measured.problems)
+        problems=measured.problems, notes=layer_notes(model.op_nodes()))
 
 
 def _path_slots(model: "Model", module, outside: str) -> tuple[dict[str, str], dict[str, OpNode]]:
@@ -235,12 +237,16 @@ def _reconciliations(walk, phases, runtime, device: str, values) -> tuple[dict[s
     ev = evaluator(values)
     deltas: dict[str, dict[str, _Amount]] = {p: {} for p in phases}
     applied: list[Applied] = []
+    by_kind: dict[str, list[OpNode]] = {}
+    for node, _, _, _ in walk:
+        if isinstance(node, OpNode):
+            by_kind.setdefault(node.op.name, []).append(node)
     for node, _, mult, in_rg in walk:
         if not isinstance(node, OpNode):
             continue
         for phase in phases:
             facts = {"device": device, **runtime[phase].get(id(node), {})}
-            for slot, rule, text, amount in _reconcile(node, phase, mult, in_rg, facts, values, ev):
+            for slot, rule, text, amount in _reconcile(node, phase, mult, in_rg, facts, values, ev, by_kind):
                 deltas[phase].setdefault(slot, _Amount()).add(amount.matmul, amount.pointwise)
                 applied.append(Applied(rule, slot, phase, text, amount.matmul, _nonzero(amount.pointwise)))
     return deltas, applied
@@ -280,8 +286,9 @@ def walk_rows(model: "Model"):
     yield from walk(model.root.children, 0, sympy.Integer(1), False)
 
 
-def _reconcile(node: OpNode, phase: str, mult, in_rg: bool, facts: dict, values, ev):
-    """(slot, rule, text, amount) for each named rule the op declares, summed over its instances."""
+def _reconcile(node: OpNode, phase: str, mult, in_rg: bool, facts: dict, values, ev, by_kind=None):
+    """(slot, rule, text, amount) for each named rule the op declares, summed over its instances.
+    A rule `measured_in` another op kind lands in the slot of that kind's single layer."""
     count = ev(mult)
     first = node.op.reconcile(node.call, phase, in_rg, facts, ev) if (
         phase == "forward" or node.backward_parts(in_rg)) else []
@@ -289,8 +296,15 @@ def _reconcile(node: OpNode, phase: str, mult, in_rg: bool, facts: dict, values,
     out: dict[tuple[str, str], tuple[str, _Amount]] = {}
     for rules, k in ((first, 1), (rest, count - 1)):
         for r in rules:
-            part = next((p for p in node.children if p.local == r.part), None) if r.part else None
-            slot = slot_of(part) if part is not None else (_own_slot(node) if node.children else node.name)
+            target = node
+            if r.measured_in:
+                others = (by_kind or {}).get(r.measured_in, [])
+                if len(others) != 1:
+                    raise AssertionError(f"{node.op.name} rule {r.rule} is measured in the {r.measured_in} layer, "
+                                         f"but the model has {len(others)}")
+                target = others[0]
+            part = next((p for p in target.children if p.local == r.part), None) if r.part else None
+            slot = slot_of(part) if part is not None else (_own_slot(target) if target.children else target.name)
             matmul, pointwise = _ints(r.delta.matmul, r.delta.pointwise, values)
             text, amount = out.setdefault((slot, r.rule), (r.text, _Amount()))
             amount.add(k * matmul, {kind: k * v for kind, v in pointwise.items()})
@@ -391,6 +405,7 @@ def render_table(result: Validation) -> str:
                  + (", ".join(f"{op} x{n}" for op, n in result.outside) or "none"))
     lines.append("unknown aten ops: " + ("; ".join(f"{op} in {row} ({phase}, {n:,} elements)"
                                                   for phase, row, op, n in result.unknown) or "none"))
+    lines += [f"note: {n}" for n in result.notes]
     lines += [f"problem: {p}" for p in result.problems]
     failures = result.failures()
     lines.append("result: PASS" if not failures else f"result: FAIL ({len(failures)} mismatches)")
@@ -415,7 +430,7 @@ def render_json(result: Validation) -> str:
         "ignored": [{"op": op, "calls": n, "reason": why} for op, n, why in result.ignored],
         "outside_model": {"reason": OUTSIDE_REASON, "ops": dict(result.outside)},
         "unknown": [{"phase": p, "row": r, "op": op, "elements": n} for p, r, op, n in result.unknown],
-        "problems": result.problems,
+        "problems": result.problems, "notes": result.notes,
     }
     return json.dumps(out, indent=2)
 

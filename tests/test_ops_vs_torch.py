@@ -52,12 +52,26 @@ def _linear(draw):
 
 @case("attention")
 def _attention(draw):
-    heads, head_dim = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    heads = draw(st.integers(1, 4))
+    kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+    rope = draw(st.booleans())
+    head_dim = draw(st.integers(1, 2)) * 2 if rope else draw(st.integers(1, 4))  # rope needs an even head_dim
     c = heads * (head_dim if draw(st.booleans()) else draw(st.integers(1, 3)))  # the op needs heads | C
     attrs = {"heads": heads, "head_dim": head_dim, "fused_qkv": draw(st.booleans()),
              "qkv_bias": draw(st.booleans()), "proj_bias": draw(st.booleans()),
-             "backend": draw(st.sampled_from(["flash", "math"]))}
-    return {"B": draw(st.integers(1, 3))}, ["B", draw(small), c], with_grad(draw, [{"attention": attrs}])
+             "backend": draw(st.sampled_from(["flash", "math"])), "rope": rope}
+    if kv != heads or draw(st.booleans()):
+        attrs["kv_heads"] = kv  # grouped-query when kv < heads
+    layout = draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal"]))
+    grid = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
+    s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos") else draw(small)
+    if "window" in layout:  # windows that do not divide the grid pad it, as SAM does
+        attrs.update(window=draw(st.integers(1, 3)), grid=grid)
+    if "rel_pos" in layout:
+        attrs.update(rel_pos=True, grid=grid)
+    if layout == "causal":
+        attrs.update(causal=True, causal_flops=draw(st.sampled_from(["executed", "useful"])))
+    return {"B": draw(st.integers(1, 3))}, ["B", s, c], with_grad(draw, [{"attention": attrs}])
 
 
 def _image(draw, channels=None):  # at least 3x3: a 2x2 kernel with dilation 2 spans 3 pixels
@@ -88,7 +102,7 @@ def _patch_embed(draw):
 
 @case("mlp")
 def _mlp(draw):
-    attrs = {"hidden": draw(small), "out": draw(small), "bias": draw(st.booleans()),
+    attrs = {"hidden": draw(small), "out": draw(small), "bias": draw(st.booleans()), "gated": draw(st.booleans()),
              "fn": draw(st.sampled_from(["gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "sigmoid", "tanh"]))}
     return {}, [draw(small), draw(small), draw(small)], with_grad(draw, [{"mlp": attrs}])
 
@@ -154,6 +168,43 @@ def _transpose(draw):
     return {}, [draw(small), draw(small), draw(small)], with_grad(
         draw, [{"transpose": {"axis0": draw(st.integers(-3, 2)), "axis1": draw(st.integers(-3, 2))}},
                {"linear": {"out": 2}}])
+
+
+@case("embedding")  # token ids are the model input: an embedding comes first
+def _embedding(draw):
+    attrs = {"vocab": draw(small), "dim": draw(small), "segments": draw(st.integers(0, 2))}
+    return {"B": draw(st.integers(1, 3))}, ["B", draw(small)], [{"embedding": attrs}, {"linear": {"out": 2}}]
+
+
+@case("position_embedding")
+def _position_embedding(draw):
+    s = draw(small)
+    attrs = {"length": s + draw(st.integers(0, 2))} if draw(st.booleans()) else {}
+    return {"B": draw(st.integers(1, 3))}, ["B", s, draw(small)], with_grad(
+        draw, [{"position_embedding": attrs}, {"linear": {"out": 2}}])
+
+
+@case("cls_token")
+def _cls_token(draw):
+    return {"B": draw(st.integers(1, 3))}, ["B", draw(small), draw(small)], with_grad(
+        draw, [{"cls_token": {}}, {"linear": {"out": 2}}])
+
+
+@case("take_token")
+def _take_token(draw):
+    s = draw(small)
+    return {"B": draw(st.integers(1, 3))}, ["B", s, draw(small)], with_grad(
+        draw, [{"take_token": {"index": draw(st.integers(-s, s - 1))}}, {"linear": {"out": 2}}])
+
+
+@case("lm_head")
+def _lm_head(draw):
+    vocab, c, bias = draw(small), draw(small), draw(st.booleans())
+    dims = {"B": draw(st.integers(1, 3))}
+    if draw(st.booleans()):  # tied to the embedding's table
+        return dims, ["B", draw(small)], [{"embedding": {"vocab": vocab, "dim": c}}, {"layernorm": {}},
+                                          {"lm_head": {"vocab": vocab, "tied": True, "bias": bias}}]
+    return dims, ["B", draw(small), c], with_grad(draw, [{"lm_head": {"vocab": vocab, "bias": bias}}])
 
 
 def test_every_op_has_a_case():

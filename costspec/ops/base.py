@@ -67,6 +67,7 @@ class Reconcile:
     part: str
     delta: Work
     text: str  # one line: what the counter sees, what costspec models, the formula of the difference
+    measured_in: str | None = None  # an op name: the delta shows in that op's (single) layer's row instead
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,26 @@ class OpDef:
         analytic work."""
         return []
 
+    def notes(self, call: OpCall) -> list[str]:
+        """One-line notes on a counting choice this use of the op makes (e.g. how causal attention
+        is counted), for the report to print next to the numbers. Default: none."""
+        return []
+
+    def example_input(self, call: OpCall, shape: tuple[int, ...], ev: Callable[[Expr], int], device: str,
+                      dtype) -> "torch.Tensor | None":
+        """The model input when this op is the spec's first layer, or None for a float tensor
+        (torch_build's default). An embedding returns integer token ids in range."""
+        return None
+
+    def tied_to(self, call: OpCall) -> str | None:
+        """The op name whose (unique) layer's weight this layer's module shares, or None.
+        torch_build calls `tie(module, source_module)` after building both."""
+        return None
+
+    def tie(self, call: OpCall, module: "torch.nn.Module", source: "torch.nn.Module") -> None:
+        """Make `module` use the weight of `source` (see tied_to)."""
+        raise NotImplementedError
+
     def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list["Traffic"]:
         """Elements read and written per part (bytes = elements x the precision's element size).
 
@@ -306,6 +327,18 @@ class Traffic:
 FUSION_MODES = ("none", "default", "aggressive")
 
 
+def layer_notes(op_nodes) -> list[str]:
+    """`layer: note` for every counting choice the ops of a model state (`OpDef.notes`), each once;
+    `op_nodes` are the model tree's op nodes (anything with .name, .op and .call)."""
+    out: list[str] = []
+    for node in op_nodes:
+        for note in node.op.notes(node.call):
+            line = f"{node.name}: {note}"
+            if line not in out:
+                out.append(line)
+    return out
+
+
 def requires(op: OpDef, call: OpCall, rank: int | tuple[int, ...], what: str) -> None:
     """Raise a SpecError naming the layer if the input rank is not the expected one."""
     ranks = (rank,) if isinstance(rank, int) else rank
@@ -313,6 +346,18 @@ def requires(op: OpDef, call: OpCall, rank: int | tuple[int, ...], what: str) ->
         shape = "[" + ", ".join(str(d) for d in call.in_shape) + "]"
         raise SpecError(f"{op.name} needs {what}, but its input has shape {shape}", call.loc,
                         f"an input of rank {' or '.join(map(str, ranks))}")
+
+
+def same_size_constraint(call: OpCall, attr: str, value: Expr, actual: Expr, what: str) -> list[Constraint]:
+    """`value` (attribute `attr`) must equal `actual` (e.g. the input's last dim): an immediate
+    SpecError when sympy can decide they differ, else a Constraint checked when the dims are bound."""
+    same = same_size(value, actual)
+    if same is False:
+        raise call.fail(f"{attr}={value} does not match {what} {actual}", attr, what)
+    if same:
+        return []
+    return [Constraint(sympy.Eq(value, actual), f"{attr}={{value}} does not match {what} {{actual}}",
+                       call.attrs.where(attr), {"value": value, "actual": actual}, what)]
 
 
 def same_size(a: Expr, b: Expr) -> bool | None:

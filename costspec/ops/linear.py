@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .base import (Attr, OpCall, OpDef, Part, linear_backward, linear_forward, linear_traffic, numel, requires,
-                   same_size)
+                   same_size_constraint)
 from .registry import register_op
 
 
@@ -22,11 +22,12 @@ class Linear(OpDef):
 
     def output_shape(self, call: OpCall):
         requires(self, call, (1, 2, 3, 4, 5, 6), "a tensor")
-        a = call.attrs
-        if same_size(getattr(a, "in"), call.in_shape[-1]) is False:
-            raise call.fail(f"in={getattr(a, 'in')} does not match the input's last dim {call.in_shape[-1]}", "in",
-                            "the input's last dim")
-        return call.in_shape[:-1] + (a.out,)
+        self.constraints(call)  # a mismatch sympy can decide is an error right away
+        return call.in_shape[:-1] + (call.attrs.out,)
+
+    def constraints(self, call: OpCall):
+        """`in` must be the input's last dim; checked when the dims are bound if sympy cannot tell."""
+        return same_size_constraint(call, "in", getattr(call.attrs, "in"), call.in_shape[-1], "the input's last dim")
 
     def _mkn(self, call: OpCall):
         return numel(call.in_shape[:-1]), getattr(call.attrs, "in"), call.attrs.out

@@ -1,24 +1,29 @@
-"""`mlp`: fc1 -> activation -> fc2 (the transformer feed-forward block)."""
+"""`mlp`: fc1 -> activation -> fc2 (the transformer feed-forward block), or its gated form
+gate / up -> act(gate) * up -> down (GLU variants: SwiGLU, GeGLU; Shazeer 2020, as in Llama)."""
 from __future__ import annotations
 
 from .base import (ZERO, Attr, OpCall, OpDef, Part, Traffic, linear_backward, linear_forward, linear_traffic,
-                   numel, requires, same_size)
+                   numel, pointwise, requires)
 from .pointwise import ACT_ATTR, activation_work
 from .registry import register_op
 
 
 @register_op
 class Mlp(OpDef):
-    """Two dense layers with an activation between them: [.., C] -> [.., hidden] -> [.., out]."""
+    """Two dense layers with an activation between them: [.., C] -> [.., hidden] -> [.., out];
+    gated: act(x W_gate) * (x W_up), then W_down."""
 
     name = "mlp"
-    doc = "Feed-forward block: fc1 (C -> hidden), activation, fc2 (hidden -> out)."
+    doc = ("Feed-forward block: fc1 (C -> hidden), activation, fc2 (hidden -> out); with gated: true, "
+           "gate and up (C -> hidden each), act(gate) * up, down (hidden -> out) (SwiGLU with fn: silu, "
+           "GeGLU with fn: gelu).")
     default_name = "mlp"
     attrs = (
-        Attr("hidden", "size", "hidden width (e.g. 4*C)"),
+        Attr("hidden", "size", "hidden width (e.g. 4*C; for gated, the width of gate and up, e.g. 5632)"),
         Attr("out", "size", "output width (default: the input's last dim)", default=lambda shape, a: shape[-1]),
         ACT_ATTR,
-        Attr("bias", "bool", "biases on fc1 and fc2", default=True),
+        Attr("bias", "bool", "biases on every projection", default=True),
+        Attr("gated", "bool", "gated linear unit: act(gate(x)) * up(x), then down", default=False),
     )
 
     def output_shape(self, call: OpCall):
@@ -28,36 +33,57 @@ class Mlp(OpDef):
     def _sizes(self, call: OpCall):
         return numel(call.in_shape[:-1]), call.in_shape[-1], call.attrs.hidden, call.attrs.out
 
+    def _linears(self, call: OpCall):
+        """(part name, in, out) of each projection, in execution order."""
+        m, c, hidden, out = self._sizes(call)
+        if call.attrs.gated:
+            return [("gate", c, hidden), ("up", c, hidden)], ("down", hidden, out)
+        return [("fc1", c, hidden)], ("fc2", hidden, out)
+
     def forward(self, call: OpCall):
         m, c, hidden, out = self._sizes(call)
         bias = call.attrs.bias
-        return [
-            Part("fc1", linear_forward(m, c, hidden, bias), c * hidden + (hidden if bias else 0)),
-            Part("act", activation_work(call.attrs.fn, m * hidden, "forward")),
-            Part("fc2", linear_forward(m, hidden, out, bias), hidden * out + (out if bias else 0)),
-        ]
+        ins, (down, k, n) = self._linears(call)
+        parts = [Part(name, linear_forward(m, i, o, bias), i * o + (o if bias else 0)) for name, i, o in ins]
+        parts.append(Part("act", activation_work(call.attrs.fn, m * hidden, "forward")))
+        if call.attrs.gated:  # act(gate) * up, in the mlp module itself
+            parts.append(Part("mul", pointwise("mul", m * hidden), own=True))
+        parts.append(Part(down, linear_forward(m, k, n, bias), k * n + (n if bias else 0)))
+        return parts
 
     def backward(self, call: OpCall, input_grad: bool):
         m, c, hidden, out = self._sizes(call)
         bias = call.attrs.bias
-        return [
-            Part("fc1", linear_backward(m, c, hidden, bias, input_grad)),
-            Part("act", activation_work(call.attrs.fn, m * hidden, "backward")),
-            Part("fc2", linear_backward(m, hidden, out, bias, True)),
-        ]
+        ins, (down, k, n) = self._linears(call)
+        parts = [Part(name, linear_backward(m, i, o, bias, input_grad)) for name, i, o in ins]
+        parts.append(Part("act", activation_work(call.attrs.fn, m * hidden, "backward")))
+        if call.attrs.gated:  # d(act) = g * up, d(up) = g * act; x feeds gate and up: their dX summed
+            work = pointwise("mul", 2 * m * hidden)
+            parts.append(Part("mul", work + pointwise("add", m * c) if input_grad else work, own=True))
+        parts.append(Part(down, linear_backward(m, k, n, bias, True)))
+        return parts
 
     def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
-        """fc1 and fc2 as GEMMs; the activation reads and writes the hidden tensor (forward) or
-        reads dH and H and writes dH (backward), unless `--fusion aggressive` fuses it into fc1."""
+        """The projections as GEMMs; the activation reads and writes the hidden tensor (forward) or
+        reads dH and H and writes dH (backward), unless `--fusion aggressive` fuses it into fc1 / gate.
+        Gated: the product reads act(gate) and up and writes the hidden tensor (backward: reads dH,
+        act(gate), up, writes both gradients), unless aggressive fusion folds it into the activation."""
         m, c, hidden, out = self._sizes(call)
         bias = call.attrs.bias
         h = m * hidden
-        act = (ZERO, ZERO) if fusion == "aggressive" else ((h, h) if pass_ == "forward" else (2 * h, h))
-        return [linear_traffic("fc1", m, c, hidden, bias, pass_, input_grad), Traffic("act", *act),
-                linear_traffic("fc2", m, hidden, out, bias, pass_, True)]
+        fused = fusion == "aggressive"
+        act = (ZERO, ZERO) if fused else ((h, h) if pass_ == "forward" else (2 * h, h))
+        ins, (down, k, n) = self._linears(call)
+        parts = [linear_traffic(name, m, i, o, bias, pass_, input_grad) for name, i, o in ins]
+        parts.append(Traffic("act", *act))
+        if call.attrs.gated:
+            mul = (ZERO, ZERO) if fused else ((2 * h, h) if pass_ == "forward" else (3 * h, 2 * h))
+            parts.append(Traffic("mul", *mul))
+        return parts + [linear_traffic(down, m, k, n, bias, pass_, True)]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Mlp as TorchMlp
+        from ..torch_modules import GatedMlp, Mlp as TorchMlp
 
         m, c, hidden, out = self._sizes(call)
-        return TorchMlp(ev(c), ev(hidden), ev(out), call.attrs.fn, call.attrs.bias)
+        cls = GatedMlp if call.attrs.gated else TorchMlp
+        return cls(ev(c), ev(hidden), ev(out), call.attrs.fn, call.attrs.bias)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from .base import Attr, OpCall, OpDef, Part, Work, numel, same_size
+from .base import Attr, Constraint, OpCall, OpDef, Part, Work, numel, same_size
 from .registry import register_op
 
 
@@ -68,6 +68,19 @@ class Reshape(_Free):
             raise call.fail(f"cannot reshape {len(call.in_shape)}-d input of {total} elements to {shape}", "shape",
                             "a shape with the same number of elements")
         return tuple(shape)
+
+    def constraints(self, call: OpCall):
+        """Without a -1, the new shape must hold exactly the input's elements; checked when the dims
+        are bound if sympy cannot tell (with a -1, a non-integer inferred size is caught as an output dim)."""
+        shape = list(call.attrs.shape)
+        total = numel(call.in_shape)
+        if any(d == -1 for d in shape) or same_size(numel(shape), total):
+            return []
+        values = {"total": total, **{f"s{i}": d for i, d in enumerate(shape)}}
+        shown = "[" + ", ".join(f"{{s{i}}}" for i in range(len(shape))) + "]"
+        return [Constraint(sympy.Eq(numel(shape), total),
+                           f"cannot reshape {len(call.in_shape)}-d input of {{total}} elements to {shown}",
+                           call.attrs.where("shape"), values, "a shape with the same number of elements")]
 
     def build(self, call: OpCall, ev):
         from ..torch_modules import Reshape as TorchReshape

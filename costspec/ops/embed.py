@@ -1,0 +1,277 @@
+"""Token and position embeddings and the LM head: `embedding`, `position_embedding`, `cls_token`,
+`lm_head`, and `take_token` (a pooled token, e.g. CLIP's class token before its projection)."""
+from __future__ import annotations
+
+import sympy
+
+from .base import (ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Traffic, Work, linear_backward,
+                   linear_forward, linear_traffic, numel, pointwise, requires)
+from .registry import register_op
+
+ID_BYTES = 8  # token ids are int64 (torch's index dtype)
+
+_BATCH_1_TEXT = ("batch of 1: autograd sums the gradient of a parameter broadcast over the batch (expand) only "
+                 "when B > 1; at B = 1 no reduction runs, costspec counts B*(parameter size) elements")
+
+
+def _ids_elements(call: OpCall, count) -> sympy.Expr:
+    """`count` int64 ids, in elements of the layer's precision (traffic is in elements)."""
+    return count * sympy.Rational(ID_BYTES, call.precision.bytes_per_element)
+
+
+@register_op
+class Embedding(OpDef):
+    """Token lookup: integer ids [..., S] -> rows of a (vocab x dim) table [..., S, dim] (a gather:
+    no FLOPs, only bytes). Optional BERT-style segment (token type) embedding, added."""
+
+    name = "embedding"
+    doc = ("Token embedding (nn.Embedding): integer token ids [B, S] -> [B, S, dim], a table lookup with no "
+           "FLOPs; its backward scatter-adds the output gradient into the table rows. Optional segment "
+           "(token type) table, looked up with the default all-zero segment ids and added (BERT).")
+    default_name = "embed"
+    attrs = (
+        Attr("vocab", "size", "vocabulary size (table rows)"),
+        Attr("dim", "size", "embedding dim"),
+        Attr("segments", "count", "segment (token type) embeddings added, BERT's type_vocab_size; 0 (default): "
+             "none. Costed with the default all-zero segment ids", default=0),
+    )
+
+    def _has_segments(self, call: OpCall) -> bool:
+        return sympy.sympify(call.attrs.segments) != 0
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, (1, 2, 3), "integer token ids [B, S]")
+        return call.in_shape + (call.attrs.dim,)
+
+    def forward(self, call: OpCall):
+        a = call.attrs
+        n = numel(call.in_shape) * a.dim
+        work = pointwise("add", n) if self._has_segments(call) else Work()
+        return [Part("", work, a.vocab * a.dim + a.segments * a.dim)]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        """d(table) = the output gradient scatter-added into the looked-up rows (ids need no gradient);
+        the segment row's gradient sums the output gradient over all tokens."""
+        n = numel(call.in_shape) * call.attrs.dim
+        work = pointwise("scatter_add", n)
+        return [Part("", work + pointwise("bias_grad", n) if self._has_segments(call) else work)]
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        """Forward: reads the ids and the looked-up rows (and the segment row), writes the embeddings.
+        Backward: reads the ids and the output gradient, zero-fills the table gradient and adds the
+        rows into it (and writes the segment row's gradient)."""
+        a = call.attrs
+        tokens = numel(call.in_shape)
+        n = tokens * a.dim
+        segment = a.dim if self._has_segments(call) else ZERO
+        if pass_ == "forward":
+            return [Traffic("", _ids_elements(call, tokens) + n + segment, n)]
+        return [Traffic("", _ids_elements(call, tokens) + n, a.vocab * a.dim + n + segment)]
+
+    def example_input(self, call: OpCall, shape, ev, device, dtype):
+        import torch
+
+        return torch.randint(0, ev(call.attrs.vocab), shape, device=device, dtype=torch.int64)
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import TokenEmbedding
+
+        a = call.attrs
+        return TokenEmbedding(ev(a.vocab), ev(a.dim), ev(a.segments))
+
+
+class _Broadcast(OpDef):
+    """An op adding a learned parameter broadcast over the batch: its gradient sums over B."""
+
+    def _param_grad(self, call: OpCall) -> sympy.Expr:
+        raise NotImplementedError
+
+    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+        """NB: the formula counts B*(parameter size) elements for the batch sum of the parameter's
+        gradient; autograd's sum_to_size runs no reduction when B = 1, so none is measured then."""
+        if pass_ != "backward" or ev(call.in_shape[0]) != 1:
+            return []
+        return [Reconcile("broadcast-grad-batch-1", "", pointwise("bias_grad", -self._param_grad(call)),
+                          _BATCH_1_TEXT)]
+
+
+@register_op
+class PositionEmbedding(OpDef):
+    """Learned absolute position embedding added to tokens [B, S, C] (BERT, GPT-2)."""
+
+    name = "position_embedding"
+    doc = ("Learned absolute position embedding: a (length x C) table whose first S rows are added to the "
+           "tokens [B, S, C] (BERT, GPT-2); one add per element.")
+    default_name = "pos_embed"
+    attrs = (Attr("length", "size", "table rows, the maximum sequence length (default: the input's S)",
+                  default=lambda shape, a: shape[1]),)
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, 3, "tokens [B, S, C]")
+        return call.in_shape
+
+    def constraints(self, call: OpCall):
+        s, length = call.in_shape[1], call.attrs.length
+        if sympy.sympify(length - s).is_nonnegative:
+            return []
+        return [Constraint(sympy.Ge(length, s), "position table length {length} is shorter than the {s} tokens",
+                           call.attrs.where("length"), {"length": length, "s": s}, "length >= the input's tokens")]
+
+    def forward(self, call: OpCall):
+        b, s, c = call.in_shape
+        return [Part("", pointwise("add", b * s * c), call.attrs.length * c)]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        """d(table[:S]) = the output gradient summed over the batch; dx = the output gradient (no work).
+
+        NB: the (S, C) table gains a leading batch dim in the add, which autograd always reduces
+        (even at B = 1), so B*S*C elements are summed at every batch size."""
+        return [Part("", pointwise("bias_grad", numel(call.in_shape)))]
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        """Forward reads the tokens and S table rows, writes the tokens; backward reads the output
+        gradient and writes the table gradient (dx is the output gradient itself)."""
+        b, s, c = call.in_shape
+        if pass_ == "forward":
+            return [Traffic("", b * s * c + s * c, b * s * c)]
+        return [Traffic("", b * s * c, call.attrs.length * c)]
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import PositionEmbedding as TorchPositionEmbedding
+
+        return TorchPositionEmbedding(ev(call.attrs.length), ev(call.in_shape[2]))
+
+
+@register_op
+class ClsToken(_Broadcast):
+    """Prepend a learned class token: [B, S, C] -> [B, S+1, C] (ViT, CLIP)."""
+
+    name = "cls_token"
+    doc = "Prepend a learned class token to tokens [B, S, C] -> [B, S+1, C] (torch.cat; no FLOPs)."
+    default_name = "cls_token"
+    attrs = ()
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, 3, "tokens [B, S, C]")
+        b, s, c = call.in_shape
+        return (b, s + 1, c)
+
+    def _param_grad(self, call: OpCall):
+        return call.in_shape[0] * call.in_shape[2]
+
+    def forward(self, call: OpCall):
+        return [Part("", Work(), call.in_shape[2])]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        """d(cls) = the class token's gradient summed over the batch; dx is a slice (no work)."""
+        return [Part("", pointwise("bias_grad", self._param_grad(call)))]
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        """torch.cat copies the tokens into the longer sequence (backward: slices the gradient)."""
+        b, s, c = call.in_shape
+        if pass_ == "forward":
+            return [Traffic("", b * s * c + c, b * (s + 1) * c)]
+        return [Traffic("", b * (s + 1) * c, (b * s * c if input_grad else ZERO) + c)]
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import ClsToken as TorchClsToken
+
+        return TorchClsToken(ev(call.in_shape[2]))
+
+
+@register_op
+class LmHead(OpDef):
+    """The language-model head: [..., C] -> [..., vocab] logits, optionally tied to the embedding."""
+
+    name = "lm_head"
+    doc = ("Language-model head: a linear layer to vocabulary logits [..., C] -> [..., vocab]. With tied: true "
+           "it uses the spec's `embedding` table as its weight (its parameters are not counted twice; its "
+           "weight gradient is still computed and added into the table's).")
+    default_name = "lm_head"
+    attrs = (
+        Attr("vocab", "size", "vocabulary size (output features)"),
+        Attr("tied", "bool", "share the weight of the spec's embedding layer (GPT-2)", default=False),
+        Attr("bias", "bool", "add a learned bias", default=False),
+    )
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, (2, 3), "hidden states [B, S, C]")
+        return call.in_shape[:-1] + (call.attrs.vocab,)
+
+    def _mkn(self, call: OpCall):
+        return numel(call.in_shape[:-1]), call.in_shape[-1], call.attrs.vocab
+
+    def forward(self, call: OpCall):
+        m, k, n = self._mkn(call)
+        bias = call.attrs.bias
+        params = (ZERO if call.attrs.tied else k * n) + (n if bias else ZERO)
+        return [Part("", linear_forward(m, k, n, bias), params)]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        """dW and dX, as for a linear layer; when tied, this dW is the shared table's second gradient,
+        which autograd adds to the embedding's (one add per table element, charged here)."""
+        m, k, n = self._mkn(call)
+        work = linear_backward(m, k, n, call.attrs.bias, input_grad)
+        return [Part("", work + pointwise("add", k * n) if call.attrs.tied else work)]
+
+    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+        """NB: the sum of the tied table's two gradients runs when the second one arrives, i.e. in the
+        embedding's backward (the last layer autograd reaches): the counters see it in that row."""
+        if pass_ != "backward" or not call.attrs.tied:
+            return []
+        m, k, n = self._mkn(call)
+        text = ("autograd sums the tied table's two gradients (one add per table element, costspec charges it "
+                "to lm_head) when the embedding's gradient arrives, in the embedding's backward")
+        return [Reconcile("tied-weight-grad-sum", "", pointwise("add", -k * n), text),
+                Reconcile("tied-weight-grad-sum", "", pointwise("add", k * n), text, measured_in="embedding")]
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        m, k, n = self._mkn(call)
+        return [linear_traffic("", m, k, n, call.attrs.bias, pass_, input_grad)]
+
+    def tied_to(self, call: OpCall):
+        return "embedding" if call.attrs.tied else None
+
+    def tie(self, call: OpCall, module, source) -> None:
+        module.weight = source.weight  # the same Parameter: one table, two uses
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        m, k, n = self._mkn(call)
+        return nn.Linear(ev(k), ev(n), bias=call.attrs.bias)
+
+
+@register_op
+class TakeToken(OpDef):
+    """One token of a sequence: [B, S, C] -> [B, C] (CLIP's class token before ln_post and proj)."""
+
+    name = "take_token"
+    doc = "Select one token of [B, S, C] -> [B, C] (x[:, index]; no FLOPs), e.g. the class token for pooling."
+    default_name = "take"
+    attrs = (Attr("index", "axis", "token index (negative counts from the end)", default=0),)
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, 3, "tokens [B, S, C]")
+        s, i = call.in_shape[1], call.attrs.index
+        if sympy.sympify(s).is_number and not -s <= i < s:
+            raise call.fail(f"token {i} is out of range for {s} tokens", "index", f"an index in [{-s}, {s - 1}]")
+        return (call.in_shape[0], call.in_shape[2])
+
+    def forward(self, call: OpCall):
+        return [Part("", Work())]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        return [Part("", Work())]
+
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        """Forward copies one token per sample; backward writes a zero gradient for the others."""
+        b, s, c = call.in_shape
+        if pass_ == "forward":
+            return [Traffic("", b * c, b * c)]
+        return [Traffic("", b * c, b * s * c if input_grad else ZERO)]
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import TakeToken as TorchTakeToken
+
+        return TorchTakeToken(call.attrs.index)
