@@ -58,7 +58,11 @@ class Dims:
         for d in reversed(self.derived()):
             for form in (self.expand(d.symbol), d.definition):  # in free dims, or as written
                 if not form.is_Symbol and form.free_symbols <= expr.free_symbols:
-                    expr = expr.subs(form, d.symbol)
+                    candidate = expr.subs(form, d.symbol)
+                    # sympy may "solve" for a free dim (T = B*B turns B into sqrt(T)): keep only
+                    # rewrites that replace whole occurrences, never fractional powers of the symbol
+                    if not any(p.base.has(d.symbol) and not p.exp.is_Integer for p in candidate.atoms(sympy.Pow)):
+                        expr = candidate
         return expr
 
     def values(self, bindings: Mapping[str, int] | None = None, where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:

@@ -87,15 +87,15 @@ class Model:
     # -- symbolic ---------------------------------------------------------------------------
     def cost(self, pass_: str = "forward") -> Cost:
         """Symbolic cost of the whole model for `pass_` (forward, backward or train)."""
-        return node_cost(self.root, pass_, 1, False)
+        return node_cost(self.root, pass_, 1, GradState(False, False))
 
     def op_nodes(self) -> Iterator[OpNode]:
         return self.root.op_nodes()
 
-    def walk(self) -> Iterator[tuple[Node, int, sympy.Expr, bool]]:
-        """(node, depth, instances in the model, input-requires-grad at its first instance), pre-order;
+    def walk(self) -> Iterator[tuple[Node, int, sympy.Expr, "GradState"]]:
+        """(node, depth, instances in the model, input-requires-grad state), pre-order;
         transparent nodes (residuals, unnamed sequences) are skipped, their children kept."""
-        yield from _walk(self.root, 0, sympy.Integer(1), False)
+        yield from _walk(self.root, 0, sympy.Integer(1), GradState(False, False))
 
     # -- binding ----------------------------------------------------------------------------
     def bind(self, batch: int | None = None, sets: Mapping[str, int] | None = None) -> dict[sympy.Symbol, sympy.Integer]:
@@ -120,8 +120,14 @@ class Model:
         """Every violated constraint and non-integer / non-positive shape at these dim values."""
         out: list[SpecError] = []
         for c in self.constraints:
-            if c.condition.xreplace(values) is not sympy.true:
-                shown = {k: v.xreplace(values) for k, v in c.values.items()}
+            shown = {k: sympy.sympify(v).xreplace(values) for k, v in c.values.items()}
+            try:
+                holds = c.condition.xreplace(values) is sympy.true
+            except ZeroDivisionError:  # e.g. Mod(C, heads) with heads = 0 at these dims
+                zero = ", ".join(f"{k} = 0" for k, v in shown.items() if v == 0) or "a size is 0"
+                out.append(SpecError(f"{zero} at these dims", c.where, "positive sizes"))
+                continue
+            if not holds:
                 out.append(SpecError(c.message.format(**shown), c.where, c.expected))
         for node in self.op_nodes():
             for i, size in enumerate(node.out_shape):
@@ -167,38 +173,58 @@ class Model:
         return build_module(self, self.bind(sets=dims))
 
 
-def node_cost(node: Node, pass_: str, mult: sympy.Expr, in_rg: bool) -> Cost:
-    """Total cost of all `mult` instances of `node`; the first one sees input-requires-grad `in_rg`."""
+@dataclass(frozen=True)
+class GradState:
+    """Whether a node's input requires grad at its first instance in the model, and at the others.
+
+    They differ inside a repeat whose input needs no gradient: its first instance sees none, the
+    later ones see one only if an earlier instance had parameters.
+    """
+
+    first: bool
+    rest: bool
+
+    def then(self, makes_grad: bool) -> "GradState":
+        """The state after a node that has (or has not) parameters."""
+        return GradState(self.first or makes_grad, self.rest or makes_grad)
+
+
+def node_cost(node: Node, pass_: str, mult: sympy.Expr, grad: "GradState | bool") -> Cost:
+    """Total cost of all `mult` instances of `node`, whose inputs require grad as `grad` says
+    (a bool: the first instance's state; later ones then need grad)."""
+    grad = grad if isinstance(grad, GradState) else GradState(grad, True)
     if pass_ == "forward":
         return node.forward().scaled(mult)
     if pass_ == "backward":
-        first = node.backward(in_rg)
-        return first + node.backward(True).scaled(mult - 1) if mult != 1 else first
-    return node_cost(node, "forward", mult, in_rg) + node_cost(node, "backward", mult, in_rg).without_params()
+        first = node.backward(grad.first)
+        return first + node.backward(grad.rest).scaled(mult - 1) if mult != 1 else first
+    return node_cost(node, "forward", mult, grad) + node_cost(node, "backward", mult, grad).without_params()
 
 
-def _walk(node: Node, depth: int, mult: sympy.Expr, in_rg: bool):
-    rg = in_rg
+def _walk(node: Node, depth: int, mult: sympy.Expr, grad: GradState):
+    state = grad
     for child in node.children:
         if isinstance(node, ResidualNode) and child is node.children[-1]:
-            rg = in_rg  # the residual add's gradient sum exists iff the residual's input needs grad
+            state = grad  # the residual add's gradient sum exists iff the residual's input needs grad
         child_mult = mult * child.count
         if child.transparent:
-            yield from _walk(child, depth, child_mult, rg)
+            yield from _walk(child, depth, child_mult, state)
         elif isinstance(child, RepeatNode):
-            yield child, depth, child_mult, rg
+            yield child, depth, child_mult, state
             first = child.first_group()
+            later = state.then(first.makes_grad)  # instances after the repeat's very first one
             for group in child.children:
-                group_rg = rg if group is first else (rg or first.makes_grad)
+                group_state = GradState(state.first, later.rest) if group is first else GradState(later.first,
+                                                                                                   later.rest)
                 if child.grouped:
-                    yield group, depth + 1, child_mult * group.count, group_rg
-                    yield from _walk(group, depth + 2, child_mult * group.count, group_rg)
+                    yield group, depth + 1, child_mult * group.count, group_state
+                    yield from _walk(group, depth + 2, child_mult * group.count, group_state)
                 else:
-                    yield from _walk(group, depth + 1, child_mult * group.count, group_rg)
+                    yield from _walk(group, depth + 1, child_mult * group.count, group_state)
         else:
-            yield child, depth, child_mult, rg
-            yield from _walk(child, depth + 1, child_mult, rg)
-        rg = rg or child.makes_grad
+            yield child, depth, child_mult, state
+            yield from _walk(child, depth + 1, child_mult, state)
+        state = state.then(child.makes_grad)
 
 
 def _engine(node: Node) -> str:

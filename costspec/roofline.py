@@ -13,7 +13,7 @@ from typing import Mapping
 import sympy
 
 from .gpus import POINTWISE_DTYPE, Gpu
-from .model import Model, Report
+from .model import GradState, Model, Report
 from .ops.base import FUSION_MODES, ZERO
 from .tree import Node, OpNode, PartNode, RepeatNode, ResidualNode
 
@@ -80,13 +80,14 @@ def node_bytes(node: Node, pass_: str, in_rg: bool, fusion: str) -> sympy.Expr:
     return total
 
 
-def total_bytes(node: Node, pass_: str, mult: sympy.Expr, in_rg: bool, fusion: str) -> sympy.Expr:
+def total_bytes(node: Node, pass_: str, mult: sympy.Expr, grad: GradState, fusion: str) -> sympy.Expr:
     """Bytes of all `mult` instances of `node`; `train` = forward + backward."""
     if pass_ == "train":
-        return total_bytes(node, "forward", mult, in_rg, fusion) + total_bytes(node, "backward", mult, in_rg, fusion)
+        return total_bytes(node, "forward", mult, grad, fusion) + total_bytes(node, "backward", mult, grad, fusion)
     if pass_ == "forward":
-        return mult * node_bytes(node, "forward", in_rg, fusion)
-    return node_bytes(node, "backward", in_rg, fusion) + (mult - 1) * node_bytes(node, "backward", True, fusion)
+        return mult * node_bytes(node, "forward", grad.first, fusion)
+    return node_bytes(node, "backward", grad.first, fusion) + (mult - 1) * node_bytes(node, "backward", grad.rest,
+                                                                                       fusion)
 
 
 # ----------------------------------------------------------------------------------------------

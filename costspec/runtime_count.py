@@ -245,7 +245,7 @@ def measure(module: torch.nn.Module, x: torch.Tensor, train: bool) -> Measuremen
             out = module(x)
             loss = out.float().sum() if train else None
             forward = copy.deepcopy(fc.get_flop_counts())
-            if train:
+            if train and loss.requires_grad:  # a model without parameters has no backward at all
                 counter.phase = "backward"
                 loss.backward()
         counter.finish()

@@ -309,11 +309,12 @@ class TreeBuilder:
             raw = env.raw_params[raw]  # a block parameter passed through
         if attr.kind == "bool":
             if not isinstance(raw, bool):
-                raise SpecError(f"{attr.name} must be true or false, got {raw!r}", where, "true or false")
+                raise SpecError(f"bad value {raw!r}", where, "true or false, or the name of a block parameter "
+                                "that is true or false")
             return raw
         if attr.kind == "choice":
             if raw not in attr.choices:
-                raise SpecError(f"bad {attr.name} {raw!r}", where, "one of " + ", ".join(attr.choices))
+                raise SpecError(f"bad value {raw!r}", where, "one of " + ", ".join(attr.choices))
             return raw
         if attr.kind == "number":
             if isinstance(raw, bool) or not isinstance(raw, (int, float)):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Mapping
 import sympy
 
 from .errors import MismatchError
-from .model import node_cost
+from .model import GradState, node_cost
 from .ops.base import layer_notes
 from .tree import Node, OpNode, PartNode, RepeatNode, ResidualNode
 from .torch_build import build_module, evaluator, import_torch, node_of
@@ -178,6 +178,12 @@ def validate(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], pass_
     (forward or train), count it, and compare per row with the analytic costs."""
     if pass_ not in PASS_PHASES:
         raise ValueError(f"pass must be one of {tuple(PASS_PHASES)}, got {pass_!r}")
+    largest = max((int(v) for v in values.values()), default=0)
+    if largest >= 2**62:
+        from .errors import UsageError
+
+        raise UsageError(f"validate builds real torch tensors, and a dim of {largest} is beyond 64-bit sizes; "
+                         "use `costspec eval` for exact numbers at this size")
     torch = import_torch("costspec validate")
     from .runtime_count import OUTSIDE, measure
 
@@ -253,46 +259,20 @@ def _reconciliations(walk, phases, runtime, device: str, values) -> tuple[dict[s
 
 
 def walk_rows(model: "Model"):
-    """`Model.walk()`, except that a residual's add gets the residual's input-grad state, as
-    `ResidualNode` costs it (Model.walk hands it the state after the body, so in a residual whose
-    input needs no gradient its backward row shows a gradient sum that the total and torch omit)."""
-
-    def walk(children, depth: int, mult, in_rg: bool):
-        rg = in_rg
-        for child in children:
-            child_mult = mult * child.count
-            if isinstance(child, ResidualNode):
-                *body, add = child.children
-                yield from walk(body, depth, child_mult, rg)
-                yield add, depth, child_mult * add.count, rg
-            elif child.transparent:
-                yield from walk(child.children, depth, child_mult, rg)
-            elif isinstance(child, RepeatNode):
-                yield child, depth, child_mult, rg
-                first = child.first_group()
-                for group in child.children:
-                    group_rg = rg if group is first else (rg or first.makes_grad)
-                    group_mult = child_mult * group.count
-                    if child.grouped:
-                        yield group, depth + 1, group_mult, group_rg
-                        yield from walk(group.children, depth + 2, group_mult, group_rg)
-                    else:
-                        yield from walk(group.children, depth + 1, group_mult, group_rg)
-            else:
-                yield child, depth, child_mult, rg
-                yield from walk(child.children, depth + 1, child_mult, rg)
-            rg = rg or child.makes_grad
-
-    yield from walk(model.root.children, 0, sympy.Integer(1), False)
+    """The model's rows with their multiplicity and input-grad state (`Model.walk`)."""
+    return model.walk()
 
 
-def _reconcile(node: OpNode, phase: str, mult, in_rg: bool, facts: dict, values, ev, by_kind=None):
+def _reconcile(node: OpNode, phase: str, mult, in_rg: "GradState", facts: dict, values, ev, by_kind=None):
     """(slot, rule, text, amount) for each named rule the op declares, summed over its instances.
     A rule `measured_in` another op kind lands in the slot of that kind's single layer."""
     count = ev(mult)
-    first = node.op.reconcile(node.call, phase, in_rg, facts, ev) if (
-        phase == "forward" or node.backward_parts(in_rg)) else []
-    rest = node.op.reconcile(node.call, phase, True, facts, ev) if count > 1 else []
+    if count == 0:  # e.g. an `others` group that the variants leave empty at these dims
+        return []
+    first = node.op.reconcile(node.call, phase, in_rg.first, facts, ev) if (
+        phase == "forward" or node.backward_parts(in_rg.first)) else []
+    rest = node.op.reconcile(node.call, phase, in_rg.rest, facts, ev) if (
+        count > 1 and (phase == "forward" or node.backward_parts(in_rg.rest))) else []
     out: dict[tuple[str, str], tuple[str, _Amount]] = {}
     for rules, k in ((first, 1), (rest, count - 1)):
         for r in rules:

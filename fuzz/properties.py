@@ -42,12 +42,6 @@ class Outcome:
 # ----------------------------------------------------------------------------------------------
 # Known bugs: (id, test(model, exc) -> bool). Each has a strict-xfail reproducer in tests/test_fuzz.py.
 # ----------------------------------------------------------------------------------------------
-def _softmax_axis(model, exc) -> bool:
-    """softmax's axis is not checked against the input rank (flatten / transpose check theirs)."""
-    return any(n.op.name == "softmax" and not -len(n.call.in_shape) <= n.call.attrs.axis < len(n.call.in_shape)
-               for n in model.op_nodes())
-
-
 def _identity_residual(model, exc) -> bool:
     """`residual: [dropout]` (or a flatten of one axis): the body returns x itself, and autograd's
     gradient sum for x + x runs outside the add module, so `validate` attributes it to (model)."""
@@ -66,124 +60,15 @@ def _identity_residual(model, exc) -> bool:
     return False
 
 
-def _gradless_repeat_rows(model, exc) -> bool:
-    """Rows inside a repeat whose input needs no gradient and whose body has no parameters: the row
-    walk (`model.node_cost`) charges instances 2..k with input gradients (dX, activation backward)
-    that the repeat's own row, the total and torch do not have; a variant group with 0 instances
-    gets a negative backward row."""
-    from costspec.tree import RepeatNode
-
-    return any(isinstance(node, RepeatNode) and not in_rg and not node.makes_grad for node, _, _, in_rg in model.walk())
-
-
-def _empty_variant_group(model, exc) -> bool:
-    """Variants covering every index of a symbolic repeat count leave an `others` group with 0
-    instances at the bound dims; validate still applies its first instance's reconciliations once."""
-    from costspec.tree import RepeatNode
-
-    values = model.bind()
-    return any(isinstance(node, RepeatNode) and any(sympy.sympify(g.count).xreplace(values) == 0 for g in node.children)
-               for node, _, _, _ in model.walk())
-
-
-def _size_beyond_int64(model, exc) -> bool:
-    """A size (a tensor's element count, an attribute, a weight) of 2**63 or more: torch cannot make the tensor, and validate
-    stops with torch's TypeError (an internal error) instead of saying the sizes are too large for it."""
-    values = model.bind()
-
-    def big(expr) -> bool:
-        value = sympy.sympify(expr).xreplace(values)
-        return value.is_number and abs(value) >= 2**63
-
-    for node in model.op_nodes():
-        for shape in (node.call.in_shape, node.out_shape):
-            total = sympy.Integer(1)
-            for d in shape:
-                total *= sympy.sympify(d)
-            if big(total):
-                return True
-        attrs = [v for _, v in node.call.attrs.items() if isinstance(v, sympy.Basic)]
-        if any(big(v) for v in attrs) or big(node.params):  # e.g. an mlp's hidden width
-            return True
-    return False
-
-
-def _zero_size_modulo(model, exc) -> bool:
-    """A size expression that is 0 at the bound dims (heads: B // 5 at B = 4) reaches a divisibility
-    constraint, Mod(dim, 0): sympy's ZeroDivisionError escapes instead of a SpecError."""
-    return isinstance(exc, ZeroDivisionError)
-
-
-def _take_token_index(model, exc) -> bool:
-    """take_token checks its index only when the token count is a number: with S = B // 2 symbolic,
-    an index out of range at the bound dims is accepted and torch's IndexError follows."""
-    values = model.bind()
-    for node in model.op_nodes():
-        if node.op.name == "take_token":
-            s = int(sympy.sympify(node.call.in_shape[1]).xreplace(values))
-            if not -s <= node.call.attrs.index < s:
-                return True
-    return False
-
-
 KNOWN_BUGS: dict[str, tuple[Callable, str]] = {
-    "softmax-axis-unchecked": (_softmax_axis, "test_known_bug_softmax_axis_out_of_range_accepted"),
     "identity-residual-attribution": (_identity_residual, "test_known_bug_identity_residual_validate"),
-    "gradless-repeat-rows": (_gradless_repeat_rows, "test_known_bug_rows_of_gradless_repeat"),
-    "empty-variant-group": (_empty_variant_group, "test_known_bug_validate_empty_variant_group"),
-    "size-beyond-int64": (_size_beyond_int64, "test_known_bug_validate_size_beyond_int64"),
-    "zero-size-modulo": (_zero_size_modulo, "test_known_bug_zero_size_at_bound_dims_crashes"),
-    "take-token-index-unchecked": (_take_token_index, "test_known_bug_take_token_index_unchecked_for_symbolic_tokens"),
 }
 
 
-def _position_embedding_rank(exc) -> bool:
-    """position_embedding's `length` default reads shape[1] before the rank check: an IndexError on a
-    rank-1 input instead of a SpecError."""
-    import traceback
-
-    return isinstance(exc, IndexError) and any(
-        f.filename.endswith("embed.py") and "shape[1]" in (f.line or "") for f in traceback.extract_tb(exc.__traceback__))
+KNOWN_LOADER_CRASHES: dict[str, tuple[Callable, str]] = {}
 
 
-KNOWN_LOADER_CRASHES: dict[str, tuple[Callable, str]] = {
-    "yaml-unicode-escape": (lambda exc: isinstance(exc, ValueError) and "chr() arg" in str(exc),
-                            "test_known_bug_yaml_escape_beyond_unicode_crashes"),
-    "zero-size-modulo": (lambda exc: isinstance(exc, ZeroDivisionError), "test_known_bug_zero_size_at_bound_dims_crashes"),
-    "position-embedding-rank": (_position_embedding_rank, "test_known_bug_position_embedding_rank_1_crashes"),
-}
-
-
-def _split_top(text: str) -> list[str]:
-    """Items of a printed shape list, splitting on commas outside parentheses."""
-    items, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += ch in "([" and 1 or (-1 if ch in ")]" else 0)
-        if ch == "," and depth == 0:
-            items.append(text[start:i].strip())
-            start = i + 1
-    return items + [text[start:].strip()]
-
-
-def _fraction_then_floor(message: str) -> bool:
-    """A reshape's -1 is inferred as elements / known sizes, a true division (H/2) that sympy does not
-    know to be an integer; a later conv computes floor(H/2 - ...) + 1, which then does not simplify
-    back, and a shape-keeping body is refused ('from [.., H/2] to [.., floor(H/2)]')."""
-    import re
-
-    m = re.search(r"(?:from|shape) \[(.*)\],? (?:to|it gives) \[(.*)\]", message)
-    if not m:
-        return False
-    return any("/" in x and f"floor({x})" in m[2] for x in _split_top(m[1]))
-
-
-KNOWN_REJECTIONS: dict[str, tuple[Callable, str]] = {
-    "reshape-infers-a-fraction": (_fraction_then_floor, "test_known_bug_reshape_inferred_size_is_a_fraction"),
-    # Dims.canonical writes a free dim B as sqrt(T) when a derived T = B*B exists; floor(sqrt(T)) then
-    # does not simplify, and a shape-keeping body (same-padding conv, a restore to the same size) is refused.
-    "derived-dim-rewrites-free-dim": (lambda message: "sqrt(" in message,
-                                      "test_known_bug_derived_dim_square_refuses_a_shape_keeping_body"),
-}
+KNOWN_REJECTIONS: dict[str, tuple[Callable, str]] = {}
 
 
 def known_rejection(message: str) -> str | None:

@@ -93,17 +93,12 @@ def _validate(model, pass_="train"):
     assert result.ok, render_table(result)
 
 
-@pytest.mark.xfail(strict=True, reason="softmax's axis is not checked against the input rank (flatten and "
-                                       "transpose check theirs): axis 5 of a rank-3 input is accepted")
-def test_known_bug_softmax_axis_out_of_range_accepted():
+def test_fixed_softmax_axis_out_of_range_accepted():
     with pytest.raises(CostspecError):
         costspec.loads(_spec("- softmax: {axis: 5}\n- linear: {out: 2}\n"))
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="validate --pass train on a model without parameters: loss.backward() raises "
-                          "'element 0 of tensors does not require grad' (costspec validate: internal error, exit 3)")
-def test_known_bug_validate_train_without_parameters():
+def test_fixed_validate_train_without_parameters():
     _validate(costspec.loads(_spec("- activation: {fn: relu}\n")))
 
 
@@ -113,10 +108,7 @@ def test_known_bug_identity_residual_validate():
     _validate(costspec.loads(_spec("- layernorm: {}\n- residual: [{dropout: {}}]\n")))
 
 
-@pytest.mark.xfail(strict=True, reason="model.node_cost charges instances 2..k of a parameter-free repeat body "
-                                       "whose input needs no gradient with input gradients: its rows show "
-                                       "backward FLOPs that its repeat row, the total and torch do not have")
-def test_known_bug_rows_of_gradless_repeat():
+def test_fixed_rows_of_gradless_repeat():
     model = costspec.loads(_spec("""\
         - repeat: 3
           name: pre
@@ -128,10 +120,7 @@ def test_known_bug_rows_of_gradless_repeat():
     assert rows["pre.act"].cuda == 0  # 64: 2 instances x 32 relu_backward elements
 
 
-@pytest.mark.xfail(strict=True, reason="a block parameter cannot stand for a bool or choice attribute "
-                                       "(`bias: b`, `fn: f`): tree.py passes it through, but the schema refuses "
-                                       "the string first ('got a string ... expected true or false')")
-def test_known_bug_block_param_for_bool_attribute():
+def test_fixed_block_param_for_bool_attribute():
     model = costspec.loads(_spec("- block: lin\n  args: {b: false}\n", extra=textwrap.dedent("""\
         blocks:
           lin:
@@ -141,33 +130,22 @@ def test_known_bug_block_param_for_bool_attribute():
     assert model.evaluate().params == 8 * 8  # no bias
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="position_embedding's `length` default reads shape[1] before the rank check: "
-                          "IndexError on a rank-1 input instead of a SpecError")
-def test_known_bug_position_embedding_rank_1_crashes():
+def test_fixed_position_embedding_rank_1_crashes():
     with pytest.raises(CostspecError):
         costspec.loads(_spec("- position_embedding: {}\n", input_="[C]"))
 
 
-@pytest.mark.xfail(strict=True, reason="Dims.canonical rewrites a free dim through a derived one: with T = B*B "
-                                       "a linear on [B, 3] costs 24*sqrt(T), not 24*B")
-def test_known_bug_derived_dim_rewrites_free_dim():
+def test_fixed_derived_dim_rewrites_free_dim():
     model = costspec.loads(_spec("- linear: {out: 4}\n", dims="{B: 2, T: B*B}", input_="[B, 3]"))
     assert model.cost().tc == 24 * model.dims.dims["B"].symbol
 
 
-@pytest.mark.xfail(strict=True, reason="with T = B*B, B is rewritten as sqrt(T); the same-padding conv's output "
-                                       "floor(sqrt(T) + 2 - 2 - 1) + 1 no longer simplifies to sqrt(T), so a valid "
-                                       "residual is refused ('residual body changes the shape')")
-def test_known_bug_derived_dim_square_refuses_a_shape_keeping_body():
+def test_fixed_derived_dim_square_refuses_a_shape_keeping_body():
     costspec.loads(_spec("- residual: [{conv2d: {out: 2, kernel: 3, padding: 1}}]\n", dims="{B: 3, T: B*B}",
                          input_="[B, 2, B, B]"))
 
 
-@pytest.mark.xfail(strict=True, reason="variants covering every index of a symbolic count (T = 4, indices 0-3) "
-                                       "leave an `others` group with 0 instances; validate applies its first "
-                                       "instance's reconciliation once anyway (scale -64 measured)")
-def test_known_bug_validate_empty_variant_group():
+def test_fixed_validate_empty_variant_group():
     _validate(costspec.loads(_spec("""\
         - layernorm: {}
         - repeat: T
@@ -177,10 +155,7 @@ def test_known_bug_validate_empty_variant_group():
         """, dims="{B: 2, T: 4}", input_="[B, 4, 8]")), "forward")
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="validate of a model with a size beyond int64 (B = 10**22; eval gives exact numbers): torch "
-                          "cannot make the tensor and its TypeError surfaces as an internal error, not a clear refusal")
-def test_known_bug_validate_size_beyond_int64():
+def test_fixed_validate_size_beyond_int64():
     model = costspec.loads(_spec("- linear: {out: 2}\n", dims="{B: 10000000000000000000000}", input_="[B, 4]"))
     try:
         _validate(model, "forward")
@@ -188,11 +163,7 @@ def test_known_bug_validate_size_beyond_int64():
         pass  # a clear refusal is a fix
 
 
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
-                   reason="a size that is 0 at the bound dims (heads: B // 5 with --set B=4) reaches the divisibility "
-                          "constraint Mod(C, 0): sympy's ZeroDivisionError escapes (internal error) instead of a "
-                          "SpecError saying heads = 0")
-def test_known_bug_zero_size_at_bound_dims_crashes():
+def test_fixed_zero_size_at_bound_dims_crashes():
     with pytest.raises(CostspecError):  # at the defaults, when loading: heads = 11 // 12 = 0
         costspec.loads(_spec("- attention: {heads: D // 12}\n", dims="{D: 11, C: 8}", input_="[2, 4, C]"))
     model = costspec.loads(_spec("- attention: {heads: B // 5}\n", dims="{B: 5, C: 8}", input_="[2, 4, C]"))
@@ -200,26 +171,17 @@ def test_known_bug_zero_size_at_bound_dims_crashes():
         model.bind(sets={"B": 4})
 
 
-@pytest.mark.xfail(strict=True, reason="reshape infers a -1 as elements / known sizes, a true division (H/2) sympy "
-                                       "does not know is an integer; a 1x1 conv's output floor(H/2 - 1) + 1 then does "
-                                       "not simplify back and the residual is refused ('changes the shape')")
-def test_known_bug_reshape_inferred_size_is_a_fraction():
+def test_fixed_reshape_inferred_size_is_a_fraction():
     costspec.loads(_spec("- reshape: {shape: [B, C, 2, -1]}\n- residual: [{conv2d: {out: C, kernel: 1}}]\n",
                          dims="{B: 2, C: 4, H: 8}", input_="[B, C, H]"))
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="a YAML escape beyond Unicode (\\U00110000) makes PyYAML's scanner raise ValueError "
-                          "(chr() arg not in range), which the loader does not turn into a SpecError (internal error)")
-def test_known_bug_yaml_escape_beyond_unicode_crashes():
+def test_fixed_yaml_escape_beyond_unicode_crashes():
     with pytest.raises(CostspecError):
         costspec.loads('costspec: 1\nname: "\\U00110000"\ninput: [2]\nlayers: [{activation: {}}]\n')
 
 
-@pytest.mark.xfail(strict=True, reason="take_token checks its index only when the token count is a number: with "
-                                       "S = B // 2 = 1, index 1 is accepted (check: ok) and validate then crashes "
-                                       "with torch's IndexError")
-def test_known_bug_take_token_index_unchecked_for_symbolic_tokens():
+def test_fixed_take_token_index_unchecked_for_symbolic_tokens():
     with pytest.raises(CostspecError):
         costspec.loads(_spec("- take_token: {index: 1}\n", dims="{B: 2}", input_="[B, B // 2, 4]"))
 

@@ -157,7 +157,7 @@ def _instance_outputs(node: Node, pass_: str, in_rg: bool, ev) -> int | None:
     return ev(weight) + ev(w_b - params)
 
 
-def _leaf_terms(node: Node, phase: str, mult, in_rg: bool, values, table) -> SlotTerms:
+def _leaf_terms(node: Node, phase: str, mult, in_rg, values, table) -> SlotTerms:
     ev = evaluator(values)
     cost = node_cost(node, phase, mult, in_rg)
     terms = SlotTerms(slot_of(node), ev(cost.tc), ev(cost.cuda))
@@ -172,8 +172,8 @@ def _leaf_terms(node: Node, phase: str, mult, in_rg: bool, values, table) -> Slo
     terms.tensor_cores = op.precision.tensor_cores
     if any(terms.matmul.get(c) for c in GEMM_OUTPUT_CLASSES):
         count = ev(mult)
-        first = _instance_outputs(node, phase, in_rg, ev)
-        rest = _instance_outputs(node, phase, True, ev) if phase == "backward" and count > 1 else first
+        first = _instance_outputs(node, phase, in_rg.first, ev)
+        rest = _instance_outputs(node, phase, in_rg.rest, ev) if phase == "backward" and count > 1 else first
         if first is None or rest is None:
             terms.notes.append(f"{terms.name}: no output-element count (the op has no traffic() for its part); "
                                "the split-K term rho is not applied to it")

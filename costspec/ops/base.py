@@ -168,9 +168,16 @@ class Attr:
     choices: tuple = ()
 
     def schema(self) -> dict:
+        # bool and choice attributes also take the name of a block parameter (`bias: b`), resolved
+        # and checked by the tree builder with the layer's location
+        param = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
         if self.kind == "choice":
-            return {"enum": list(self.choices), "description": self.doc, "x-expected": "one of " + ", ".join(self.choices)}
+            return {"anyOf": [{"enum": list(self.choices)}, param], "description": self.doc,
+                    "x-expected": "one of " + ", ".join(self.choices) + " (or a block parameter's name)"}
         base, expected = _ATTR_SCHEMAS[self.kind]
+        if self.kind == "bool":
+            return {"anyOf": [base, param], "description": self.doc,
+                    "x-expected": "true or false (or a block parameter's name)"}
         return {**base, "description": self.doc, "x-expected": expected}
 
 

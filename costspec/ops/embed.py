@@ -104,7 +104,7 @@ class PositionEmbedding(OpDef):
            "tokens [B, S, C] (BERT, GPT-2); one add per element.")
     default_name = "pos_embed"
     attrs = (Attr("length", "size", "table rows, the maximum sequence length (default: the input's S)",
-                  default=lambda shape, a: shape[1]),)
+                  default=lambda shape, a: shape[1] if len(shape) > 1 else 1),)
 
     def output_shape(self, call: OpCall):
         requires(self, call, 3, "tokens [B, S, C]")
@@ -257,6 +257,11 @@ class TakeToken(OpDef):
         if sympy.sympify(s).is_number and not -s <= i < s:
             raise call.fail(f"token {i} is out of range for {s} tokens", "index", f"an index in [{-s}, {s - 1}]")
         return (call.in_shape[0], call.in_shape[2])
+
+    def constraints(self, call: OpCall):
+        s, i = call.in_shape[1], call.attrs.index
+        return [Constraint(sympy.And(-s <= i, sympy.Lt(i, s)), "token {i} is out of range for {s} tokens",
+                           call.attrs.where("index"), {"i": sympy.Integer(i), "s": s}, "an index within the tokens")]
 
     def forward(self, call: OpCall):
         return [Part("", Work())]

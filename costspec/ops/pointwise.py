@@ -86,6 +86,13 @@ class Softmax(OpDef):
     default_name = "softmax"
     attrs = (Attr("axis", "axis", "axis to normalise", default=-1),)
 
+    def output_shape(self, call: OpCall):
+        rank, axis = len(call.in_shape), call.attrs.axis
+        if not -rank <= axis < rank:
+            raise call.fail(f"axis {axis} is out of range for an input of rank {rank}", "axis",
+                            f"an axis in [{-rank}, {rank - 1}]")
+        return call.in_shape
+
     def forward(self, call: OpCall):
         return [Part("", pointwise("softmax", numel(call.in_shape)))]
 

@@ -63,7 +63,9 @@ class Reshape(_Free):
             raise call.fail("more than one -1 in shape", "shape")
         if holes:
             known = numel([d for d in shape if d != -1])
-            shape[holes[0]] = sympy.simplify(total / known)
+            # floor: an integer-valued size sympy can reason about; the element-count constraint
+            # rejects shapes that do not divide evenly
+            shape[holes[0]] = sympy.floor(sympy.simplify(total / known))
         if same_size(numel(shape), total) is False:
             raise call.fail(f"cannot reshape {len(call.in_shape)}-d input of {total} elements to {shape}", "shape",
                             "a shape with the same number of elements")

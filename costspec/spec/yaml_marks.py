@@ -74,6 +74,10 @@ def load_marked(text: str | bytes, file: str) -> MarkedDoc:
         raise _syntax_error(exc, file, getattr(exc, "costspec_path", ())) from None
     except yaml.YAMLError as exc:  # not expected from the parser; one line all the same
         raise SpecError(f"YAML error: {' '.join(str(exc).split())}", Location(file, 1, 1)) from None
+    except ValueError as exc:  # PyYAML's scanner: chr() of an escape beyond Unicode, e.g. "\U00110000"
+        line = getattr(getattr(loader, "reader", None), "line", 0) if loader else 0
+        raise SpecError(f"bad escape in a quoted string: {exc}", Location(file, line + 1, 1),
+                        "escapes of valid Unicode code points (at most \\U0010FFFF)") from None
     except RecursionError:  # a safety net: the composer and the walker are bounded well below this
         raise SpecError("nesting too deep to read", Location(file, 1, 1),
                         f"mappings and lists nested at most {MAX_DEPTH} levels") from None
