@@ -120,19 +120,22 @@ class Model:
         """Every violated constraint and non-integer / non-positive shape at these dim values."""
         out: list[SpecError] = []
         for c in self.constraints:
-            shown = {k: sympy.sympify(v).xreplace(values) for k, v in c.values.items()}
             try:
+                shown = {k: sympy.sympify(v).xreplace(values) for k, v in c.values.items()}
                 holds = c.condition.xreplace(values) is sympy.true
             except ZeroDivisionError:  # e.g. Mod(C, heads) with heads = 0 at these dims
-                zero = ", ".join(f"{k} = 0" for k, v in shown.items() if v == 0) or "a size is 0"
-                out.append(SpecError(f"{zero} at these dims", c.where, "positive sizes"))
+                out.append(SpecError("a size in this layer's expressions is 0 (division or modulo by zero) at these "
+                                     "dims", c.where, "positive sizes"))
                 continue
             if not holds:
                 out.append(SpecError(c.message.format(**shown), c.where, c.expected))
         for node in self.op_nodes():
             for i, size in enumerate(node.out_shape):
-                value = sympy.sympify(size).xreplace(values)
-                if not (value.is_Integer and value >= 1):
+                try:
+                    value = sympy.sympify(size).xreplace(values)
+                except ZeroDivisionError:
+                    value = "a division or modulo by zero"
+                if not (isinstance(value, sympy.Basic) and value.is_Integer and value >= 1):
                     out.append(SpecError(f"{node.op.name} '{node.name}' gives output dim {i} = {size} = {value}",
                                          node.loc, "a positive integer size (check divisibility)"))
                     break

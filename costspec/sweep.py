@@ -47,6 +47,9 @@ def parse_vary(text: str) -> tuple[str, list[int]]:
             start, stop, op, step = int(match[1]), int(match[2]), match[3] or "+", int(match[4] or 1)
             if start < 1 or stop < start or step < 1 or (op in "x*" and step < 2):
                 raise ValueError
+            if op == "+" and (stop - start) // step + 1 > MAX_POINTS:
+                raise UsageError(f"--vary {text!r} has {(stop - start) // step + 1:,} values; the grid limit is "
+                                 f"{MAX_POINTS:,} points")
             values, v = [], start
             while v <= stop:
                 values.append(v)
@@ -57,14 +60,19 @@ def parse_vary(text: str) -> tuple[str, list[int]]:
                 raise ValueError
     except ValueError:
         raise UsageError(f"--vary {text!r}: expected positive integers as a..b, a..b:xK, a..b:+K or a,b,c") from None
+    if max(values) >= 2**62:
+        raise UsageError(f"--vary {text!r}: values must be below 2**62 for vectorised sweeps; use `costspec eval` "
+                         "for exact numbers at larger sizes")
     return name, values
 
 
-def make_grid(model: Model, varies: Sequence[tuple[str, list[int]]]) -> Grid:
+def make_grid(model: Model, varies: Sequence[tuple[str, list[int]]], fixed: Mapping[str, int] | None = None) -> Grid:
     import numpy as np
 
     seen = set()
     for name, _ in varies:
+        if fixed and name in fixed:
+            raise UsageError(f"{name} is both varied (--vary) and set (--set); give it once")
         if name in seen:
             raise UsageError(f"--vary {name} given twice")
         seen.add(name)
@@ -127,7 +135,7 @@ def evaluate_grid(model: Model, grid: Grid, exprs: Mapping[str, sympy.Expr],
 def sweep(model: Model, varies: Sequence[tuple[str, list[int]]], pass_: str = "forward",
           fixed: Mapping[str, int] | None = None) -> tuple[Grid, dict[str, "object"]]:
     """Grid columns plus tc_flops, cuda_flops, total_flops, params and every derived dim."""
-    grid = make_grid(model, varies)
+    grid = make_grid(model, varies, fixed)
     check_constraints(model, grid, fixed)
     cost = model.cost(pass_)
     exprs = {d.name: d.symbol for d in model.dims.derived()}

@@ -67,7 +67,7 @@ def test_train_is_forward_plus_backward():
     model = costspec.load(ROOT / "specs/vit_b.yaml")
     fwd, bwd, train = (model.evaluate(p, B=2) for p in ("forward", "backward", "train"))
     assert train.tc == fwd.tc + bwd.tc and train.cuda == fwd.cuda + bwd.cuda
-    assert train.params == fwd.params and bwd.params == 0
+    assert train.params == fwd.params and bwd.params == 0  # backward costs carry no parameters
 
 
 def test_a_layer_may_override_the_precision(write_spec):

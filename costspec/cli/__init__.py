@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except OSError as exc:  # e.g. -o into a folder that does not exist
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        click.echo(f"costspec: error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # a bug in costspec: say so, no traceback unless asked

@@ -10,6 +10,12 @@ from ..roofline import RooflineReport
 def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, depth: int = 2) -> None:
     """Write a roofline PNG/SVG: x = FLOPs/byte, y = achieved FLOP/s at the estimated time;
     one point per leaf row up to `depth`, sized by its share of the time."""
+    from pathlib import Path
+
+    from ..errors import UsageError
+
+    if Path(path).suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"-o {path}: the roofline is written as .png, .svg or .pdf")
     try:
         import matplotlib
 

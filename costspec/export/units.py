@@ -4,10 +4,19 @@ from __future__ import annotations
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
+def _sci(value: int) -> str:
+    """An exact integer in scientific notation from its digits (no float: it may not fit one)."""
+    digits = str(abs(value))
+    mantissa = f"{digits[0]}.{digits[1:4].ljust(3, '0')}"
+    return f"{'-' if value < 0 else ''}{mantissa}e{len(digits) - 1}"
+
+
 def si(value: float, unit: str = "FLOP") -> str:
-    """1.234e12 -> '1.234 TFLOP'; 0 -> '0'."""
+    """1.234e12 -> '1.234 TFLOP'; 0 -> '0'; beyond 1e18, scientific notation."""
     if value == 0:
         return "0"
+    if isinstance(value, int) and abs(value) >= 10**18:
+        return f"{_sci(value)} {unit}"
     for scale, prefix in _PREFIXES:
         if abs(value) >= scale:
             return f"{value / scale:.3f} {prefix}{unit}"
@@ -18,6 +27,8 @@ def params(value: int) -> str:
     """85_798_656 -> '85.80 M'."""
     if value == 0:
         return "0"
+    if abs(value) >= 10**15:
+        return _sci(value)
     if abs(value) >= 1e9:
         return f"{value / 1e9:.3f} B"
     if abs(value) >= 1e6:

@@ -86,6 +86,13 @@ def load_measured(spec: str, csvs: Sequence[str], batch: int | None = None, sets
     bind = _merge_bindings(sidecars, batch, sets or {})
     batch_value = bind.pop("B", None) if "B" in model.dims.dims else None
     values = model.bind(batch_value, bind)
+    bound = {str(k): int(v) for k, v in values.items()}
+    for csv_path, sidecar in zip(csvs, sidecars):
+        profiled = (sidecar or {}).get("dims") or {}
+        differ = [f"{k}={v} (here {bound[k]})" for k, v in profiled.items() if k in bound and int(v) != bound[k]]
+        if differ:
+            raise UsageError(f"{csv_path} was profiled at {', '.join(differ)}: counters measured at other dims "
+                             "cannot be compared; bind the dims it was profiled at (or drop --set)")
     sources, passes, notes = [], [], []
     for csv_path, sidecar in zip(csvs, sidecars):
         this_pass = pass_ or (sidecar or {}).get("pass") or "forward"

@@ -76,7 +76,14 @@ class Reshape(_Free):
         are bound if sympy cannot tell (with a -1, a non-integer inferred size is caught as an output dim)."""
         shape = list(call.attrs.shape)
         total = numel(call.in_shape)
-        if any(d == -1 for d in shape) or same_size(numel(shape), total):
+        if any(d == -1 for d in shape):  # the inferred size must come out whole
+            known = numel([d for d in shape if d != -1])
+            shown = "[" + ", ".join("-1" if d == -1 else f"{{s{i}}}" for i, d in enumerate(shape)) + "]"
+            values = {"total": total, **{f"s{i}": d for i, d in enumerate(shape) if d != -1}}
+            return [Constraint(sympy.Eq(sympy.Mod(total, known), 0),
+                               f"cannot reshape {len(call.in_shape)}-d input of {{total}} elements to {shown}",
+                               call.attrs.where("shape"), values, "known sizes that divide the element count")]
+        if same_size(numel(shape), total):
             return []
         values = {"total": total, **{f"s{i}": d for i, d in enumerate(shape)}}
         shown = "[" + ", ".join(f"{{s{i}}}" for i in range(len(shape))) + "]"
