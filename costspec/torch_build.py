@@ -10,13 +10,13 @@ Module paths map back to report rows by dropping the repeat index, or replacing 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import sympy
 
 from .errors import MissingExtraError, SpecError
 from .expr import as_exact_int
-from .tree import GroupNode, Node, OpNode, PartNode, RepeatNode, ResidualNode, ScopeNode
+from .tree import GroupNode, Node, OpNode, PartNode, RepeatNode, ResidualNode, ScopeNode, scope_members
 
 if TYPE_CHECKING:
     import torch
@@ -160,13 +160,6 @@ def group_of(repeat: RepeatNode, index: int) -> GroupNode:
 # ----------------------------------------------------------------------------------------------
 # Module path -> model tree node / report row
 # ----------------------------------------------------------------------------------------------
-def _members(node: Node) -> Iterator[Node]:
-    for child in node.children:
-        if child.transparent:
-            yield from _members(child)
-        else:
-            yield child
-
 
 def node_of(model: "Model", path: str) -> Node:
     """The deepest tree node of torch module `path` (a module inside an op module maps to the op
@@ -178,7 +171,7 @@ def node_of(model: "Model", path: str) -> Node:
             continue
         if isinstance(node, PartNode):
             return node
-        child = next((c for c in _members(node) if c.local == step), None)
+        child = next((c for c in scope_members(node) if c.local == step), None)
         if child is None:
             if isinstance(node, OpNode):
                 return node  # the op module's own internals

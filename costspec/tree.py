@@ -514,7 +514,7 @@ def _fmt(shape: tuple) -> str:
 
 def _assign_names(scope: Node, prefix: str) -> None:
     """Give every node its dotted name; default names that collide in a scope are numbered."""
-    members = list(_scope_members(scope))
+    members = list(scope_members(scope))
     seen_explicit: dict[str, Node] = {}
     defaults: dict[str, list[Node]] = {}
     for node in members:
@@ -542,9 +542,10 @@ def _assign_names(scope: Node, prefix: str) -> None:
             _assign_names(node, node.name)
 
 
-def _scope_members(scope: Node) -> Iterator[Node]:
+def scope_members(scope: Node) -> Iterator[Node]:
+    """The nodes named in `scope`: its children, looking through transparent ones (residuals)."""
     for child in scope.children:
         if child.transparent:
-            yield from _scope_members(child)
+            yield from scope_members(child)
         else:
             yield child
