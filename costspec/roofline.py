@@ -15,7 +15,7 @@ import sympy
 from .gpus import POINTWISE_DTYPE, Gpu
 from .model import GradState, Model, Report
 from .ops.base import FUSION_MODES, ZERO
-from .tree import Node, OpNode, PartNode, RepeatNode, ResidualNode
+from .tree import Node, OpNode, PartNode
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class RooflineReport:
 # Traffic (elements -> bytes), following the same instance logic as costs
 # ----------------------------------------------------------------------------------------------
 def _op_traffic(op: OpNode, pass_: str, in_rg: bool, fusion: str) -> dict[str, sympy.Expr]:
-    if pass_ == "backward" and not in_rg and not op.makes_grad:
+    if pass_ == "backward" and not op.runs_backward(in_rg):
         return {}
     size = op.precision.bytes_per_element
     return {t.part: (t.reads + t.writes) * size for t in op.op.traffic(op.call, pass_, in_rg, fusion)}
@@ -65,19 +65,7 @@ def node_bytes(node: Node, pass_: str, in_rg: bool, fusion: str) -> sympy.Expr:
         return sum(_op_traffic(node, pass_, in_rg, fusion).values(), ZERO)
     if pass_ == "forward":
         return sum((child.count * node_bytes(child, pass_, in_rg, fusion) for child in node.children), ZERO)
-    if isinstance(node, RepeatNode) and not in_rg and node.makes_grad:
-        first = node.first_group()
-        total = node_bytes(first, pass_, False, fusion) + (first.count - 1) * node_bytes(first, pass_, True, fusion)
-        return total + sum((g.count * node_bytes(g, pass_, True, fusion) for g in node.children if g is not first),
-                           ZERO)
-    children = node.children[:-1] if isinstance(node, ResidualNode) else node.children
-    total, rg = ZERO, in_rg
-    for child in children:
-        total += child.count * node_bytes(child, pass_, rg, fusion)
-        rg = rg or child.makes_grad
-    if isinstance(node, ResidualNode):
-        total += node_bytes(node.children[-1], pass_, in_rg, fusion)
-    return total
+    return sum((k * node_bytes(child, pass_, rg, fusion) for child, rg, k in node.backward_terms(in_rg)), ZERO)
 
 
 def total_bytes(node: Node, pass_: str, mult: sympy.Expr, grad: GradState, fusion: str) -> sympy.Expr:

@@ -59,11 +59,20 @@ class Node:
         return self._bwd[in_rg]
 
     def _backward(self, in_rg: bool) -> Cost:
-        total, rg = ZERO_COST, in_rg
-        for child in self.children:
-            total = total + child.backward(rg).scaled(child.count)
-            rg = rg or child.makes_grad
+        total = ZERO_COST
+        for child, rg, instances in self.backward_terms(in_rg):
+            total = total + child.backward(rg).scaled(instances)
         return total
+
+    def backward_terms(self, in_rg: bool) -> list[tuple["Node", bool, sympy.Expr]]:
+        """One backward instance of this node as (child, child's input-requires-grad, instances):
+        children in order, each seeing a gradient once its input or an earlier child needs one.
+        Costs (`backward`) and bytes (roofline) both add up these terms."""
+        terms, rg = [], in_rg
+        for child in self.children:
+            terms.append((child, rg, child.count))
+            rg = rg or child.makes_grad
+        return terms
 
     @property
     def makes_grad(self) -> bool:
@@ -114,10 +123,14 @@ class OpNode(Node):
         part = next(p for p in self.fwd_parts if p.name == name)
         return route(part.work, part.params, self.precision, self.table)
 
+    def runs_backward(self, in_rg: bool) -> bool:
+        """False when nothing before this op needs a gradient and it has no parameters of its own."""
+        return in_rg or self.makes_grad
+
     def backward_parts(self, in_rg: bool) -> dict[str, Part]:
         if in_rg not in self._bwd_parts:
-            if not in_rg and not self.makes_grad:
-                parts = {}  # nothing before this op needs a gradient, and it has none of its own
+            if not self.runs_backward(in_rg):
+                parts = {}
             else:
                 parts = {p.name: self._canon(p) for p in self.op.backward(self.call, in_rg)}
                 unknown = set(parts) - {p.name for p in self.fwd_parts}
@@ -183,13 +196,9 @@ class ResidualNode(Node):
     kind = "residual"
     transparent = True
 
-    def _backward(self, in_rg: bool) -> Cost:
-        *body, add = self.children
-        total, rg = ZERO_COST, in_rg
-        for child in body:
-            total = total + child.backward(rg)
-            rg = rg or child.makes_grad
-        return total + add.backward(in_rg)  # the gradient sum at the fork exists iff x needs grad
+    def backward_terms(self, in_rg: bool):
+        *body, add = super().backward_terms(in_rg)
+        return body + [(add[0], in_rg, add[2])]  # the gradient sum at the fork exists iff x needs grad
 
 
 class GroupNode(ScopeNode):
@@ -226,19 +235,18 @@ class RepeatNode(Node):
                 return group
         raise AssertionError("a repeat without a group holding index 0")
 
-    def _backward(self, in_rg: bool) -> Cost:
+    def backward_terms(self, in_rg: bool):
+        """Every instance sees the repeat's input state, unless that needs no gradient and the body
+        has parameters: then only the very first instance runs without an input gradient."""
         if in_rg or not self.makes_grad:
-            return super()._backward(in_rg)
+            return [(group, in_rg, group.count) for group in self.children]
         first = self.first_group()
         if not first.makes_grad:
             raise SpecError("the first instance of this repeat has no parameters but later ones do; "
                             "costspec cannot yet tell which instance first needs a gradient", self.loc,
                             "the same parameterised layers in every instance")
-        total = first.backward(False) + first.backward(True).scaled(first.count - 1)
-        for group in self.children:
-            if group is not first:
-                total = total + group.backward(True).scaled(group.count)
-        return total
+        return [(first, False, sympy.Integer(1)), (first, True, first.count - 1)] + [
+            (group, True, group.count) for group in self.children if group is not first]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -7,12 +7,7 @@ from . import cli, options
 
 
 @cli.command("formula")
-@options.spec_arg
-@options.keep
-@options.sets
-@options.pass_
-@options.per_layer
-@options.expand
+@options.closed_forms
 @options.output_format("text", "json", default="text")
 def formula_command(spec, keep, sets, pass_, per_layer, expand, fmt):
     """Print SPEC's costs as canonical polynomials in the kept symbols (totals; every layer with --per-layer)."""

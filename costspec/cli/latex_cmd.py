@@ -7,12 +7,7 @@ from . import cli, options
 
 
 @cli.command("latex")
-@options.spec_arg
-@options.keep
-@options.sets
-@options.pass_
-@options.per_layer
-@options.expand
+@options.closed_forms
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), help="Write to FILE, not stdout.")
 @click.option("--standalone", is_flag=True, help="A complete document that pdflatex compiles.")
 def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone):

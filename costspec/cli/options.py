@@ -49,6 +49,13 @@ keep = click.option("--keep", callback=_parse_keep, metavar="B,S,C",
 expand = click.option("--expand", is_flag=True, help="Write derived dims (e.g. S) out by their definitions.")
 per_layer = click.option("--per-layer", is_flag=True, help="One formula per layer, every level of the tree.")
 
+
+def closed_forms(f):
+    """The options `formula` and `latex` share: SPEC, --keep, --set, --pass, --per-layer, --expand."""
+    for option in (expand, per_layer, pass_, sets, keep, spec_arg):
+        f = option(f)
+    return f
+
 # costspec validate
 validate_pass = click.option("--pass", "pass_", type=click.Choice(["forward", "train"]), default="forward",
                              show_default=True, help="Which pass to run and count (train = forward + backward).")

@@ -123,7 +123,7 @@ def _owner_and_part(node: Node) -> tuple[OpNode, str]:
 
 
 def _writes(op: OpNode, part: str, pass_: str, in_rg: bool) -> sympy.Expr | None:
-    if pass_ == "backward" and not in_rg and not op.makes_grad:
+    if pass_ == "backward" and not op.runs_backward(in_rg):
         return sympy.Integer(0)
     try:
         traffic = op.op.traffic(op.call, pass_, in_rg, "default")
