@@ -13,13 +13,15 @@ from . import cli, options
 @options.validate_pass
 @options.device
 @options.rtol
-@options.output_format("table", "json")
+@options.output_format()
 def validate_command(spec, batch, sets, pass_, device, rtol, fmt):
-    """Build SPEC's torch module, count it, and compare per layer; exit 1 on any mismatch."""
+    """Build SPEC's torch module, count it, and compare per layer with the spec's formulas (this checks
+    the engine against itself; exit 1 on any mismatch)."""
+    from ..export.render import render
     from ..model import load
-    from ..validate import RENDERERS, check, validate
+    from ..validate import check, to_result, validate
 
     model = load(spec)
     result = validate(model, model.bind(batch, sets), pass_, device, rtol)
-    click.echo(RENDERERS[fmt](result))
+    click.echo(render(to_result(result), fmt))
     check(result)

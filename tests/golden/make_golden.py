@@ -52,11 +52,38 @@ def _numbers(d: dict, skip=("depth", "count", "repeat")) -> dict:
     return {k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in skip}
 
 
+def _table_numbers(text: str, tail: int) -> list[list[str]]:
+    """A fixed-width table's rows as [first cell, last `tail` cells] (numbers; '-' or '' for none), whatever
+    the alignment: module paths with their parameter counts, GPU keys with their peaks."""
+    out = []
+    for line in text.splitlines()[1:]:
+        tokens = line.split()
+        if not tokens or set(tokens[0]) <= {"-"} or tokens[0].startswith("Peaks"):
+            continue
+        numbers = [t for t in tokens[1:] if t == "-" or t.replace(",", "").replace(".", "").isdigit()]
+        cells = numbers[-tail:]
+        if tail == 2 and len(cells) == 2 and cells[-1] == "-":
+            cells = cells[:1]  # a module's own parameter count is shown only where it differs
+        elif tail == 2 and len(cells) == 2 and not (tokens[-2].replace(",", "").isdigit()):
+            cells = cells[-1:]
+        out.append([tokens[0]] + cells)
+    return out
+
+
+def _phases(data: dict) -> dict[str, list[dict]]:
+    """phase -> rows (the total last), from the layout before the refactor (`phases`) or after (`tables`)."""
+    if "phases" in data:
+        return data["phases"]
+    return {phase: t["rows"] + [t["total"]] for phase, t in data["tables"].items()}
+
+
 def normalize(name: str, text: str):
     """The numbers of one output, layout-free: {row: {quantity: value}} (or text for latex/torch/gpus)."""
     kind = name.split(":")[0]
-    if kind in ("latex", "torch", "gpus"):
+    if kind == "latex":
         return text
+    if kind in ("torch", "gpus"):
+        return _table_numbers(text, 2 if kind == "torch" else 7)
     if kind == "sweep":
         return text.strip().splitlines()
     data = json.loads(text)
@@ -75,11 +102,11 @@ def normalize(name: str, text: str):
         return {f"{phase}:{r['name']}": {"analytic": r["matmul_analytic"], "measured": r["matmul_measured"],
                                          "reconciled": r["matmul_reconciled"], **{
                                              f"pw:{k}": v for k, v in r["pointwise_analytic"].items()}}
-                for phase, rows in data["phases"].items() for r in rows}
+                for phase, rows in _phases(data).items() for r in rows}
     if kind == "ncu-compare":
         return {f"{phase}:{r['name']}": {q: r[q] for q in ("kernels", "tc_analytic", "tc_measured",
                                                              "cuda_analytic", "cuda_measured")}
-                for phase, rows in data["phases"].items() for r in rows}
+                for phase, rows in _phases(data).items() for r in rows}
     raise ValueError(name)
 
 
