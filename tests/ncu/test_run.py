@@ -46,9 +46,10 @@ def test_print_command_has_the_metric_list_of_the_arch(how, cc, tmp_path):
     other_only = {m for m in metrics_for(other) if m.startswith(T)} - tensor
     assert tensor and other_only and not other_only & set(metrics)  # only this arch's tensor counters
     if cc == "9.0":
-        assert f"{T}src_fp16.sum" in tensor and f"{T}src_bf16_dst_fp32.sum" in tensor
+        assert f"{T}src_fp16.sum" in tensor and f"{T}src_bf16_dst_fp32.sum" in tensor  # cross-check aggregates
+        assert f"{T}op_hgmma_src_fp16_sparsity_off.sum" in tensor  # wgmma
+        assert f"{T}op_hmma_src_fp16_dst_fp32_sparsity_off.sum" in tensor  # mma.sync
         assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in metrics
-        assert not any("sparsity_off" in m and "fp8" not in m for m in tensor)
     else:
         assert f"{T}src_bf16_dst_fp32_sparsity_off.sum" in tensor and f"{T}src_fp16.sum" not in tensor
         assert "sm__inst_executed_pipe_tensor_op_gmma.sum" not in metrics
