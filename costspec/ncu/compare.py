@@ -72,6 +72,7 @@ class Comparison:
     calibration: str | None
     devices: list[dict]
     notes: list[str] = field(default_factory=list)
+    csv_cc: str | None = None  # the compute capability the CSVs' own columns give (when a sidecar lacks it)
 
 
 def _measured_by_slot(kernels: list[Kernel]) -> dict[str, tuple[int, int, int]]:
@@ -148,7 +149,8 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
     dims = {str(k): int(v) for k, v in measured.values.items()}
     return Comparison(model.name, list(measured.attribution.sources), measured.pass_, dims,
                       measured.attribution.has_tensor_counters, rows, no_term, unattributed,
-                      calibration.source if calibration else None, measured.sidecars, notes)
+                      calibration.source if calibration else None, measured.sidecars, notes,
+                      csv_cc=measured.attribution.cc)
 
 
 def _no_term_flops(buckets, slot: str) -> int:
@@ -179,8 +181,8 @@ def _int(value) -> str:
 def render_table(c: Comparison) -> str:
     dims = " ".join(f"{k}={v}" for k, v in c.dims.items())
     device = ", ".join(dict.fromkeys(
-        f"{d.get('gpu', '?')} (CC {d.get('compute_capability', '?')}, ncu {d.get('ncu_version') or '?'})"
-        for d in c.devices)) or "no sidecar"
+        f"{d.get('gpu', '?')} (CC {d.get('compute_capability') or c.csv_cc or '?'}, ncu {d.get('ncu_version') or '?'})"
+        for d in c.devices)) or (f"no sidecar; CC {c.csv_cc} from the CSV" if c.csv_cc else "no sidecar")
     lines = [f"{c.spec} | ncu compare {c.pass_} | {dims} | {', '.join(c.csvs)}", f"measured on: {device}"]
     for phase, rows in c.rows.items():
         head = ["layer", "kernels", "TC analytic", "TC measured", "TC diff", "CUDA analytic", "CUDA measured",

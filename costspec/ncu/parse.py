@@ -228,8 +228,12 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     Start/end cells (``Id:Domain:Start/Stop_Range:...``) use the same entries, optionally
     prefixed with a numeric range id (``3:<default domain>:step:...``). That prefix is dropped.
 
-    Entries from several domains are returned in printed order. An unquoted cell is read as a
-    single entry. ``ValueError`` is raised for an entry with too few fields or for stray text.
+    Entries from several domains are returned in printed order (ncu prints one stack per domain,
+    each outermost first). Unquoted cells (a CSV reader or an export that dropped the inner
+    quotes) are accepted too: each entry ends with its six payload fields, which hold no spaces
+    (``none`` or a value), followed by white space or the end of the cell; names and domains may
+    hold spaces. A cell that does not split that way is read as one entry. ``ValueError`` is raised for an entry with too
+    few fields or for stray text.
     """
     text = cell.strip()
     if not text:
@@ -237,9 +241,7 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     entries = _QUOTED.findall(text)
     rest = _QUOTED.sub(" ", text).split()
     if not entries:
-        if rest and rest[0].isdigit():
-            rest = rest[1:]
-        entries, rest = ([" ".join(rest)] if rest else []), []
+        entries, rest = _unquoted_entries(text), []
     elif rest and rest[0].isdigit():
         rest = rest[1:]
     if rest:
@@ -256,6 +258,24 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
             )
         names.append(":".join(fields[1:-_PAYLOAD_FIELDS]))
     return tuple(names)
+
+
+_UNQUOTED_ENTRY = re.compile(r"(\S.*?(?::[^:\s]*){%d})(?:\s+|$)" % _PAYLOAD_FIELDS)
+
+
+def _unquoted_entries(text: str) -> list[str]:
+    head, _, tail = text.partition(" ")
+    if head.isdigit():  # the thread (or process) id
+        text = tail.strip()
+    if not text:
+        return []
+    entries, end = [], 0
+    for match in _UNQUOTED_ENTRY.finditer(text):
+        if match.start() != end:
+            break
+        entries.append(match.group(1))
+        end = match.end()
+    return entries if entries and end == len(text) else [text]
 
 
 # -- reading -------------------------------------------------------------------------------------
