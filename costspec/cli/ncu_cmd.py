@@ -57,9 +57,7 @@ def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arc
 @click.argument("csv", type=click.Path(dir_okay=False, exists=True))
 @options.output_format("table", "json")
 def show_command(csv, fmt):
-    """What an ncu CSV export holds: per kernel launch, its class, Tensor-Core and CUDA-core FLOPs,
-    DRAM bytes and duration (where the export has them), the counters behind each figure, and totals.
-    Any ncu export (raw or details page, any version); no spec and no NVTX ranges needed."""
+    """Per kernel launch of any ncu CSV export: class, TC/CUDA-core FLOPs, DRAM bytes, time, counters."""
     from ..ncu.show import RENDERERS, show
 
     click.echo(RENDERERS[fmt](show(csv)))

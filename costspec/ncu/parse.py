@@ -232,8 +232,8 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     each outermost first). Unquoted cells (a CSV reader or an export that dropped the inner
     quotes) are accepted too: each entry ends with its six payload fields, which hold no spaces
     (``none`` or a value), followed by white space or the end of the cell; names and domains may
-    hold spaces. A cell that does not split that way is read as one entry. ``ValueError`` is raised for an entry with too
-    few fields or for stray text.
+    hold spaces. A cell that does not split that way is read as one entry. ``ValueError`` is raised for
+    an entry with too few fields or for stray text.
     """
     text = cell.strip()
     if not text:
@@ -260,7 +260,7 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-_UNQUOTED_ENTRY = re.compile(r"(\S.*?(?::[^:\s]*){%d})(?:\s+|$)" % _PAYLOAD_FIELDS)
+_UNQUOTED_ENTRY = re.compile(r"(\S.*?(?::[^:\s]*){" + str(_PAYLOAD_FIELDS) + r"})(?:\s+|$)")
 
 
 def _unquoted_entries(text: str) -> list[str]:
@@ -284,7 +284,8 @@ _IDENTITY = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Ke
              "Stream", "Block Size", "Grid Size", "Device", "CC")
 _RULE_COLUMNS = frozenset({"Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type",
                            "Estimated Speedup"})
-_DETAILS_COLUMNS = ("Section Name", "Body Item Label", "Metric Name", "Metric Unit", "Metric Value", *sorted(_RULE_COLUMNS))
+_DETAILS_COLUMNS = ("Section Name", "Body Item Label", "Metric Name", "Metric Unit", "Metric Value",
+                    *sorted(_RULE_COLUMNS))
 COMMAND_LINE_SECTION = "Command line profiler metrics"
 LABEL_SEPARATOR = " :: "
 _ATTRIBUTE_COLUMNS = tuple(c for c in _IDENTITY if c not in ("ID", "Kernel Name", "CC"))

@@ -16,8 +16,8 @@ export is ``None`` (shown as ``-``), never 0:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from .attribute import short_name
 from .kernels import classify, flops_from_metrics

@@ -168,7 +168,8 @@ def test_blackwell_packed_fp32_counts_two_lanes():
     assert flops["cuda_fp32"] == 10 + 20 + 2 * 30 + 2 * 1 + 2 * 2 + 4 * 3  # FFMA2 = 2 lanes x 2 FLOPs
     assert "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum" in flops["cuda_counters"]
     # on 10.0 an export without them says so; on 9.0 they are not expected
-    assert "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum" in flops_from_metrics(_ops(ffma=1), cc="10.0")["missing"]
+    ffma2 = "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum"
+    assert ffma2 in flops_from_metrics(_ops(ffma=1), cc="10.0")["missing"]
     assert not any("ffma2" in m for m in flops_from_metrics(_ops(ffma=1), cc="9.0")["missing"])
 
 

@@ -69,7 +69,8 @@ def test_blackwell_packed_fp32_and_new_archs():
     for cc in ("8.0", "9.0", "11.0", "12.0", "12.1"):
         assert not packed & set(metrics_for(cc)), cc
     # 10.3 (GB11x): the FP8 aggregate is gone; FP6/FP4 via src_fp4_fp6_dst_*, FP8 via tcgen05 op_utcqmma
-    assert tensor_counters_by_dtype("10.3")["fp4_fp6"] == [f"{T}src_fp4_fp6_dst_fp16.sum", f"{T}src_fp4_fp6_dst_fp32.sum"]
+    assert tensor_counters_by_dtype("10.3")["fp4_fp6"] == [f"{T}src_fp4_fp6_dst_fp16.sum",
+                                                           f"{T}src_fp4_fp6_dst_fp32.sum"]
     assert tensor_counters_by_dtype("10.3")["fp8"] == [f"{T}op_utcqmma_src_fp8_dst_fp16_sparsity_off.sum",
                                                        f"{T}op_utcqmma_src_fp8_dst_fp32_sparsity_off.sum"]
     assert not any("fp4_fp6_fp8" in m for m in _tensor("10.3"))

@@ -141,6 +141,6 @@ def test_compare_takes_the_cc_from_the_csv_without_a_sidecar(tmp_path):
 def test_show_cli_on_every_real_export():
     for path in sorted(REAL.glob("*.csv")):
         result = subprocess.run([sys.executable, "-m", "costspec", "ncu", "show", str(path)], cwd=ROOT,
-                                capture_output=True, text=True, timeout=120)
+                                capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stderr
         assert "ncu show" in result.stdout.splitlines()[0]

@@ -109,7 +109,7 @@ def test_bad_arch_exits_2(tmp_path):
 
 def test_print_command_without_output_and_the_new_archs():
     # no -o: the printed command writes SPEC_STEM.ncu.csv in the working directory
-    env, words = _printed("specs/vit_b.yaml", "--batch", "8", "--arch", "9.0")
+    _, words = _printed("specs/vit_b.yaml", "--batch", "8", "--arch", "9.0")
     assert _flag(words, "--log-file") == "vit_b.ncu.csv" and _flag(words, "--export") == "vit_b.ncu.ncu-rep"
     assert _flag(words, "--sidecar") == "vit_b.ncu.json"
     hopper = _flag(words, "--metrics").split(",")
