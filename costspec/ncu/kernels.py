@@ -145,8 +145,7 @@ def tensor_counters(metrics: Mapping[str, float]) -> TensorCounters:
     * A ``src_<d>`` counter (no ``op_``) is an aggregate when an ``op_<instr>_src_<d'>`` counter
       is present whose dtype fields start with ``d`` (``src_fp16`` covers ``op_hgmma_src_fp16``
       and ``op_hmma_src_fp16_dst_fp32``): the per-instruction counters are added, the aggregate
-      is kept as a cross-check. Before, any ``src_*`` counter present hid every ``op_*`` one,
-      which dropped Hopper's per-instruction counts.
+      is kept as a cross-check.
     """
     present = [m for m in metrics if m.startswith(TENSOR_OPS_PREFIX) and m.endswith(".sum")]
     bases = {m[: -len(".sum")] for m in present}

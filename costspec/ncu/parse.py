@@ -146,11 +146,12 @@ _ROLLUPS = ("sum", "avg", "max", "min")
 
 
 def parse_instances(cell: str) -> list[Decimal] | None:
-    """The values of an instanced cell ``"32.00; 32.00; 4.00"``; ``None`` if the cell has no ``;``.
+    """The values of an instanced cell ``"32.00; 32.00; 4.00"``; ``None`` if the cell has no ``;`` or
+    starts with an aggregate (``"158 (0: 100; 1: 58)"``, read by :func:`parse_value`).
 
     ``ValueError`` if an instance is not a number; ``n/a`` instances are skipped.
     """
-    if ";" not in cell:
+    if ";" not in cell or "(" in cell.replace("(!)", ""):
         return None
     values = [parse_value(part) for part in cell.split(";")]
     return [v for v in values if v is not None]

@@ -310,7 +310,8 @@ def _raw(metric: str, unit: str, cell: str) -> str:
      ("sm__warps_active.avg.per_cycle_active", "32.00; 32.00; 4.00", 68.0 / 3),  # .avg: their mean
      ("sm__cycles_active.max", "1,000; 3; 20", 1000.0),
      ("sm__cycles_active.min", "1,000; 3; 20", 3.0),
-     ("l1tex__t_bytes.sum.per_second", "1; 2", 3.0)],  # a rate of a .sum roll-up is summed
+     ("l1tex__t_bytes.sum.per_second", "1; 2", 3.0),  # a rate of a .sum roll-up is summed
+     ("sm__warps_launched.sum", "158 (0: 100; 1: 58)", 158.0)],  # --print-metric-instances values: the aggregate
 )
 def test_instanced_values_use_the_metric_rollup(metric, cell, expected):
     (record,) = parse_csv(_raw(metric, "inst", cell))
