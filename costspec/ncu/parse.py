@@ -97,7 +97,8 @@ class NcuFormatError(CostspecError):
 class KernelRecord:
     """One profiled kernel launch.
 
-    ``metrics`` maps a metric name (or label, if ncu printed labels) to its value in base units.
+    ``metrics`` maps a metric name to its value in base units; a label that ncu printed instead of
+    a name is keyed ``Section :: [Body Item Label ::] Label`` (see the module docstring).
     ``units`` gives the base unit of each entry in ``metrics`` (``""`` = dimensionless).
     ``missing`` lists metrics that were present as ``n/a``/empty. ``attributes`` holds the text
     columns (Process ID, Stream, Block Size, Kernel Time, ...) and text-valued metrics.
