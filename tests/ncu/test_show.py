@@ -39,6 +39,7 @@ def test_gardenia_per_launch_and_totals():
 def test_rtx5090_tensor_core_gemm():
     report = show(str(REAL / "llmperf_rtx5090_k0005_gemm.metrics.details.csv"))
     (row,) = report.rows
+    assert row.short == "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_256x128_32x3_tn_align8"  # not "Kernel2"
     assert row.figures["tensor"] == 12_532_580_352 and row.sources["tensor"] == (f"{T}src_bf16_dst_fp32.sum",)
     assert row.figures["cuda_fp32"] is None  # the export has no CUDA-core counter
     assert row.figures["dram_bytes"] == 17_500_000  # 17.50 Mbyte read + 0 byte written
