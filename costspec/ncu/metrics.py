@@ -17,7 +17,8 @@ Everything here comes from ``shared/reference/ncu-metrics-and-gpu-peaks.md`` ("t
   ``op_utcqmma_src_fp8_*`` counters. Volta (7.0) has no ops counter.
 * Blackwell packed FP32 (CC 10.0 and 10.3): ``smsp__sass_thread_inst_executed_op_{fadd2,fmul2,
   ffma2}_pred_on.sum`` count FADD2/FMUL2/FFMA2 thread instructions, 2 lanes each (NVIDIA's 2025
-  ``SpeedOfLight_Roofline.py`` rule reads them for ``cc_major == 10 and cc_minor in (0, 3)``).
+  ``SpeedOfLight_Roofline.py`` rule reads them for ``cc_major == 10 and cc_minor in (0, 3)``; its
+  weights are discussed in ``docs/ncu.md`` section 4).
 * §2.3: instruction-count cross-checks (``ComputeWorkloadAnalysis.section``): hmma/imma/dmma,
   gmma on 9.0, the ``_v2`` names on 8.9 and ``subpipe`` names on 10.0/12.0.
 * §3: ``dram__bytes_read.sum``, ``dram__bytes_write.sum``, ``gpu__time_duration.sum``.
