@@ -95,9 +95,10 @@ def launch_row(record: KernelRecord) -> LaunchRow:
     figures["tensor_aggregate"] = flops["tensor_aggregate"]
     if flops["tensor_aggregate_counters"]:
         sources["tensor_aggregate"] = flops["tensor_aggregate_counters"]
+    by_precision = {"fp32": flops["cuda_fp32"], "fp16": flops["cuda_fp16"], "fp64": flops["cuda_fp64"]}
     for precision, ops in _PRECISION_OPS.items():
         present = tuple(cuda_core_metric(op) for op in ops if cuda_core_metric(op) in metrics)
-        figures[f"cuda_{precision}"] = flops[f"cuda_{precision}"] if present else None  # type: ignore[literal-required]
+        figures[f"cuda_{precision}"] = by_precision[precision] if present else None
         if present:
             sources[f"cuda_{precision}"] = present
     dram, dram_from = _sum(metrics, (DRAM_BYTES_READ, DRAM_BYTES_WRITE))
