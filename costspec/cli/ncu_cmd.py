@@ -1,4 +1,4 @@
-"""`costspec ncu run | compare | calibrate`: Nsight Compute profiling, comparison and calibration."""
+"""`costspec ncu run | show | compare | calibrate`: Nsight Compute profiling, inspection, comparison and calibration."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,7 +27,8 @@ def ncu_group() -> None:
 @click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default=None,
               help="Run in this dtype (default: the spec's precision).")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Unprofiled steps first.")
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False), help="OUT.csv (raw page).")
+@click.option("-o", "--output", "out", default=None, type=click.Path(dir_okay=False),
+              help="OUT.csv (raw page); required to run, with --print-command it defaults to SPEC_STEM.ncu.csv.")
 @click.option("--print-command", is_flag=True, help="Print the ncu command instead of running it (no GPU needed).")
 @click.option("--arch", default=None, help="Target compute capability for --print-command, e.g. 9.0 or 8.0.")
 @options.gpu(required=False)
@@ -42,6 +43,9 @@ def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arc
     cc = resolve_arch(arch, gpu, catalog)
     if cc is None:
         cc = detect_gpu(PRINT_COMMAND_HINT)[1]  # no GPU and no --arch/--gpu: NoGpuError, exit 2
+    if out is None:
+        options.require(print_command, "ncu run needs -o OUT.csv (where the raw page is written)")
+        out = f"{Path(spec).stem}.ncu.csv"
     plan = plan_run(spec, out, cc, batch, sets, pass_, dtype or str(model.precision), warmup, ncu)
     if print_command:
         click.echo(format_plan(plan))
@@ -49,6 +53,17 @@ def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arc
     detect_gpu(PRINT_COMMAND_HINT)
     sidecar = execute(plan, find_ncu(ncu))
     click.echo(f"wrote {plan.csv} ({sidecar['kernels']} kernels), {plan.sidecar}, {plan.report}")
+
+
+@ncu_group.command("show")
+@click.argument("csv", type=click.Path(dir_okay=False, exists=True))
+@options.output_format()
+def show_command(csv, fmt):
+    """Per kernel launch of any ncu CSV export: class, TC/CUDA-core FLOPs, DRAM bytes, time, counters."""
+    from ..export.render import render
+    from ..ncu.show import show, to_result
+
+    click.echo(render(to_result(show(csv)), fmt))
 
 
 @ncu_group.command("compare")

@@ -39,7 +39,7 @@ LOSS_RANGE = "costspec:loss"
 # kernel class -> the matmul class of the work it runs, as the ops state it (`OpDef.runtime.kernels`)
 MATMUL_KERNEL_CLASSES = {kclass: mclass for op in OPS.values() for mclass, kclass in op.runtime.kernels.items()}
 _COPY = re.compile(r"copy|memcpy|memset|CatArray|fill", re.IGNORECASE)
-_WRAPPERS = ("cutlass::Kernel", "cutlass::Kernel2", "cutlass::device_kernel", "Kernel", "device_kernel")
+_WRAPPERS = ("cutlass::Kernel", "cutlass::Kernel2", "cutlass::device_kernel", "Kernel", "Kernel2", "device_kernel")
 CONVENTIONS = ("Tensor-Core FLOPs = sum of the sm__ops_path_tensor_*.sum counters as ncu reports them "
                "(1 op = 1 FLOP, a multiply-add = 2); CUDA-core FLOPs = 2*FMA + ADD + MUL thread instructions "
                "per precision (fp32 fadd/fmul/ffma, fp64 dadd/dmul/dfma; fp16 packed half2 = 2 lanes: "

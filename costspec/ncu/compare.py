@@ -52,6 +52,7 @@ class Comparison:
     calibration: str | None
     devices: list[dict]
     notes: list[str] = field(default_factory=list)
+    csv_cc: str | None = None  # the compute capability the CSVs' own columns give (when a sidecar lacks it)
 
     @property
     def rows(self) -> dict[str, list[Row]]:
@@ -136,7 +137,8 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
     dims = {str(k): int(v) for k, v in measured.values.items()}
     return Comparison(model.name, list(measured.attribution.sources), measured.pass_, dims,
                       measured.attribution.has_tensor_counters, tables, no_term, unattributed,
-                      calibration.source if calibration else None, measured.sidecars, notes)
+                      calibration.source if calibration else None, measured.sidecars, notes,
+                      csv_cc=measured.attribution.cc)
 
 
 def _no_term_flops(buckets, slot: str) -> int:
@@ -163,10 +165,11 @@ def rel(measured: float, analytic: float) -> float | None:
 
 
 def device_line(c: Comparison) -> str:
-    """The GPU, compute capability and ncu version each CSV was measured with (from the sidecars)."""
+    """The GPU, compute capability and ncu version each CSV was measured with: from the sidecars, the
+    compute capability from the CSV's own CC column where a sidecar lacks it."""
     return ", ".join(dict.fromkeys(
-        f"{d.get('gpu', '?')} (CC {d.get('compute_capability', '?')}, ncu {d.get('ncu_version') or '?'})"
-        for d in c.devices)) or "no sidecar"
+        f"{d.get('gpu', '?')} (CC {d.get('compute_capability') or c.csv_cc or '?'}, ncu {d.get('ncu_version') or '?'})"
+        for d in c.devices)) or (f"no sidecar; CC {c.csv_cc} from the CSV" if c.csv_cc else "no sidecar")
 
 
 def to_result(c: Comparison) -> Result:

@@ -2,14 +2,18 @@
 
 The counting conventions come from ``shared/reference/ncu-metrics-and-gpu-peaks.md``:
 
-* §1: CUDA-core FLOPs as ncu's roofline sections count them. FP32 = fadd + fmul + 2*ffma.
+* §1: CUDA-core FLOPs as ncu's roofline sections count them. FP32 = fadd + fmul + 2*ffma, plus
+  on Blackwell 10.0/10.3 the packed 2-lane instructions: 2*fadd2 + 2*fmul2 + 4*ffma2.
   FP64 = dadd + dmul + 2*dfma. FP16 = 2*hadd + 2*hmul + 4*hfma ("roofline"): ncu's half
   roofline counts every H* instruction as a packed half2, 2 lanes. The nvprof->ncu transition
   table says hadd + hmul + 2*hfma ("nvprof"). costspec defaults to "roofline", because that is
   what ncu's achieved FLOP/s shows. The notes' §7.2 asks for a half2 microbenchmark to confirm.
 * §2.1/§2.2: Tensor-Core FLOPs = the sum of the ``sm__ops_path_tensor_*.sum`` counters, taken
   as they are (1 op = 1 FLOP). An aggregate and its own ``_sparsity_off/_on`` split must not
-  both be added. Volta has no ops counter: 512 x ``sm__inst_executed_pipe_tensor.sum``.
+  both be added. Per-instruction counters (``op_<instr>_src_<dtype>``: Hopper wgmma ``hgmma``
+  and mma.sync ``hmma``, Blackwell tcgen05 ``utc*mma``) are counted; an aggregate
+  ``src_<dtype>`` that they break down again is a cross-check (``tensor_aggregate``), shown
+  next to them and never added. Volta has no ops counter: 512 x ``sm__inst_executed_pipe_tensor.sum``.
 * §5.6/§5.7: cuBLAS split-K adds a ``splitKreduce_kernel``, and epilogues put CUDA-core FLOPs
   inside GEMM kernels. So a layer's measured FLOPs are summed over every kernel in its NVTX
   range.
@@ -22,9 +26,11 @@ from typing import Collection, Literal, Mapping, Sequence, TypedDict
 from costspec.errors import UsageError
 from costspec.ncu.metrics import (
     CUDA_CORE_METRICS,
+    PACKED_FP32_METRICS,
     TENSOR_OPS_PREFIX,
     TENSOR_PIPE_INST,
     VOLTA_FLOPS_PER_TENSOR_INST,
+    arch,
     cuda_core_metric,
     normalize_cc,
     tensor_counters_by_dtype,
@@ -97,7 +103,12 @@ class FlopBreakdown(TypedDict):
     tensor_by_dtype: dict[str, float]  # only when cc is given (not on 7.0)
     tensor_counters: tuple[str, ...]  # the counters summed into "tensor"
     tensor_method: str  # "ops_counters", "volta_inst_x512" or "none"
+    # cross-check: the same work counted from the aggregates (src_*) the op_* counters break down;
+    # None when no aggregate was set aside
+    tensor_aggregate: float | None
+    tensor_aggregate_counters: tuple[str, ...]
     ignored: tuple[str, ...]  # tensor counters present but left out to avoid double counting
+    cuda_counters: tuple[str, ...]  # the CUDA-core counters present (summed into cuda_*)
     missing: tuple[str, ...]  # expected counters that were absent, treated as 0
     fp16_convention: str
 
@@ -108,21 +119,49 @@ _FP16_WEIGHTS = {
 }
 
 
-def _tensor_counters(metrics: Mapping[str, float]) -> tuple[list[str], list[str]]:
-    """(counters to add, counters left out) among the ``sm__ops_path_tensor_*.sum`` present."""
+_TENSOR_COUNTER = re.compile(
+    re.escape(TENSOR_OPS_PREFIX) + r"(?:op_(?P<op>[a-z0-9]+)_)?src_(?P<dtype>[a-z0-9_]+?)(?:_sparsity_(?:on|off))?\.sum"
+)
+
+
+def _covers(aggregate_dtype: str, op_dtype: str) -> bool:
+    """Whether aggregate ``src_fp16`` covers op ``src_fp16_dst_fp32`` (its dtype fields are a prefix)."""
+    head, tail = aggregate_dtype.split("_"), op_dtype.split("_")
+    return tail[: len(head)] == head
+
+
+class TensorCounters(TypedDict):
+    """How the ``sm__ops_path_tensor_*.sum`` counters present are used."""
+
+    used: list[str]  # summed into the Tensor-Core FLOPs
+    aggregates: list[str]  # src_* aggregates that op_* counters break down again: the cross-check
+    ignored: list[str]  # aggregates of a _sparsity_off/_on split that is present: never added
+
+
+def tensor_counters(metrics: Mapping[str, float]) -> TensorCounters:
+    """Sort the Tensor-Core ops counters present into used, cross-check aggregates, and left out.
+
+    * ``X.sum`` is left out when ``X_sparsity_off.sum`` or ``X_sparsity_on.sum`` is present.
+    * A ``src_<d>`` counter (no ``op_``) is an aggregate when an ``op_<instr>_src_<d'>`` counter
+      is present whose dtype fields start with ``d`` (``src_fp16`` covers ``op_hgmma_src_fp16``
+      and ``op_hmma_src_fp16_dst_fp32``): the per-instruction counters are added, the aggregate
+      is kept as a cross-check.
+    """
     present = [m for m in metrics if m.startswith(TENSOR_OPS_PREFIX) and m.endswith(".sum")]
     bases = {m[: -len(".sum")] for m in present}
-    ignored = set()
-    for base in bases:
-        for split in ("_sparsity_off", "_sparsity_on"):
-            if base.endswith(split) and base[: -len(split)] in bases:
-                ignored.add(base[: -len(split)] + ".sum")  # aggregate and split: keep the split
-    # op_* counters (Hopper wgmma/mma.sync, Blackwell tcgen05) break the src_* counters down
-    # again by instruction; they only count when no src_* counter is there.
-    if any(not m.startswith(TENSOR_OPS_PREFIX + "op_") for m in present):
-        ignored |= {m for m in present if m.startswith(TENSOR_OPS_PREFIX + "op_")}
-    used = [m for m in present if m not in ignored]
-    return used, sorted(ignored)
+    ignored = {
+        base[: -len(split)] + ".sum"
+        for base in bases for split in ("_sparsity_off", "_sparsity_on")
+        if base.endswith(split) and base[: -len(split)] in bases
+    }
+    parsed = {m: _TENSOR_COUNTER.fullmatch(m) for m in present if m not in ignored}
+    op_dtypes = [match["dtype"] for match in parsed.values() if match and match["op"]]
+    aggregates = {
+        m for m, match in parsed.items()
+        if match and not match["op"] and any(_covers(match["dtype"], d) for d in op_dtypes)
+    }
+    used = [m for m in parsed if m not in aggregates]
+    return TensorCounters(used=used, aggregates=[m for m in present if m in aggregates], ignored=sorted(ignored))
 
 
 def flops_from_metrics(
@@ -145,12 +184,20 @@ def flops_from_metrics(
         return float(metrics.get(cuda_core_metric(op), 0.0))
 
     weights = _FP16_WEIGHTS[fp16_convention]
-    used, ignored = _tensor_counters(metrics)
+    sorted_counters = tensor_counters(metrics)
+    used, ignored, aggregates = sorted_counters["used"], sorted_counters["ignored"], sorted_counters["aggregates"]
     tensor = float(sum(metrics[name] for name in used))
+    aggregate_total = None
+    if aggregates:  # what the aggregates give for the same work: the op_* they cover are swapped out
+        aggregate_dtypes = [m["dtype"] for a in aggregates if (m := _TENSOR_COUNTER.fullmatch(a))]
+        covered = {u for u in used if (m := _TENSOR_COUNTER.fullmatch(u)) and m["op"]
+                   and any(_covers(d, m["dtype"]) for d in aggregate_dtypes)}
+        aggregate_total = float(sum(metrics[m] for m in [*aggregates, *(u for u in used if u not in covered)]))
     method = "ops_counters" if used else "none"
     by_dtype: dict[str, float] = {}
     if cc is not None:
         arch_cc = normalize_cc(cc)
+        missing += [name for name in arch(arch_cc).packed_fp32 if name not in metrics]
         for dtype, counters in tensor_counters_by_dtype(arch_cc).items():
             by_dtype[dtype] = float(sum(metrics.get(name, 0.0) for name in counters))
             missing += [name for name in counters if name not in metrics]
@@ -161,14 +208,19 @@ def flops_from_metrics(
             else:
                 missing.append(TENSOR_PIPE_INST)
     return FlopBreakdown(
-        cuda_fp32=count("fadd") + count("fmul") + 2 * count("ffma"),
+        # Blackwell FADD2/FMUL2/FFMA2 do 2 lanes per thread instruction (0 where not collected)
+        cuda_fp32=count("fadd") + count("fmul") + 2 * count("ffma")
+        + 2 * count("fadd2") + 2 * count("fmul2") + 4 * count("ffma2"),
         cuda_fp64=count("dadd") + count("dmul") + 2 * count("dfma"),
         cuda_fp16=weights["hadd"] * count("hadd") + weights["hmul"] * count("hmul") + weights["hfma"] * count("hfma"),
         tensor=tensor,
         tensor_by_dtype=by_dtype,
         tensor_counters=tuple(used),
         tensor_method=method,
+        tensor_aggregate=aggregate_total,
+        tensor_aggregate_counters=tuple(aggregates),
         ignored=tuple(ignored),
+        cuda_counters=tuple(m for m in (*CUDA_CORE_METRICS, *PACKED_FP32_METRICS) if m in metrics),
         missing=tuple(dict.fromkeys(missing)),
         fp16_convention=fp16_convention,
     )

@@ -6,10 +6,19 @@ Everything here comes from ``shared/reference/ncu-metrics-and-gpu-peaks.md`` ("t
   ``smsp__sass_thread_inst_executed_op_<op>_pred_on.sum`` for fadd/fmul/ffma, hadd/hmul/hfma,
   dadd/dmul/dfma. They are the same on every architecture.
 * §2.2: Tensor-Core ``sm__ops_path_tensor_*`` counters. The names are those of ncu's
-  ``SpeedOfLight_HierarchicalTensorRooflineChart.section``. Only dense work is counted: where
-  ncu's roofline uses a ``_sparsity_off``/``_sparsity_on`` pair we list ``_sparsity_off``; where
-  it uses an aggregate (Hopper ``src_fp16``) we list the aggregate. We never list an aggregate
-  together with its own split, because that counts twice. Volta (7.0) has no ops counter.
+  ``SpeedOfLight_HierarchicalTensorRooflineChart.section`` (2025 copy, one block per chip from
+  CC_75 to CC_121; the source of each list is in ``docs/ncu.md``). Only dense work is counted:
+  where ncu's roofline uses a ``_sparsity_off``/``_sparsity_on`` pair we list ``_sparsity_off``.
+  Hopper (9.0) is counted per instruction family, wgmma (``op_hgmma``/``op_igmma``/``op_bgmma``)
+  plus mma.sync (``op_hmma``/``op_imma``/``op_bmma``), because its aggregates (``src_fp16``, ...)
+  have no sparsity split; the aggregates are collected too, as a cross-check
+  (:attr:`ArchMetrics.tensor_aggregate`), never added. On 10.3 there is no FP8 aggregate
+  (``src_fp4_fp6_dst_*`` replaces ``src_fp4_fp6_fp8_dst_*``): FP8 is the tcgen05
+  ``op_utcqmma_src_fp8_*`` counters. Volta (7.0) has no ops counter.
+* Blackwell packed FP32 (CC 10.0 and 10.3): ``smsp__sass_thread_inst_executed_op_{fadd2,fmul2,
+  ffma2}_pred_on.sum`` count FADD2/FMUL2/FFMA2 thread instructions, 2 lanes each (NVIDIA's 2025
+  ``SpeedOfLight_Roofline.py`` rule reads them for ``cc_major == 10 and cc_minor in (0, 3)``; its
+  weights are discussed in ``docs/ncu.md`` section 4).
 * §2.3: instruction-count cross-checks (``ComputeWorkloadAnalysis.section``): hmma/imma/dmma,
   gmma on 9.0, the ``_v2`` names on 8.9 and ``subpipe`` names on 10.0/12.0.
 * §3: ``dram__bytes_read.sum``, ``dram__bytes_write.sum``, ``gpu__time_duration.sum``.
@@ -18,7 +27,7 @@ Everything here comes from ``shared/reference/ncu-metrics-and-gpu-peaks.md`` ("t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -40,6 +49,10 @@ def cuda_core_metric(op: str) -> str:
 
 
 CUDA_CORE_METRICS: tuple[str, ...] = tuple(cuda_core_metric(op) for op in CUDA_CORE_OPS)
+
+# Blackwell GB10x packed FP32: one thread instruction does 2 lanes.
+PACKED_FP32_OPS: tuple[str, ...] = ("fadd2", "fmul2", "ffma2")
+PACKED_FP32_METRICS: tuple[str, ...] = tuple(cuda_core_metric(op) for op in PACKED_FP32_OPS)
 
 # -- bytes and time (notes §3) -------------------------------------------------------------------
 
@@ -74,12 +87,17 @@ class ArchMetrics:
 
     ``tensor`` maps a dtype name to the ``.sum`` counters whose sum is that dtype's dense
     Tensor-Core op count. One op is one FLOP (an FMA counts 2), as in notes §2.1.
+    ``tensor_aggregate`` maps a dtype to aggregate counters that cover the same work again
+    (Hopper ``src_fp16`` over wgmma + mma.sync): collected as a cross-check, never added.
+    ``packed_fp32`` lists the 2-lane FP32 instruction counters (Blackwell 10.0/10.3).
     """
 
     cc: str
     chip: str
     tensor: Mapping[str, tuple[str, ...]]
     inst: tuple[str, ...]
+    tensor_aggregate: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    packed_fp32: tuple[str, ...] = ()
 
 
 # Turing has no bf16/tf32 tensor path, so src_fp16_bf16_tf32_dst_fp32 on 7.5 is FP16 work.
@@ -100,16 +118,26 @@ _AMPERE = {
     "fp64": _ops("src_fp64"),
 }
 _ADA = {**_AMPERE, "fp8": _ops("src_fp8_sparsity_off")}
-# Hopper: src_fp16 covers FP16 and FP32 accumulate. The wgmma/mma.sync op_* counters split the
-# same work again by instruction, so they are left out.
+# Hopper: wgmma (op_hgmma/op_igmma/op_bgmma) + mma.sync (op_hmma/op_imma/op_bmma), dense. Public
+# notes say op_hmma reads 0 for wgmma work, so both families are needed. FP8 (wgmma only) and
+# FP64 (DMMA) have no per-instruction counter: their aggregates are counted.
 _HOPPER = {
+    "fp16": _ops("op_hgmma_src_fp16_sparsity_off", "op_hmma_src_fp16_dst_fp16_sparsity_off",
+                 "op_hmma_src_fp16_dst_fp32_sparsity_off"),
+    "bf16": _ops("op_hgmma_src_bf16_dst_fp32_sparsity_off", "op_hmma_src_bf16_dst_fp32_sparsity_off"),
+    "tf32": _ops("op_hgmma_src_tf32_dst_fp32_sparsity_off", "op_hmma_src_tf32_dst_fp32_sparsity_off"),
+    "fp8": _ops("src_fp8_sparsity_off"),
+    "int8": _ops("op_igmma_src_int8_sparsity_off", "op_imma_src_int8_sparsity_off"),
+    "int1": _ops("op_bgmma_src_int1", "op_bmma_src_int1"),
+    "fp64": _ops("src_fp64"),
+}
+# src_fp16 covers FP16 and FP32 accumulate, dense and sparse: a cross-check of the sums above.
+_HOPPER_AGGREGATE = {
     "fp16": _ops("src_fp16"),
     "bf16": _ops("src_bf16_dst_fp32"),
     "tf32": _ops("src_tf32_dst_fp32"),
-    "fp8": _ops("src_fp8_sparsity_off"),
     "int8": _ops("src_int8"),
     "int1": _ops("src_int1"),
-    "fp64": _ops("src_fp64"),
 }
 # GB100: FP8 and FP6/FP4 issued as kind::f8f6f4 share one counter, so "fp8" here includes them.
 # src_fp4_dst_fp32 is the dedicated MX/NV FP4 path.
@@ -118,6 +146,18 @@ _BLACKWELL_DC = {
     "bf16": _ops("src_bf16_dst_fp32"),
     "tf32": _ops("src_tf32_dst_fp32"),
     "fp8": _ops("src_fp4_fp6_fp8_dst_fp16", "src_fp4_fp6_fp8_dst_fp32"),
+    "fp4": _ops("src_fp4_dst_fp32"),
+    "int8": _ops("src_int8"),
+    "fp64": _ops("src_fp64"),
+}
+# GB11x (10.3, B300): no FP8 aggregate; src_fp4_fp6_dst_* holds FP6/FP4 issued as kind::f8f6f4 and
+# FP8 is read from the tcgen05 counters op_utcqmma_src_fp8_*. No int8 tensor path in the section.
+_BLACKWELL_ULTRA = {
+    "fp16": _ops("src_fp16_dst_fp16", "src_fp16_dst_fp32"),
+    "bf16": _ops("src_bf16_dst_fp32"),
+    "tf32": _ops("src_tf32_dst_fp32"),
+    "fp8": _ops("op_utcqmma_src_fp8_dst_fp16_sparsity_off", "op_utcqmma_src_fp8_dst_fp32_sparsity_off"),
+    "fp4_fp6": _ops("src_fp4_fp6_dst_fp16", "src_fp4_fp6_dst_fp32"),
     "fp4": _ops("src_fp4_dst_fp32"),
     "int8": _ops("src_int8"),
     "fp64": _ops("src_fp64"),
@@ -134,9 +174,12 @@ _BLACKWELL_GEFORCE = {
 }
 
 
-def _arch(cc: str, chip: str, tensor: dict[str, tuple[str, ...]], inst: tuple[str, ...]) -> ArchMetrics:
+def _arch(cc: str, chip: str, tensor: dict[str, tuple[str, ...]], inst: tuple[str, ...],
+          aggregate: dict[str, tuple[str, ...]] | None = None, packed_fp32: bool = False) -> ArchMetrics:
     ordered = {dtype: tensor[dtype] for dtype in DTYPE_ORDER if dtype in tensor}
-    return ArchMetrics(cc, chip, MappingProxyType(ordered), (TENSOR_PIPE_INST, *inst))
+    checks = {dtype: (aggregate or {})[dtype] for dtype in DTYPE_ORDER if dtype in (aggregate or {})}
+    return ArchMetrics(cc, chip, MappingProxyType(ordered), (TENSOR_PIPE_INST, *inst), MappingProxyType(checks),
+                       PACKED_FP32_METRICS if packed_fp32 else ())
 
 
 ARCHS: Mapping[str, ArchMetrics] = MappingProxyType({
@@ -148,9 +191,13 @@ ARCHS: Mapping[str, ArchMetrics] = MappingProxyType({
         _arch("8.6", "GA10x", _AMPERE, _inst("op_hmma", "op_imma")),
         _arch("8.7", "GA10y", _AMPERE, _inst("op_hmma", "op_imma")),
         _arch("8.9", "AD10x", _ADA, _inst("op_hmma_v2", "op_imma_v2")),
-        _arch("9.0", "GH100", _HOPPER, _inst("op_hmma", "op_imma", "op_dmma", "op_gmma")),
-        _arch("10.0", "GB100", _BLACKWELL_DC, _inst("subpipe_hmma", "subpipe_imma", "subpipe_dmma")),
+        _arch("9.0", "GH100", _HOPPER, _inst("op_hmma", "op_imma", "op_dmma", "op_gmma"), _HOPPER_AGGREGATE),
+        _arch("10.0", "GB100", _BLACKWELL_DC, _inst("subpipe_hmma", "subpipe_imma", "subpipe_dmma"),
+              packed_fp32=True),
+        _arch("10.3", "GB11x", _BLACKWELL_ULTRA, _inst("subpipe_hmma", "subpipe_imma"), packed_fp32=True),
+        _arch("11.0", "GB10b", _BLACKWELL_DC, _inst("subpipe_hmma", "subpipe_imma")),
         _arch("12.0", "GB20x", _BLACKWELL_GEFORCE, _inst("subpipe_hmma", "subpipe_imma")),
+        _arch("12.1", "GB20b", _BLACKWELL_GEFORCE, _inst("subpipe_hmma", "subpipe_imma")),
     )
 })
 
@@ -185,12 +232,15 @@ def tensor_counters_by_dtype(cc: str) -> dict[str, list[str]]:
 def metrics_for(cc: str) -> list[str]:
     """Every metric ``ncu --metrics`` should collect on this architecture, in a fixed order.
 
-    CUDA-core counters, Tensor-Core ops counters (dense), instruction cross-checks, DRAM bytes
-    and duration.
+    CUDA-core counters (with the packed FP32 ones on 10.0/10.3), Tensor-Core ops counters
+    (dense), their aggregates where they are a cross-check (9.0), instruction cross-checks, DRAM
+    bytes and duration.
     """
     spec = arch(cc)
-    names = [*CUDA_CORE_METRICS]
+    names = [*CUDA_CORE_METRICS, *spec.packed_fp32]
     for counters in spec.tensor.values():
+        names.extend(counters)
+    for counters in spec.tensor_aggregate.values():
         names.extend(counters)
     names.extend(spec.inst)
     names.extend(MEMORY_AND_TIME_METRICS)

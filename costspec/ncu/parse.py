@@ -16,7 +16,20 @@ Block/Grid/Device/CC and sometimes no rule columns. Any of these may be missing.
 
 Lines before the header (``==PROF==`` lines, the program's own output) are skipped. After the
 header, blank lines and ``==PROF==``/``==WARNING==``-style lines are skipped. Every other line
-must be a CSV row as wide as the header.
+must be a CSV row as wide as the header, with two exceptions that real ncu output has:
+
+* ncu 2025 ends a details metric row right after ``Metric Value`` with a trailing comma, leaving
+  out the rule cells (``...,"Metric Value",`` under a 20-column header). A row may be shorter
+  than the header when every column it leaves out is a rule column; those cells read as empty.
+* one trailing empty cell beyond the header (a trailing comma) is dropped.
+
+Details pages are keyed by section. A metric *name* (it contains ``__``: ``gpu__time_duration.sum``)
+has one value per launch wherever it appears, so it is stored under its name. A *label* (ncu's
+default ``--print-metric-name label``: ``Duration``, ``Memory Throughput``) is only unique within
+its section and body item, so it is stored as ``Section :: Body Item Label :: Label`` (the body
+item only when the page has a ``Body Item Label`` column and the cell is not empty), e.g.
+``GPU Speed Of Light Throughput :: Duration``. Metrics of the ``Command line profiler metrics``
+section are names.
 
 Values:
 
@@ -25,6 +38,12 @@ Values:
   ``KernelRecord.missing`` and never stored as 0.
 * ``--print-metric-instances values`` cells such as ``"158 (0: 158)"``: the aggregate before
   the parenthesis is used.
+* Instanced cells without an aggregate, one value per instance separated by ``;``
+  (``"32.00; 32.00; 4.00"``): the value is the metric's own roll-up over the instances, as ncu
+  documents it for instanced metrics: the first roll-up suffix of the name decides (``.sum`` ->
+  sum, ``.avg`` -> mean, ``.max`` -> max, ``.min`` -> min; ``x.sum.per_second`` is a sum). A
+  name without a roll-up suffix (a label, ``launch__block_size``) has no defined aggregate: the
+  cell is kept as text in ``attributes`` and no number is made up for it.
 * A non-numeric value is kept as text in ``attributes`` only if its unit is empty and costspec
   does not expect a number for that metric. ncu's raw page carries many such device attributes
   (``No-CC``, ``CachePreferNone``, ``0x3``). Any other non-numeric value is an error. The most
@@ -78,7 +97,8 @@ class NcuFormatError(CostspecError):
 class KernelRecord:
     """One profiled kernel launch.
 
-    ``metrics`` maps a metric name (or label, if ncu printed labels) to its value in base units.
+    ``metrics`` maps a metric name to its value in base units; a label that ncu printed instead of
+    a name is keyed ``Section :: [Body Item Label ::] Label`` (see the module docstring).
     ``units`` gives the base unit of each entry in ``metrics`` (``""`` = dimensionless).
     ``missing`` lists metrics that were present as ``n/a``/empty. ``attributes`` holds the text
     columns (Process ID, Stream, Block Size, Kernel Time, ...) and text-valued metrics.
@@ -121,6 +141,39 @@ def parse_value(cell: str) -> Decimal | None:
     if not _NUMBER.fullmatch(text):
         raise ValueError(f"not a number: {cell!r}")
     return Decimal(text)
+
+
+_ROLLUPS = ("sum", "avg", "max", "min")
+
+
+def parse_instances(cell: str) -> list[Decimal] | None:
+    """The values of an instanced cell ``"32.00; 32.00; 4.00"``; ``None`` if the cell has no ``;`` or
+    starts with an aggregate (``"158 (0: 100; 1: 58)"``, read by :func:`parse_value`).
+
+    ``ValueError`` if an instance is not a number; ``n/a`` instances are skipped.
+    """
+    if ";" not in cell or "(" in cell.replace("(!)", ""):
+        return None
+    values = [parse_value(part) for part in cell.split(";")]
+    return [v for v in values if v is not None]
+
+
+def rollup(metric: str) -> str | None:
+    """The roll-up of a metric name: ``"sum"`` for ``x.sum`` and ``x.sum.per_second``, else avg/max/min or None."""
+    parts = metric.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in _ROLLUPS else None
+
+
+def aggregate_instances(metric: str, values: list[Decimal]) -> Decimal | None:
+    """ncu's roll-up of one metric over its instances; ``None`` when the name has no roll-up (or no values)."""
+    kind = rollup(metric) if "__" in metric else None
+    if kind is None or not values:
+        return None
+    if kind == "sum":
+        return sum(values, Decimal(0))
+    if kind == "avg":
+        return sum(values, Decimal(0)) / len(values)
+    return max(values) if kind == "max" else min(values)
 
 
 _PREFIXES = {"": Decimal(1), "K": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
@@ -177,8 +230,12 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     Start/end cells (``Id:Domain:Start/Stop_Range:...``) use the same entries, optionally
     prefixed with a numeric range id (``3:<default domain>:step:...``). That prefix is dropped.
 
-    Entries from several domains are returned in printed order. An unquoted cell is read as a
-    single entry. ``ValueError`` is raised for an entry with too few fields or for stray text.
+    Entries from several domains are returned in printed order (ncu prints one stack per domain,
+    each outermost first). Unquoted cells (a CSV reader or an export that dropped the inner
+    quotes) are accepted too: each entry ends with its six payload fields, which hold no spaces
+    (``none`` or a value), followed by white space or the end of the cell; names and domains may
+    hold spaces. A cell that does not split that way is read as one entry. ``ValueError`` is raised for
+    an entry with too few fields or for stray text.
     """
     text = cell.strip()
     if not text:
@@ -186,9 +243,7 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     entries = _QUOTED.findall(text)
     rest = _QUOTED.sub(" ", text).split()
     if not entries:
-        if rest and rest[0].isdigit():
-            rest = rest[1:]
-        entries, rest = ([" ".join(rest)] if rest else []), []
+        entries, rest = _unquoted_entries(text), []
     elif rest and rest[0].isdigit():
         rest = rest[1:]
     if rest:
@@ -207,12 +262,34 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+_UNQUOTED_ENTRY = re.compile(r"(\S.*?(?::[^:\s]*){" + str(_PAYLOAD_FIELDS) + r"})(?:\s+|$)")
+
+
+def _unquoted_entries(text: str) -> list[str]:
+    head, _, tail = text.partition(" ")
+    if head.isdigit():  # the thread (or process) id
+        text = tail.strip()
+    if not text:
+        return []
+    entries, end = [], 0
+    for match in _UNQUOTED_ENTRY.finditer(text):
+        if match.start() != end:
+            break
+        entries.append(match.group(1))
+        end = match.end()
+    return entries if entries and end == len(text) else [text]
+
+
 # -- reading -------------------------------------------------------------------------------------
 
 _IDENTITY = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
              "Stream", "Block Size", "Grid Size", "Device", "CC")
-_DETAILS_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value", "Rule Name", "Rule Type",
-                    "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
+_RULE_COLUMNS = frozenset({"Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type",
+                           "Estimated Speedup"})
+_DETAILS_COLUMNS = ("Section Name", "Body Item Label", "Metric Name", "Metric Unit", "Metric Value",
+                    *sorted(_RULE_COLUMNS))
+COMMAND_LINE_SECTION = "Command line profiler metrics"
+LABEL_SEPARATOR = " :: "
 _ATTRIBUTE_COLUMNS = tuple(c for c in _IDENTITY if c not in ("ID", "Kernel Name", "CC"))
 _NOISE = re.compile(r"==[A-Z]+==")  # ==PROF==, ==WARNING==, ==ERROR==
 _NUMERIC_METRICS = all_known_metrics()
@@ -259,10 +336,24 @@ class _Table:
         return row.cells[self.index[column]].strip()
 
     def check_width(self, row: _Row) -> None:
-        if len(row.cells) != len(self.columns):
-            raise NcuFormatError(
-                f"row has {len(row.cells)} cells, the header has {len(self.columns)}", self.source, row.line
-            )
+        """Accept a row as wide as the header; pad a details row whose missing cells are all rule cells."""
+        width = len(self.columns)
+        if len(row.cells) == width + 1 and not row.cells[-1].strip():
+            del row.cells[-1]  # a trailing comma
+        short = self.columns[len(row.cells):]
+        if short and self.is_details and all(c in _RULE_COLUMNS for c in short):
+            row.cells.extend([""] * len(short))  # ncu 2025: `...,"Metric Value",` with no rule cells
+        if len(row.cells) != width:
+            raise NcuFormatError(f"row has {len(row.cells)} cells, the header has {width}", self.source, row.line)
+
+    def metric_key(self, row: _Row) -> str:
+        """The key of a details row: the metric name, or ``Section :: [Body Item ::] Label`` for a label."""
+        name = self.get(row, "Metric Name")
+        section = self.get(row, "Section Name")
+        if "__" in name or section in ("", COMMAND_LINE_SECTION):
+            return name
+        body = self.get(row, "Body Item Label")
+        return LABEL_SEPARATOR.join(part for part in (section, body, name) if part)
 
 
 class _Launch:
@@ -286,7 +377,16 @@ class _Launch:
         """Record one metric cell, converting units; duplicates must agree."""
         base, factor = normalize_unit(unit)
         try:
-            value = parse_value(cell)
+            instances = parse_instances(cell)
+            if instances is None:
+                value = parse_value(cell)
+            elif not instances:  # every instance n/a
+                value = None
+            else:
+                value = aggregate_instances(metric, instances)
+                if value is None:  # no roll-up defined for this name: keep the text, make up no number
+                    self._set(table, row, metric, ("text", cell.strip()))
+                    return
         except ValueError:
             if base or metric in _NUMERIC_METRICS:
                 raise NcuFormatError(
@@ -440,9 +540,8 @@ def _parse_details(table: _Table, rows: list[_Row]) -> list[KernelRecord]:
             launch = launches[launch_id] = _Launch(table, row, launch_id)
         else:
             _check_same_launch(table, row, launch)
-        metric = table.get(row, "Metric Name")
-        if metric:  # rows with an empty Metric Name are rule results
-            launch.add(table, row, metric, table.get(row, "Metric Unit"), table.get(row, "Metric Value"))
+        if table.get(row, "Metric Name"):  # rows with an empty Metric Name are rule results
+            launch.add(table, row, table.metric_key(row), table.get(row, "Metric Unit"), table.get(row, "Metric Value"))
     return [launch.record() for launch in launches.values()]
 
 

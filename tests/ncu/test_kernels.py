@@ -8,7 +8,7 @@ import pytest
 
 from costspec.errors import CostspecError
 from costspec.ncu.kernels import KERNEL_CLASSES, classify, flops_from_metrics, inner_range
-from costspec.ncu.metrics import CUDA_CORE_METRICS, cuda_core_metric
+from costspec.ncu.metrics import CUDA_CORE_METRICS, cuda_core_metric, metrics_for
 from costspec.ncu.parse import parse_csv
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
@@ -117,20 +117,69 @@ def test_unknown_fp16_convention():
 def test_tensor_sum_and_no_double_counting():
     t = "sm__ops_path_tensor_"
     metrics = {
-        f"{t}src_fp16.sum": 1000.0,  # Hopper aggregate
-        f"{t}src_bf16_dst_fp32.sum": 500.0,
+        f"{t}src_fp16.sum": 1000.0,  # Hopper aggregate of the wgmma + mma.sync fp16 counters below
+        f"{t}src_bf16_dst_fp32.sum": 500.0,  # no per-instruction counter for bf16 here: counted
         f"{t}src_fp8_sparsity_off.sum": 70.0,
         f"{t}src_fp8_sparsity_on.sum": 30.0,
         f"{t}src_fp8.sum": 100.0,  # aggregate of the two splits above: left out
-        f"{t}op_hgmma_src_fp16_sparsity_off.sum": 900.0,  # per-instruction breakdown of src_fp16: left out
+        f"{t}op_hgmma_src_fp16_sparsity_off.sum": 900.0,  # wgmma
+        f"{t}op_hmma_src_fp16_dst_fp32_sparsity_off.sum": 60.0,  # mma.sync
         f"{t}src_fp16.sum.per_second": 5.0,  # not a .sum counter
     }
     flops = flops_from_metrics(metrics)
-    assert flops["tensor"] == 1000 + 500 + 70 + 30
-    assert set(flops["tensor_counters"]) == {f"{t}src_fp16.sum", f"{t}src_bf16_dst_fp32.sum",
-                                              f"{t}src_fp8_sparsity_off.sum", f"{t}src_fp8_sparsity_on.sum"}
-    assert flops["ignored"] == (f"{t}op_hgmma_src_fp16_sparsity_off.sum", f"{t}src_fp8.sum")
+    assert flops["tensor"] == 900 + 60 + 500 + 70 + 30  # wgmma + mma.sync, never src_fp16 on top
+    assert set(flops["tensor_counters"]) == {
+        f"{t}op_hgmma_src_fp16_sparsity_off.sum", f"{t}op_hmma_src_fp16_dst_fp32_sparsity_off.sum",
+        f"{t}src_bf16_dst_fp32.sum", f"{t}src_fp8_sparsity_off.sum", f"{t}src_fp8_sparsity_on.sum"}
+    assert flops["ignored"] == (f"{t}src_fp8.sum",)
+    # cross-check: the same kernel counted from the aggregate: src_fp16 in place of 900 + 60
+    assert flops["tensor_aggregate_counters"] == (f"{t}src_fp16.sum",)
+    assert flops["tensor_aggregate"] == 1000 + 500 + 70 + 30
     assert flops["tensor_method"] == "ops_counters"
+
+
+def test_no_aggregate_no_cross_check():
+    flops = flops_from_metrics({"sm__ops_path_tensor_src_bf16_dst_fp32.sum": 8.0})
+    assert flops["tensor"] == 8 and flops["tensor_aggregate"] is None and flops["tensor_aggregate_counters"] == ()
+
+
+def test_hopper_wgmma_plus_mma_sync_with_cc():
+    t = "sm__ops_path_tensor_"
+    # a wgmma bf16 GEMM (op_hmma reads 0 for wgmma work) plus a small mma.sync tf32 kernel's worth
+    metrics = {name: 0.0 for name in metrics_for("9.0")}
+    metrics.update({f"{t}op_hgmma_src_bf16_dst_fp32_sparsity_off.sum": 2 * 4096**3,
+                    f"{t}op_hmma_src_tf32_dst_fp32_sparsity_off.sum": 2 * 128**3,
+                    f"{t}src_bf16_dst_fp32.sum": 2 * 4096**3, f"{t}src_tf32_dst_fp32.sum": 2 * 128**3})
+    flops = flops_from_metrics(metrics, cc="9.0")
+    assert flops["tensor"] == 2 * 4096**3 + 2 * 128**3 == flops["tensor_aggregate"]
+    assert flops["tensor_by_dtype"]["bf16"] == 2 * 4096**3 and flops["tensor_by_dtype"]["tf32"] == 2 * 128**3
+    assert set(flops["tensor_aggregate_counters"]) == {f"{t}src_fp16.sum", f"{t}src_bf16_dst_fp32.sum",
+                                                       f"{t}src_tf32_dst_fp32.sum", f"{t}src_int8.sum",
+                                                       f"{t}src_int1.sum"}
+    assert flops["missing"] == ()
+
+
+def test_blackwell_packed_fp32_counts_two_lanes():
+    metrics = {**_ops(fadd=10, fmul=20, ffma=30),
+               "smsp__sass_thread_inst_executed_op_fadd2_pred_on.sum": 1.0,
+               "smsp__sass_thread_inst_executed_op_fmul2_pred_on.sum": 2.0,
+               "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum": 3.0}
+    flops = flops_from_metrics(metrics)
+    assert flops["cuda_fp32"] == 10 + 20 + 2 * 30 + 2 * 1 + 2 * 2 + 4 * 3  # FFMA2 = 2 lanes x 2 FLOPs
+    assert "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum" in flops["cuda_counters"]
+    # on 10.0 an export without them says so; on 9.0 they are not expected
+    ffma2 = "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum"
+    assert ffma2 in flops_from_metrics(_ops(ffma=1), cc="10.0")["missing"]
+    assert not any("ffma2" in m for m in flops_from_metrics(_ops(ffma=1), cc="9.0")["missing"])
+
+
+def test_blackwell_ultra_fp8_from_tcgen05_counters():
+    t = "sm__ops_path_tensor_"
+    metrics = {f"{t}op_utcqmma_src_fp8_dst_fp32_sparsity_off.sum": 64.0,  # no src_fp8 aggregate on 10.3
+               f"{t}src_fp4_fp6_dst_fp32.sum": 16.0}
+    flops = flops_from_metrics(metrics, cc="10.3")
+    assert flops["tensor"] == 80 and flops["tensor_aggregate"] is None
+    assert flops["tensor_by_dtype"]["fp8"] == 64 and flops["tensor_by_dtype"]["fp4_fp6"] == 16
 
 
 def test_tensor_by_dtype_and_missing_with_cc():

@@ -7,6 +7,7 @@ from costspec.errors import CostspecError
 from costspec.ncu.metrics import (
     ARCHS,
     CUDA_CORE_METRICS,
+    PACKED_FP32_METRICS,
     RECORDED_SETTINGS,
     UnknownArchError,
     build_command,
@@ -26,7 +27,7 @@ def _tensor(cc: str) -> set[str]:
 
 
 def test_every_arch_has_the_base_metrics_once():
-    assert list(ARCHS) == ["7.0", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "12.0"]
+    assert list(ARCHS) == ["7.0", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"]
     for cc in ARCHS:
         names = metrics_for(cc)
         assert len(names) == len(set(names))
@@ -34,14 +35,49 @@ def test_every_arch_has_the_base_metrics_once():
         assert all(name.endswith(".sum") for name in names)
 
 
+HOPPER_WGMMA = {f"{T}op_hgmma_src_fp16_sparsity_off.sum", f"{T}op_hgmma_src_bf16_dst_fp32_sparsity_off.sum",
+                f"{T}op_hgmma_src_tf32_dst_fp32_sparsity_off.sum", f"{T}op_igmma_src_int8_sparsity_off.sum",
+                f"{T}op_bgmma_src_int1.sum"}
+HOPPER_MMA_SYNC = {f"{T}op_hmma_src_fp16_dst_fp16_sparsity_off.sum", f"{T}op_hmma_src_fp16_dst_fp32_sparsity_off.sum",
+                   f"{T}op_hmma_src_bf16_dst_fp32_sparsity_off.sum", f"{T}op_hmma_src_tf32_dst_fp32_sparsity_off.sum",
+                   f"{T}op_imma_src_int8_sparsity_off.sum", f"{T}op_bmma_src_int1.sum"}
+HOPPER_AGGREGATES = {f"{T}src_fp16.sum", f"{T}src_bf16_dst_fp32.sum", f"{T}src_tf32_dst_fp32.sum",
+                     f"{T}src_int8.sum", f"{T}src_int1.sum"}
+
+
 def test_hopper_counters():
-    assert _tensor("9.0") == {
-        f"{T}src_fp16.sum", f"{T}src_bf16_dst_fp32.sum", f"{T}src_tf32_dst_fp32.sum",
-        f"{T}src_fp8_sparsity_off.sum", f"{T}src_int8.sum", f"{T}src_int1.sum", f"{T}src_fp64.sum",
-    }
+    # SpeedOfLight_HierarchicalTensorRooflineChart.section, GH100 block: wgmma and mma.sync families are
+    # both collected and counted; the aggregates with no sparsity split are collected as a cross-check
+    assert _tensor("9.0") == HOPPER_WGMMA | HOPPER_MMA_SYNC | HOPPER_AGGREGATES | {
+        f"{T}src_fp8_sparsity_off.sum", f"{T}src_fp64.sum"}
+    counted = {c for counters in tensor_counters_by_dtype("9.0").values() for c in counters}
+    assert HOPPER_WGMMA | HOPPER_MMA_SYNC <= counted and not counted & HOPPER_AGGREGATES
+    assert {c for cs in ARCHS["9.0"].tensor_aggregate.values() for c in cs} == HOPPER_AGGREGATES
     names = metrics_for("9.0")
     assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in names
     assert "sm__inst_executed_pipe_tensor_op_dmma.sum" in names
+    assert not set(PACKED_FP32_METRICS) & set(names)
+
+
+def test_blackwell_packed_fp32_and_new_archs():
+    packed = {"smsp__sass_thread_inst_executed_op_fadd2_pred_on.sum",
+              "smsp__sass_thread_inst_executed_op_fmul2_pred_on.sum",
+              "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum"}
+    assert set(PACKED_FP32_METRICS) == packed
+    for cc in ("10.0", "10.3"):  # NVIDIA's SpeedOfLight_Roofline.py: cc_major == 10 and cc_minor in (0, 3)
+        assert packed <= set(metrics_for(cc)), cc
+    for cc in ("8.0", "9.0", "11.0", "12.0", "12.1"):
+        assert not packed & set(metrics_for(cc)), cc
+    # 10.3 (GB11x): the FP8 aggregate is gone; FP6/FP4 via src_fp4_fp6_dst_*, FP8 via tcgen05 op_utcqmma
+    assert tensor_counters_by_dtype("10.3")["fp4_fp6"] == [f"{T}src_fp4_fp6_dst_fp16.sum",
+                                                           f"{T}src_fp4_fp6_dst_fp32.sum"]
+    assert tensor_counters_by_dtype("10.3")["fp8"] == [f"{T}op_utcqmma_src_fp8_dst_fp16_sparsity_off.sum",
+                                                       f"{T}op_utcqmma_src_fp8_dst_fp32_sparsity_off.sum"]
+    assert not any("fp4_fp6_fp8" in m for m in _tensor("10.3"))
+    assert _tensor("11.0") == _tensor("10.0")  # GB10b has the GB100 block
+    assert _tensor("12.1") == _tensor("12.0")  # GB20b has the GB20x block
+    assert "sm__inst_executed_pipe_tensor_subpipe_dmma.sum" in metrics_for("10.0")
+    assert "sm__inst_executed_pipe_tensor_subpipe_dmma.sum" not in metrics_for("10.3")
 
 
 def test_ampere_counters():
@@ -56,9 +92,8 @@ def test_ampere_counters():
 def test_no_counter_of_the_other_arch():
     hopper_only = _tensor("9.0") - _tensor("8.0")
     ampere_only = _tensor("8.0") - _tensor("9.0")
-    assert hopper_only == {f"{T}src_fp16.sum", f"{T}src_bf16_dst_fp32.sum", f"{T}src_tf32_dst_fp32.sum",
-                           f"{T}src_fp8_sparsity_off.sum", f"{T}src_int8.sum"}
-    assert not any(name.endswith("_sparsity_off.sum") and "fp8" not in name for name in _tensor("9.0"))
+    assert hopper_only == HOPPER_WGMMA | HOPPER_MMA_SYNC | HOPPER_AGGREGATES - {f"{T}src_int1.sum"} | {
+        f"{T}src_fp8_sparsity_off.sum"}
     assert ampere_only and all("sparsity_off" in name for name in ampere_only)
 
 
@@ -66,22 +101,28 @@ def test_dense_only_and_no_aggregate_with_its_split():
     for cc in ARCHS:
         names = _tensor(cc)
         assert not any(name.endswith("_sparsity_on.sum") for name in names), cc
-        assert not any(f"{T}op_" in name for name in names), cc
         bases = {name[: -len(".sum")] for name in names}
         assert not any(base.endswith("_sparsity_off") and base[: -len("_sparsity_off")] in bases for base in bases)
+        # an aggregate is never counted together with the per-instruction counters it covers
+        counted = tensor_counters_by_dtype(cc)
+        for dtype, aggregates in ARCHS[cc].tensor_aggregate.items():
+            assert not set(aggregates) & set(counted[dtype]), (cc, dtype)
 
 
 def test_arch_specific_instruction_metrics():
     assert "sm__inst_executed_pipe_tensor_op_hmma_v2.sum" in metrics_for("8.9")
     assert "sm__inst_executed_pipe_tensor_op_hmma.sum" not in metrics_for("8.9")
     assert "sm__inst_executed_pipe_tensor_subpipe_hmma.sum" in metrics_for("10.0")
+    assert "sm__inst_executed_pipe_tensor_subpipe_hmma.sum" in metrics_for("12.1")
     assert "sm__inst_executed_pipe_tensor_op_dmma.sum" not in metrics_for("8.6")
     assert _tensor("7.0") == set()
     assert f"{T}src_fp8_sparsity_off.sum" in metrics_for("8.9")
 
 
 def test_tensor_counters_by_dtype():
-    assert tensor_counters_by_dtype("9.0")["fp16"] == [f"{T}src_fp16.sum"]
+    assert tensor_counters_by_dtype("9.0")["fp16"] == [f"{T}op_hgmma_src_fp16_sparsity_off.sum",
+                                                       f"{T}op_hmma_src_fp16_dst_fp16_sparsity_off.sum",
+                                                       f"{T}op_hmma_src_fp16_dst_fp32_sparsity_off.sum"]
     assert tensor_counters_by_dtype("8.0")["fp16"] == [f"{T}src_fp16_dst_fp16_sparsity_off.sum",
                                                        f"{T}src_fp16_dst_fp32_sparsity_off.sum"]
     assert tensor_counters_by_dtype("10.0")["fp8"] == [f"{T}src_fp4_fp6_fp8_dst_fp16.sum",
@@ -89,21 +130,23 @@ def test_tensor_counters_by_dtype():
     assert tensor_counters_by_dtype("7.0") == {}
     for cc in ARCHS:
         listed = [c for counters in tensor_counters_by_dtype(cc).values() for c in counters]
-        assert set(listed) == _tensor(cc)
+        checks = [c for counters in ARCHS[cc].tensor_aggregate.values() for c in counters]
+        assert set(listed) | set(checks) == _tensor(cc)
 
 
 @pytest.mark.parametrize(("given", "cc"), [("9.0", "9.0"), ("90", "9.0"), ("sm_90", "9.0"), ("sm80", "8.0"),
-                                          ("100", "10.0"), ("12.0", "12.0"), ("CC_89", "8.9")])
+                                          ("100", "10.0"), ("12.0", "12.0"), ("CC_89", "8.9"),
+                                          ("103", "10.3"), ("sm_121", "12.1"), ("11.0", "11.0")])
 def test_normalize_cc(given, cc):
     assert normalize_cc(given) == cc
 
 
-@pytest.mark.parametrize("cc", ["6.1", "9", "11.0", "hopper"])
+@pytest.mark.parametrize("cc", ["6.1", "9", "11.1", "hopper"])
 def test_unknown_cc_names_the_known_ones(cc):
     with pytest.raises(UnknownArchError) as info:
         metrics_for(cc)
     assert isinstance(info.value, CostspecError)
-    assert "known: 7.0, 7.5, 8.0, 8.6, 8.7, 8.9, 9.0, 10.0, 12.0" in str(info.value)
+    assert "known: 7.0, 7.5, 8.0, 8.6, 8.7, 8.9, 9.0, 10.0, 10.3, 11.0, 12.0, 12.1" in str(info.value)
 
 
 def _flag(command: list[str], name: str) -> str:

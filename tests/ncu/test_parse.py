@@ -269,3 +269,60 @@ def test_records_are_hashable_and_frozen():
     assert hash(record) == hash(record)
     with pytest.raises(AttributeError):
         record.id = 3  # type: ignore[misc]
+
+
+def test_nvtx_cell_without_inner_quotes():
+    # the same stacks as above with the inner quotes gone (a CSV tool that unquoted twice)
+    plain = ("4242 <default domain>:toy:none:none:none:none:none:none  "
+             "<default domain>:layers.0.fc:none:none:none:none:none:none")
+    assert parse_nvtx_cell(plain) == ("toy", "layers.0.fc")
+    # single spaces, a name with a space and one with ':' (entries end with their 6 payload fields)
+    assert parse_nvtx_cell("<default domain>:my block:none:none:none:none:none:none "
+                           "<default domain>:gemma_module:model.layers.0:none:none:none:none:none:none") == (
+        "my block", "gemma_module:model.layers.0")
+    assert parse_nvtx_cell("3:<default domain>:step:none:none:none:none:none:none") == ("step",)
+    with pytest.raises(ValueError, match="has 3 ':'-separated fields"):
+        parse_nvtx_cell("4242 <default domain>:a:none")
+
+
+def test_nvtx_domains_in_printed_order_and_the_innermost_layer():
+    # ncu keeps one push/pop stack per domain (NVTX: "a stack of nested ranges per thread per domain";
+    # ncu_report INvtxDomainInfo.push_pop_ranges(): "the sorted list of stacked push/pop range names in this
+    # domain") and prints the domains one after the other; costspec's layer ranges are in the default domain,
+    # a library's (CUB's "CCCL") follow it. The innermost *layer* is found by name, not by position.
+    from costspec.ncu.kernels import inner_range
+
+    cell = ('1  "<default domain>:toy:none:none:none:none:none:none"  '
+            '"<default domain>:layers.3.fc:none:none:none:none:none:none"  '
+            '"CCCL:cub::DeviceReduce::Reduce:none:none:none:none:none:none" ')
+    stack = parse_nvtx_cell(cell)
+    assert stack == ("toy", "layers.3.fc", "cub::DeviceReduce::Reduce")
+    assert inner_range(stack, {"toy", "layers.3.fc"}) == "layers.3.fc"
+
+
+def _raw(metric: str, unit: str, cell: str) -> str:
+    return (f'"ID","Kernel Name","{metric}"\n"","","{unit}"\n"0","k","{cell}"\n')
+
+
+@pytest.mark.parametrize(
+    ("metric", "cell", "expected"),
+    [("sm__warps_launched.sum", "32.00; 32.00; 4.00", 68.0),  # .sum: the sum of the instances
+     ("sm__warps_active.avg.per_cycle_active", "32.00; 32.00; 4.00", 68.0 / 3),  # .avg: their mean
+     ("sm__cycles_active.max", "1,000; 3; 20", 1000.0),
+     ("sm__cycles_active.min", "1,000; 3; 20", 3.0),
+     ("l1tex__t_bytes.sum.per_second", "1; 2", 3.0),  # a rate of a .sum roll-up is summed
+     ("sm__warps_launched.sum", "158 (0: 100; 1: 58)", 158.0)],  # --print-metric-instances values: the aggregate
+)
+def test_instanced_values_use_the_metric_rollup(metric, cell, expected):
+    (record,) = parse_csv(_raw(metric, "inst", cell))
+    assert record.metrics[metric] == pytest.approx(expected)
+
+
+def test_instanced_values_without_a_rollup_stay_text():
+    (record,) = parse_csv(_raw("launch__grid_dim", "", "32.00; 32.00; 4.00"))
+    assert "launch__grid_dim" not in record.metrics
+    assert record.attributes["launch__grid_dim"] == "32.00; 32.00; 4.00"  # no made-up aggregate
+    (record,) = parse_csv(_raw("sm__warps_launched.sum", "inst", "n/a; n/a"))
+    assert record.missing == ("sm__warps_launched.sum",)
+    with pytest.raises(NcuFormatError, match="is not a number"):
+        parse_csv(_raw("sm__warps_launched.sum", "inst", "32; lots"))

@@ -46,9 +46,10 @@ def test_print_command_has_the_metric_list_of_the_arch(how, cc, tmp_path):
     other_only = {m for m in metrics_for(other) if m.startswith(T)} - tensor
     assert tensor and other_only and not other_only & set(metrics)  # only this arch's tensor counters
     if cc == "9.0":
-        assert f"{T}src_fp16.sum" in tensor and f"{T}src_bf16_dst_fp32.sum" in tensor
+        assert f"{T}src_fp16.sum" in tensor and f"{T}src_bf16_dst_fp32.sum" in tensor  # cross-check aggregates
+        assert f"{T}op_hgmma_src_fp16_sparsity_off.sum" in tensor  # wgmma
+        assert f"{T}op_hmma_src_fp16_dst_fp32_sparsity_off.sum" in tensor  # mma.sync
         assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in metrics
-        assert not any("sparsity_off" in m and "fp8" not in m for m in tensor)
     else:
         assert f"{T}src_bf16_dst_fp32_sparsity_off.sum" in tensor and f"{T}src_fp16.sum" not in tensor
         assert "sm__inst_executed_pipe_tensor_op_gmma.sum" not in metrics
@@ -104,3 +105,25 @@ def test_no_gpu_without_print_command_exits_2(tmp_path):
 def test_bad_arch_exits_2(tmp_path):
     result = cli("ncu", "run", "specs/toy_mlp.yaml", "-o", str(tmp_path / "x.csv"), "--print-command", "--arch", "6.1")
     assert result.returncode == 2 and "known: 7.0" in result.stderr
+
+
+def test_print_command_without_output_and_the_new_archs():
+    # no -o: the printed command writes SPEC_STEM.ncu.csv in the working directory
+    _, words = _printed("specs/vit_b.yaml", "--batch", "8", "--arch", "9.0")
+    assert _flag(words, "--log-file") == "vit_b.ncu.csv" and _flag(words, "--export") == "vit_b.ncu.ncu-rep"
+    assert _flag(words, "--sidecar") == "vit_b.ncu.json"
+    hopper = _flag(words, "--metrics").split(",")
+    assert f"{T}op_hgmma_src_bf16_dst_fp32_sparsity_off.sum" in hopper  # wgmma
+    assert f"{T}op_hmma_src_bf16_dst_fp32_sparsity_off.sum" in hopper  # mma.sync
+    assert f"{T}src_bf16_dst_fp32.sum" in hopper  # the aggregate, as a cross-check
+    _, words = _printed("specs/toy_mlp.yaml", "--arch", "10.0")
+    assert "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum" in _flag(words, "--metrics").split(",")
+    for cc in ("10.3", "11.0", "12.1"):
+        _, words = _printed("specs/toy_mlp.yaml", "--arch", cc)
+        assert _flag(words, "--metrics").split(",") == metrics_for(cc)
+
+
+def test_run_without_output_needs_print_command(tmp_path):
+    result = cli("ncu", "run", "specs/toy_mlp.yaml", "--gpu", "h100-sxm")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "ncu run needs -o OUT.csv" in result.stderr
