@@ -154,14 +154,14 @@ def to_result(report: ShowReport) -> Result:
     shown = [f for f in FIGURES if f != "tensor_aggregate" or any(r.figures[f] is not None for r in report.rows)]
     columns = [Column("kernel", "kernel", "text"), Column("class", "class", "text")]
     columns += [Column(f, _HEAD[f], "seconds" if f == "duration_s" else "count") for f in shown]
-    columns += [Column("name", "full name", "text", hidden=True), Column("cc", "CC", "text", hidden=True),
+    columns += [Column("kernel_name", "full name", "text", hidden=True), Column("cc", "CC", "text", hidden=True),
                 Column("device", "device", "text", hidden=True), Column("line", "line", hidden=True),
                 Column("sources", "counters", "text", hidden=True)]
     rows = []
     for r in report.rows:
         short = r.short if len(r.short) <= _NAME_WIDTH else r.short[: _NAME_WIDTH - 3] + "..."
         rows.append(Row(str(r.id), str(r.id), 0, {
-            "kernel": short, "class": r.kclass, **{f: _figure(f, r.figures[f]) for f in shown}, "name": r.kernel,
+            "kernel": short, "class": r.kclass, **{f: _figure(f, r.figures[f]) for f in shown}, "kernel_name": r.kernel,
             "cc": r.cc, "device": r.device, "line": r.line, "sources": {k: list(v) for k, v in r.sources.items()}}))
     total = Row("", "total", 0, {f: _figure(f, report.totals[f]) for f in shown})
     counters = []

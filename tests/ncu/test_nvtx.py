@@ -202,6 +202,6 @@ def test_ranges_attribute_back_to_the_analytic_rows(toy, tmp_path):
     for phase, rows in result.rows.items():
         fc = next(r for r in rows if r.name == "layers.fc")
         analytic = model.report("forward" if phase == "forward" else "backward", values)
-        gemm = next(r for r in analytic.rows if r.name == "layers.fc").cuda - 4 * 8 * 3  # minus bias add / grad
+        gemm = next(r for r in analytic.rows if r.name == "layers.fc").cuda_flops - 4 * 8 * 3  # minus bias add / grad
         assert fc.cuda_measured == gemm
         assert fc.kernels == (3 if phase == "forward" else 5)

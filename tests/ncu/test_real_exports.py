@@ -4,6 +4,8 @@ The expected values were read by hand from the files; each is quoted from its CS
 """
 from __future__ import annotations
 
+import costspec
+
 import shutil
 import subprocess
 import sys
@@ -131,11 +133,11 @@ def test_short_row_only_when_the_missing_cells_are_rule_cells():
 def test_compare_takes_the_cc_from_the_csv_without_a_sidecar(tmp_path):
     fwd = tmp_path / "toy.csv"
     shutil.copy(ROOT / "tests" / "data" / "ncu" / "toy_forward.details.csv", fwd)
-    table = render_table(compare(load_measured(str(ROOT / "specs" / "toy_mlp.yaml"), [str(fwd)], pass_="forward")))
-    assert "measured on: no sidecar; CC 8.0 from the CSV" in table.splitlines()[1]
+    table = render_table(compare(load_measured(costspec.load(ROOT / "specs" / "toy_mlp.yaml"), [str(fwd)], pass_="forward")))
+    assert "measured on: no sidecar; CC 8.0 from the CSV" in table.splitlines()[0]
     (tmp_path / "toy.json").write_text('{"pass": "forward", "gpu": "A100"}', encoding="utf-8")  # no CC in it
-    table = render_table(compare(load_measured(str(ROOT / "specs" / "toy_mlp.yaml"), [str(fwd)])))
-    assert "measured on: A100 (CC 8.0, ncu ?)" in table.splitlines()[1]
+    table = render_table(compare(load_measured(costspec.load(ROOT / "specs" / "toy_mlp.yaml"), [str(fwd)])))
+    assert "measured on: A100 (CC 8.0, ncu ?)" in table.splitlines()[0]
 
 
 def test_show_cli_on_every_real_export():

@@ -45,8 +45,8 @@ def test_rtx5090_tensor_core_gemm():
     assert row.figures["dram_bytes"] == 17_500_000  # 17.50 Mbyte read + 0 byte written
     assert row.figures["duration_s"] == pytest.approx(111.81e-6)
     out = json.loads(render_json(report))
-    assert out["launches"][0]["class"] == "gemm" and out["launches"][0]["cc"] == "12.0"
-    assert out["launches"][0]["sources"]["duration_s"] == ["gpu__time_duration.sum"]
+    assert out["rows"][0]["class"] == "gemm" and out["rows"][0]["cc"] == "12.0"
+    assert out["rows"][0]["sources"]["duration_s"] == ["gpu__time_duration.sum"]
     assert out["totals"]["tensor"] == 12_532_580_352
 
 
@@ -88,7 +88,7 @@ def test_cli_formats_and_bad_input(tmp_path):
 
     result = run(str(REAL / "gardenia_sgemm.details.csv"), "--format", "json")
     assert result.returncode == 0, result.stderr
-    assert [launch["id"] for launch in json.loads(result.stdout)["launches"]] == [0, 1, 2]
+    assert [launch["name"] for launch in json.loads(result.stdout)["rows"]] == ["0", "1", "2"]
     bad = tmp_path / "bad.csv"
     bad.write_text('"ID","Kernel Name","Metric Name","Metric Value"\n"0","k","x"\n')
     result = run(str(bad))
