@@ -9,12 +9,12 @@ from typing import Mapping
 
 import yaml
 
+from .conventions import PEAK_KEY
 from .errors import CostspecError, SpecError, UsageError
 
 # Elementwise kernels in PyTorch compute half-precision inputs in fp32 ("opmath"), so CUDA-core
 # work is priced at the fp32 CUDA-core peak whatever the storage dtype.
 POINTWISE_DTYPE = "fp32"
-_MATMUL_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,17 @@ class Gpu:
         return self.memory_bw_gbps * 1e9
 
     def tensor_peak(self, dtype: str) -> float:
-        """Tensor-Core FLOP/s for matmuls in `dtype`."""
-        if dtype not in self.tensor:
-            raise UsageError(f"{self.key} has no Tensor-Core {dtype} peak in the catalog "
+        """Tensor-Core FLOP/s (OP/s for int8) for matmuls in `dtype` (fp8_e4m3 / fp8_e5m2 at the fp8
+        peak, nvfp4 / mxfp4 at the fp4 peak)."""
+        key = matmul_dtype(dtype)
+        if key not in self.tensor:
+            raise UsageError(f"{self.key} has no Tensor-Core {key} peak in the catalog "
                              f"(has: {', '.join(self.tensor)})")
-        return self.tensor[dtype] * 1e12
+        return self.tensor[key] * 1e12
+
+    def supports(self, dtype: str) -> bool:
+        """True when the catalog gives this GPU a Tensor-Core peak for `dtype` (fp32 always runs)."""
+        return dtype == "fp32" or matmul_dtype(dtype) in self.tensor
 
     def cuda_peak(self, dtype: str = POINTWISE_DTYPE) -> float:
         """CUDA-core FLOP/s in `dtype`."""
@@ -96,4 +102,5 @@ def get_gpu(key: str, extra: str | Path | None = None) -> Gpu:
 
 
 def matmul_dtype(dtype: str) -> str:
-    return _MATMUL_DTYPE[dtype]
+    """The catalog key of `dtype`'s Tensor-Core peak."""
+    return PEAK_KEY.get(dtype, dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from .base import (ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Traffic, Work, linear_backward,
+from .base import (ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Reconcile, Traffic, Work, linear_backward,
                    linear_forward, linear_traffic, numel, pointwise, requires)
 from .registry import register_op
 
@@ -241,6 +241,9 @@ class LmHead(OpDef):
         m, k, n = self._mkn(call)
         return nn.Linear(ev(k), ev(n), bias=call.attrs.bias)
 
+    def gemms(self, call: OpCall):
+        m, k, n = self._mkn(call)
+        return [Gemm("", m, n, k)]
 
 @register_op
 class TakeToken(OpDef):

@@ -1,7 +1,7 @@
 """`linear`: y = x W^T + b over the last dim."""
 from __future__ import annotations
 
-from .base import (Attr, OpCall, OpDef, Part, linear_backward, linear_forward, linear_traffic, numel, requires,
+from .base import (Attr, Gemm, OpCall, OpDef, Part, linear_backward, linear_forward, linear_traffic, numel, requires,
                    same_size_constraint)
 from .registry import register_op
 
@@ -49,3 +49,7 @@ class Linear(OpDef):
         import torch.nn as nn
 
         return nn.Linear(ev(getattr(call.attrs, "in")), ev(call.attrs.out), bias=call.attrs.bias)
+
+    def gemms(self, call: OpCall):
+        m, k, n = self._mkn(call)
+        return [Gemm("", m, n, k)]

@@ -2,7 +2,7 @@
 gate / up -> act(gate) * up -> down (GLU variants: SwiGLU, GeGLU; Shazeer 2020, as in Llama)."""
 from __future__ import annotations
 
-from .base import (ZERO, Attr, OpCall, OpDef, Part, Traffic, linear_backward, linear_forward, linear_traffic,
+from .base import (ZERO, Attr, Gemm, OpCall, OpDef, Part, Traffic, linear_backward, linear_forward, linear_traffic,
                    numel, pointwise, requires)
 from .pointwise import ACT_ATTR, activation_work
 from .registry import register_op
@@ -87,3 +87,8 @@ class Mlp(OpDef):
         m, c, hidden, out = self._sizes(call)
         cls = GatedMlp if call.attrs.gated else TorchMlp
         return cls(ev(c), ev(hidden), ev(out), call.attrs.fn, call.attrs.bias)
+
+    def gemms(self, call: OpCall):
+        m = self._sizes(call)[0]
+        ins, down = self._linears(call)
+        return [Gemm(name, m, o, i) for name, i, o in [*ins, down]]
