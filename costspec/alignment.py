@@ -130,8 +130,9 @@ def strict_report(report: Report, flags: list[Flag]) -> Report:
             for j in stack:
                 totals[j] += moved[i]
         stack.append(i)
-    rows: list[Row] = [replace(row, tc=row.tc - t, cuda=row.cuda + t, engine="CUDA(fallback)" if moved[i] else row.engine)
-                       if t else row for i, (row, t) in enumerate(zip(report.rows, totals))]
+    rows: list[Row] = [replace(row, tc=row.tc - t, cuda=row.cuda + t,
+                               engine="CUDA(fallback)" if moved[i] else row.engine) if t else row
+                       for i, (row, t) in enumerate(zip(report.rows, totals))]
     shift = sum(moved)
     return replace(report, rows=rows, tc=report.tc - shift, cuda=report.cuda + shift)
 

@@ -95,7 +95,8 @@ def _row_exprs(model: Model, pass_: str, fixed: Mapping, fusion: str) -> list[tu
 
     out = []
     for node, _, mult, grad in model.walk():
-        out.append((bound(node_cost(node, pass_, mult, grad).flops), bound(total_bytes(node, pass_, mult, grad, fusion))))
+        out.append((bound(node_cost(node, pass_, mult, grad).flops),
+                    bound(total_bytes(node, pass_, mult, grad, fusion))))
     root = GradState(False, False)
     one = sympy.Integer(1)
     out.append((bound(node_cost(model.root, pass_, one, root).flops), bound(total_bytes(model.root, pass_, one, root,
