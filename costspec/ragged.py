@@ -84,7 +84,8 @@ def check_dims(model: Model, seq_dim: str, batch_dim: str, sets: Mapping[str, in
             raise UsageError(f"--set {name} conflicts with --lengths, which sets {name} per sequence")
 
 
-def _row_exprs(model: Model, pass_: str, fixed: Mapping, fusion: str) -> list[tuple[sympy.Expr, sympy.Expr]]:
+def _row_exprs(model: Model, pass_: str, fixed: Mapping, fusion: str, rows: bool = True
+               ) -> list[tuple[sympy.Expr, sympy.Expr]]:
     """(FLOPs, bytes) of every report row, then of the model, as expressions of the batch and sequence
     dims only (derived dims written out, every other dim at its bound value)."""
     from .model import node_cost
@@ -94,7 +95,7 @@ def _row_exprs(model: Model, pass_: str, fixed: Mapping, fusion: str) -> list[tu
         return sympy.expand(model.dims.expand(sympy.sympify(expr)).xreplace(fixed))
 
     out = []
-    for node, _, mult, grad in model.walk():
+    for node, _, mult, grad in (model.walk() if rows else ()):
         out.append((bound(node_cost(node, pass_, mult, grad).flops),
                     bound(total_bytes(node, pass_, mult, grad, fusion))))
     root = GradState(False, False)
@@ -119,10 +120,9 @@ def _exact(value) -> int | Fraction:
     return fraction.numerator if fraction.denominator == 1 else fraction
 
 
-def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mapping[str, int] | None = None,
-           seq_dim: str = "S", batch_dim: str = "B", fusion: str = "default") -> Result:
-    """Padded vs packed costs of a batch of sequences of `lengths`, per layer, with the waste."""
-    sets = dict(sets or {})
+def _padded_packed(model: Model, lengths: list[int], pass_: str, sets: Mapping[str, int], seq_dim: str,
+                   batch_dim: str, fusion: str, rows: bool = True) -> tuple[list[tuple], list[tuple]]:
+    """(FLOPs, bytes) padded and packed, per report row (when `rows`) and for the model (last)."""
     check_dims(model, seq_dim, batch_dim, sets)
     longest, n = max(lengths), len(lengths)
     distinct = sorted(Counter(lengths).items())
@@ -134,10 +134,28 @@ def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mappi
     fixed = {sym: v for sym, v in model.bind(sets=sets).items()
              if sym not in (b, s) and model.dims.dims[str(sym)].definition is None}
     padded, packed = [], []
-    for flops, nbytes in _row_exprs(model, pass_, fixed, fusion):
+    for flops, nbytes in _row_exprs(model, pass_, fixed, fusion, rows):
         padded.append(tuple(e.xreplace({b: n, s: longest}) for e in (flops, nbytes)))
         packed.append(tuple(sum((count * e.xreplace({b: 1, s: length}) for length, count in distinct), sympy.Integer(0))
                             - (n - 1) * _once(e, b, s) for e in (flops, nbytes)))
+    return padded, packed
+
+
+def ragged_totals(model: Model, lengths: list[int], pass_: str = "forward", sets: Mapping[str, int] | None = None,
+                  seq_dim: str = "S", batch_dim: str = "B", fusion: str = "default") -> dict[str, int | Fraction]:
+    """Model totals of `ragged` (for sweeps and reports): padded / packed / waste FLOPs and bytes."""
+    padded, packed = _padded_packed(model, lengths, pass_, dict(sets or {}), seq_dim, batch_dim, fusion, rows=False)
+    (pf, pb), (qf, qb) = padded[-1], packed[-1]
+    return {"padded_flops": _exact(pf), "packed_flops": _exact(qf), "waste_flops": _exact(pf - qf),
+            "padded_bytes": _exact(pb), "packed_bytes": _exact(qb), "waste_bytes": _exact(pb - qb)}
+
+
+def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mapping[str, int] | None = None,
+           seq_dim: str = "S", batch_dim: str = "B", fusion: str = "default") -> Result:
+    """Padded vs packed costs of a batch of sequences of `lengths`, per layer, with the waste."""
+    sets = dict(sets or {})
+    padded, packed = _padded_packed(model, lengths, pass_, sets, seq_dim, batch_dim, fusion)
+    longest = max(lengths)
     report_rows = model.report(pass_, model.bind(sets={**sets, batch_dim: 1, seq_dim: longest})).rows
     rows, total = [], None
     for i, ((pf, pb), (qf, qb)) in enumerate(zip(padded, packed)):
@@ -170,3 +188,32 @@ def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mappi
              f"on neither {batch_dim} nor {seq_dim} (weights read, a tied table's gradient sum) counted once, as one "
              "launch over the packed buffer pays it; bytes follow the roofline's traffic model at the spec's dtype"]
     return Result(header, [Table(columns, rows, total)], notes=notes, meta=meta)
+
+
+MAX_SWEEP_POINTS = 4096  # each point evaluates the model at every distinct length
+
+
+def ragged_sweep_csv(model: Model, varies: list[tuple[str, list[int]]], lengths: list[int], pass_: str = "forward",
+                     sets: Mapping[str, int] | None = None, seq_dim: str = "S", batch_dim: str = "B",
+                     fusion: str = "default") -> tuple[int, str]:
+    """`ragged_totals` at every point of the --vary grid, as CSV: (rows, text)."""
+    import itertools
+
+    names = [name for name, _ in varies]
+    for name in names:
+        if name in (seq_dim, batch_dim):
+            raise UsageError(f"--vary {name}: --lengths sets {batch_dim} and {seq_dim}; vary other dims")
+    points = 1
+    for _, values in varies:
+        points *= len(values)
+    if points > MAX_SWEEP_POINTS:
+        raise UsageError(f"--lengths sweeps evaluate every point exactly: {points:,} points is more than "
+                         f"{MAX_SWEEP_POINTS:,}; narrow --vary")
+    keys = ["padded_flops", "packed_flops", "waste_flops", "padded_bytes", "packed_bytes", "waste_bytes"]
+    lines = [",".join(names + keys)]
+    for combo in itertools.product(*(values for _, values in varies)):
+        totals = ragged_totals(model, lengths, pass_, {**(sets or {}), **dict(zip(names, combo))}, seq_dim,
+                               batch_dim, fusion)
+        lines.append(",".join([str(v) for v in combo] + [str(totals[k]) if isinstance(totals[k], int)
+                                                          else str(float(totals[k])) for k in keys]))
+    return points, "\n".join(lines)

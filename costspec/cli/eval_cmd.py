@@ -18,23 +18,82 @@ from . import cli, options
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A calibration file from `costspec ncu calibrate`: adds predicted EXECUTED FLOPs per layer.")
 @options.output_format("table", "json", "csv", "markdown")
-def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, calibration, fmt):
+@options.alignment
+@options.lengths
+@options.lengths_file
+@options.seq_dim
+@options.ladder
+def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, calibration, fmt, alignment,
+                 lengths, lengths_file, seq_dim, ladder):
     """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
     from ..export.report import RENDERERS
     from ..model import load
 
     model = load(spec)
+    ragged_lengths = options.ragged_lengths(lengths, lengths_file)
+    if ragged_lengths is not None or ladder:
+        click.echo(_variant(model, batch, sets, pass_, gpu, catalog, fusion, efficiency, fmt, ragged_lengths,
+                            seq_dim, ladder))
+        return
     values = model.bind(batch, sets)
     report = model.report(pass_, values)
     roof = None
+    device = None
     if gpu:
         from ..gpus import get_gpu
+
+        device = get_gpu(gpu, catalog)
+    from ..alignment import apply
+
+    report, _, aligned = apply(model, report, values, alignment, device.compute_capability if device else None)
+    if device:
         from ..roofline import estimate
 
-        roof = estimate(model, report, values, get_gpu(gpu, catalog), fusion, efficiency)
+        roof = estimate(model, report, values, device, fusion, efficiency)
     text = RENDERERS[fmt](report, depth, roof)
+    text = _with_alignment(fmt, text, aligned)
     if calibration:
         from ..calibration import executed_report, load_calibration, with_executed
 
         text = with_executed(fmt, text, executed_report(model, values, pass_, load_calibration(calibration)), depth)
     click.echo(text)
+
+
+def _variant(model, batch, sets, pass_, gpu, catalog, fusion, efficiency, fmt, ragged_lengths, seq_dim, ladder) -> str:
+    """The --lengths (padded vs packed) or --ladder (one row per precision) result, rendered."""
+    from ..export.render import render
+
+    options.require(not (ladder and ragged_lengths is not None), "--ladder and --lengths are separate views: "
+                    "give one")
+    if ladder:
+        from ..gpus import get_gpu
+        from ..ladder import ladder as precision_ladder
+
+        options.require(bool(gpu), "--ladder needs --gpu NAME (the peaks and bandwidth it prices each precision with)")
+        return render(precision_ladder(model, model.bind(batch, sets), get_gpu(gpu, catalog), pass_, fusion,
+                                       efficiency), fmt)
+    from ..ragged import ragged
+
+    options.require(batch is None, "--lengths sets the batch (one sequence per length): drop --batch")
+    return render(ragged(model, ragged_lengths, pass_, sets, seq_dim, "B", fusion), fmt)
+
+
+def _with_alignment(fmt: str, text: str, lines: list[str]) -> str:
+    """The eval output with the Tensor-Core alignment flags: a section in table / markdown, a key in json,
+    stderr for csv (a CSV stays one table)."""
+    if not lines:
+        return text
+    if fmt == "json":
+        import json
+
+        data = json.loads(text)
+        data["tensor_core_alignment"] = lines
+        return json.dumps(data, indent=2)
+    if fmt == "csv":
+        for line in lines:
+            click.echo(f"alignment: {line}", err=True)
+        return text
+    bullet = "- " if fmt == "markdown" else "  "
+    title = "Tensor-Core alignment (misaligned GEMM leading dims):"
+    return text + "\n" + title + "\n" + "\n".join(bullet + x for x in lines)
+
