@@ -140,7 +140,8 @@ def test_eligible_layers_that_ran_without_tensor_cores():
                                _kernel(2, "lm_head", 0, 0, "pointwise")], ("forward",), ["x.csv"], True, "7.0")
     lines = tensor_core_misses(attribution, model, model.bind())
     assert lines[0].endswith("ran without them (DLProf-style):") and len(lines) == 2
-    assert "forward: lm_head (fp16): 1 matmul kernel(s) (ampere_sgemm_128x64_nn), 16,400,000 CUDA-core FLOPs" in lines[1]
+    assert ("forward: lm_head (fp16): 1 matmul kernel(s) (ampere_sgemm_128x64_nn), 16,400,000 CUDA-core FLOPs"
+            in lines[1])
     assert "N = 1001 is not a multiple of 8" in lines[1]
     fine = Attribution([_kernel(0, "fc", 524_288, 0)], ("forward",), ["x.csv"], True, "8.0")
     assert tensor_core_misses(fine, model, model.bind()) == [
