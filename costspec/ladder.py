@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
-from typing import Mapping
+from typing import Mapping, cast
 
 from .conventions import Precision
 from .gpus import Gpu
@@ -23,7 +23,7 @@ LADDER = ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "nvfp4
 
 def with_dtype(model: Model, dtype: str) -> Model:
     """`model` rebuilt with the spec-wide dtype `dtype` (per-layer `precision:` overrides are kept)."""
-    data = dict(model.doc.data)
+    data = dict(cast(dict, model.doc.data))
     data["precision"] = {**(data.get("precision") or {}), "dtype": dtype}
     return Model(replace(model.doc, data=data))
 
