@@ -148,3 +148,14 @@ def test_eligible_layers_that_ran_without_tensor_cores():
         "eligible for Tensor Cores but ran without them (DLProf-style): none"]
     blind = Attribution([], ("forward",), ["x.csv"], False, "8.0")
     assert "unknown" in tensor_core_misses(blind, model)[0]
+
+
+def test_cli_strict_on_volta(tmp_path):
+    spec = tmp_path / "odd_head.yaml"
+    spec.write_text(FP16_HEAD)
+    warn = cli("eval", str(spec), "--gpu", "v100-sxm2")
+    strict = cli("eval", str(spec), "--gpu", "v100-sxm2", "--alignment", "strict")
+    assert warn.returncode == strict.returncode == 0, strict.stderr
+    head = next(line for line in strict.stdout.splitlines() if line.startswith("lm_head"))
+    assert "CUDA(fallback)" in head and "CUDA(fallback)" not in warn.stdout
+    assert "runs these layers without Tensor Cores" in strict.stdout
