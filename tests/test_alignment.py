@@ -159,3 +159,40 @@ def test_cli_strict_on_volta(tmp_path):
     head = next(line for line in strict.stdout.splitlines() if line.startswith("lm_head"))
     assert "CUDA(fallback)" in head and "CUDA(fallback)" not in warn.stdout
     assert "runs these layers without Tensor Cores" in strict.stdout
+
+
+ODD = """\
+costspec: 1
+name: tiny_odd
+dims: {B: 2, S: 4, C: 8, V: 13}
+precision: {dtype: bf16}
+input: [B, S, C]
+layers:
+  - linear: {out: C}
+    name: fc
+  - lm_head: {vocab: V}
+"""
+
+
+def test_ncu_compare_lists_the_layer_that_ran_without_tensor_cores(tmp_path):
+    """A synthetic ncu CSV: fc's GEMM has Tensor-Core ops, lm_head's (N = 13) ran as an sgemm on CUDA cores."""
+    sys.path.insert(0, str(ROOT / "tests" / "ncu"))
+    from synth_ncu import FFMA, TC_BF16_H100, raw_csv
+
+    spec = tmp_path / "odd.yaml"
+    spec.write_text(ODD)
+    F = "costspec:forward"
+    kernels = [{"kernel": "nvjet_tst_64x8_64x16_1x4_h_bz_bias_TNT", "stack": (F, "tiny_odd", "fc"),
+                "metrics": {TC_BF16_H100: 1024}},
+               {"kernel": "void cutlass::Kernel<cutlass_80_simt_sgemm_64x64_8x5_nt_align1>(T1::Params)",
+                "stack": (F, "tiny_odd", "lm_head"), "metrics": {FFMA: 832}}]
+    csv = tmp_path / "run.csv"
+    csv.write_text(raw_csv(kernels))
+    out = cli("ncu", "compare", str(spec), str(csv), "--pass", "forward")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    i = lines.index("eligible for Tensor Cores but ran without them (DLProf-style):")
+    assert lines[i + 1].startswith("  forward: lm_head (bf16): 1 matmul kernel(s) "
+                                   "(cutlass_80_simt_sgemm_64x64_8x5_nt_align1), 1,664 CUDA-core FLOPs")
+    assert "N = 13 is not a multiple of 8: pad to 16" in lines[i + 1]
+    assert not lines[i + 2].startswith("  forward: fc")
