@@ -151,8 +151,9 @@ def ragged_totals(model: Model, lengths: list[int], pass_: str = "forward", sets
 
 
 def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mapping[str, int] | None = None,
-           seq_dim: str = "S", batch_dim: str = "B", fusion: str = "default") -> Result:
-    """Padded vs packed costs of a batch of sequences of `lengths`, per layer, with the waste."""
+           seq_dim: str = "S", batch_dim: str = "B", fusion: str = "default", depth: int | None = None) -> Result:
+    """Padded vs packed costs of a batch of sequences of `lengths`, per layer (the top `depth` levels
+    of the tree when given), with the waste."""
     sets = dict(sets or {})
     padded, packed = _padded_packed(model, lengths, pass_, sets, seq_dim, batch_dim, fusion)
     longest = max(lengths)
@@ -165,7 +166,8 @@ def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mappi
                   "padded_bytes": _exact(pb), "packed_bytes": _exact(qb), "waste_bytes": _exact(pb - qb)}
         if i < len(report_rows):
             r = report_rows[i]
-            rows.append(Row(r.name, r.label + (f" x{r.count}" if r.count > 1 else ""), r.depth, values))
+            if depth is None or r.depth < depth:
+                rows.append(Row(r.name, r.label + (f" x{r.count}" if r.count > 1 else ""), r.depth, values))
         else:
             total = Row("", "total", 0, values)
     columns = [Column("padded_flops", "padded FLOPs", "flops"), Column("packed_flops", "packed FLOPs", "flops"),

@@ -140,3 +140,33 @@ def test_cli_eval_and_sweep(tmp_path):
     assert lines[0].startswith("L,padded_flops,packed_flops") and lines[2].startswith("16,2323636027392,1007903834112,")
     bad = cli("eval", str(SPECS / "vit_b.yaml"), "--lengths", "3,4")
     assert bad.returncode == 2 and "derived" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_depth_limits_the_rows():
+    rows = ragged(load(SPECS / "llama_1b.yaml"), [32, 512, 128], depth=1).table.rows
+    assert [r.name for r in rows] == ["embed_tokens", "layers", "norm"]
+
+
+def test_lengths_and_batch_conflict():
+    out = cli("eval", str(SPECS / "gpt2_small.yaml"), "--lengths", "3,5", "--batch", "2")
+    assert out.returncode == 2 and "drop --batch" in out.stderr
+    out = cli("eval", str(SPECS / "gpt2_small.yaml"), "--lengths", "3,5", "--lengths-file", __file__)
+    assert out.returncode == 2 and "not both" in out.stderr
+
+
+def test_parse_lengths_never_crashes():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet="0123456789,_- x\n#", max_size=30))
+    def check(text):
+        try:
+            out = parse_lengths(text)
+        except CostspecError as exc:
+            assert "\n" not in str(exc) or "\n" in text
+            return
+        assert out and all(isinstance(v, int) and v >= 1 for v in out)
+        assert len(out) == text.count(",") + 1
+
+    check()

@@ -32,7 +32,7 @@ def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficien
     model = load(spec)
     ragged_lengths = options.ragged_lengths(lengths, lengths_file)
     if ragged_lengths is not None or ladder:
-        click.echo(_variant(model, batch, sets, pass_, gpu, catalog, fusion, efficiency, fmt, ragged_lengths,
+        click.echo(_variant(model, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, fmt, ragged_lengths,
                             seq_dim, ladder))
         return
     values = model.bind(batch, sets)
@@ -59,7 +59,8 @@ def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficien
     click.echo(text)
 
 
-def _variant(model, batch, sets, pass_, gpu, catalog, fusion, efficiency, fmt, ragged_lengths, seq_dim, ladder) -> str:
+def _variant(model, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, fmt, ragged_lengths, seq_dim,
+             ladder) -> str:
     """The --lengths (padded vs packed) or --ladder (one row per precision) result, rendered."""
     from ..export.render import render
 
@@ -75,7 +76,7 @@ def _variant(model, batch, sets, pass_, gpu, catalog, fusion, efficiency, fmt, r
     from ..ragged import ragged
 
     options.require(batch is None, "--lengths sets the batch (one sequence per length): drop --batch")
-    return render(ragged(model, ragged_lengths, pass_, sets, seq_dim, "B", fusion), fmt)
+    return render(ragged(model, ragged_lengths, pass_, sets, seq_dim, "B", fusion, depth), fmt)
 
 
 def _with_alignment(fmt: str, text: str, lines: list[str]) -> str:
