@@ -413,7 +413,7 @@ class Attention(OpDef):
                              kv_heads=ev(a.kv_heads), gqa=self._gqa(call), window=ev(a.window), grid=grid,
                              rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal)
 
-    def gemms(self, call: OpCall):
+    def gemms(self, call: OpCall) -> list[Gemm]:
         """Projections as GEMMs on the (padded) tokens; SDPA's QK^T (t x d @ d x t) and AV (t x t @ t x d)
         per problem and query head, whose only leading dim a fused kernel exposes is the head dim d (the
         scores stay on chip); the relative positions' two einsums as batched matmuls q @ R^T with

@@ -107,7 +107,7 @@ class Conv2d(OpDef):
         return nn.Conv2d(ev(call.in_shape[1]), ev(a.out), pair(a.kernel), stride=pair(a.stride),
                          padding=pair(a.padding), dilation=pair(a.dilation), groups=ev(a.groups), bias=a.bias)
 
-    def gemms(self, call: OpCall):
+    def gemms(self, call: OpCall) -> list[Gemm]:
         """The implicit GEMM cuDNN runs per group: m = B*Ho*Wo, n = out/groups, k = (in/groups)*kh*kw.
         The channel counts themselves are padded by cuDNN (>= 7.6.3) and not checked on their own."""
         a = call.attrs
@@ -224,7 +224,7 @@ class PatchEmbed(OpDef):
         _, cin, gh, gw = self._grid(call)
         return TorchPatchEmbed(ev(cin), ev(a.dim), ev(a.patch), ev(gh) * ev(gw), a.cls_token, a.pos_embed, a.bias)
 
-    def gemms(self, call: OpCall):
+    def gemms(self, call: OpCall) -> list[Gemm]:
         """The patch conv as its implicit GEMM: m = B*(H/p)*(W/p), n = dim, k = C*p*p."""
         a = call.attrs
         b, cin, gh, gw = self._grid(call)

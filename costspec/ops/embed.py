@@ -241,7 +241,7 @@ class LmHead(OpDef):
         m, k, n = self._mkn(call)
         return nn.Linear(ev(k), ev(n), bias=call.attrs.bias)
 
-    def gemms(self, call: OpCall):
+    def gemms(self, call: OpCall) -> list[Gemm]:
         m, k, n = self._mkn(call)
         return [Gemm("", m, n, k)]
 

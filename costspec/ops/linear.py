@@ -50,6 +50,6 @@ class Linear(OpDef):
 
         return nn.Linear(ev(getattr(call.attrs, "in")), ev(call.attrs.out), bias=call.attrs.bias)
 
-    def gemms(self, call: OpCall):
+    def gemms(self, call: OpCall) -> list[Gemm]:
         m, k, n = self._mkn(call)
         return [Gemm("", m, n, k)]

@@ -88,7 +88,7 @@ class Mlp(OpDef):
         cls = GatedMlp if call.attrs.gated else TorchMlp
         return cls(ev(c), ev(hidden), ev(out), call.attrs.fn, call.attrs.bias)
 
-    def gemms(self, call: OpCall):
+    def gemms(self, call: OpCall) -> list[Gemm]:
         m = self._sizes(call)[0]
         ins, down = self._linears(call)
         return [Gemm(name, m, o, i) for name, i, o in [*ins, down]]
