@@ -9,13 +9,13 @@ from typing import Mapping
 
 import yaml
 
+from .conventions import PEAK_KEY
 from .errors import CostspecError, SpecError, UsageError
 from .results import Column, Result, Row, Table
 
 # Elementwise kernels in PyTorch compute half-precision inputs in fp32 ("opmath"), so CUDA-core
 # work is priced at the fp32 CUDA-core peak whatever the storage dtype.
 POINTWISE_DTYPE = "fp32"
-_MATMUL_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,17 @@ class Gpu:
         return self.memory_bw_gbps * 1e9
 
     def tensor_peak(self, dtype: str) -> float:
-        """Tensor-Core FLOP/s for matmuls in `dtype`."""
-        if dtype not in self.tensor:
-            raise UsageError(f"{self.key} has no Tensor-Core {dtype} peak in the catalog "
+        """Tensor-Core FLOP/s (OP/s for int8) for matmuls in `dtype` (fp8_e4m3 / fp8_e5m2 at the fp8
+        peak, nvfp4 / mxfp4 at the fp4 peak)."""
+        key = matmul_dtype(dtype)
+        if key not in self.tensor:
+            raise UsageError(f"{self.key} has no Tensor-Core {key} peak in the catalog "
                              f"(has: {', '.join(self.tensor)})")
-        return self.tensor[dtype] * 1e12
+        return self.tensor[key] * 1e12
+
+    def supports(self, dtype: str) -> bool:
+        """True when the catalog gives this GPU a Tensor-Core peak for `dtype` (fp32 always runs)."""
+        return dtype == "fp32" or matmul_dtype(dtype) in self.tensor
 
     def cuda_peak(self, dtype: str = POINTWISE_DTYPE) -> float:
         """CUDA-core FLOP/s in `dtype`."""
@@ -97,19 +103,20 @@ def get_gpu(key: str, extra: str | Path | None = None) -> Gpu:
 
 
 def matmul_dtype(dtype: str) -> str:
-    return _MATMUL_DTYPE[dtype]
+    """The catalog key of `dtype`'s Tensor-Core peak."""
+    return PEAK_KEY.get(dtype, dtype)
 
 
 def catalog_result(gpus: Mapping[str, Gpu]) -> Result:
     """The catalog as the one result type: a row per GPU, its peaks in TFLOP/s and its memory."""
-    columns = [Column("name", "name", "text"), Column("compute_capability", "CC", "text")]
+    columns = [Column("gpu_name", "name", "text"), Column("compute_capability", "CC", "text")]
     dtypes = [("tensor", d, f"TC {d}") for d in ("bf16", "fp16", "tf32", "fp8")] + [("cuda", "fp32", "CUDA fp32")]
     columns += [Column(f"{engine}_{d}_tflops", title, "text") for engine, d, title in dtypes]
     columns += [Column("memory_bw_gbps", "HBM GB/s", "text"), Column("memory_gb", "mem GB", "text"),
                 Column("source", "source", "text", hidden=True)]
     rows = []
     for key, g in sorted(gpus.items()):
-        values: dict = {"name": g.name, "compute_capability": g.compute_capability,
+        values: dict = {"gpu_name": g.name, "compute_capability": g.compute_capability,
                         "memory_bw_gbps": f"{g.memory_bw_gbps:g}", "memory_gb": f"{g.memory_gb:g}",
                         "source": list(g.source)}
         for engine, d, _ in dtypes:

@@ -4,6 +4,7 @@ torch: `torch_build`). Nothing in the package below the CLI imports this module 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -121,6 +122,16 @@ class Model:
         from .torch_build import build_module
 
         return build_module(self, self.bind(sets=dims))
+
+    def with_precision(self, dtype: str) -> Model:
+        """This spec with its spec-wide dtype replaced by `dtype` (layers with their own `precision:` keep it)."""
+        from .conventions import DTYPES
+
+        if dtype not in DTYPES:
+            raise UsageError(f"unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
+        data = dict(self.doc.data) if isinstance(self.doc.data, dict) else {}
+        data["precision"] = {**(data.get("precision") or {}), "dtype": dtype}
+        return Model(replace(self.doc, data=data))
 
     def node(self, name: str) -> Node:
         """The tree node of report row `name`."""

@@ -27,6 +27,10 @@ print("no torch")
     ["sweep", "specs/vit_b.yaml", "--vary", "B=1..64:x2"],
     ["gpus"],
     ["eval", "specs/vit_b.yaml", "--gpu", "h100-sxm"],
+    ["eval", "specs/gpt2_small.yaml", "--lengths", "3,5,2"],
+    ["eval", "specs/gpt2_small.yaml", "--gpu", "h100-sxm", "--alignment", "strict"],
+    ["eval", "specs/vit_b.yaml", "--gpu", "b200", "--ladder"],
+    ["sweep", "specs/llama_1b.yaml", "--vary", "L=1,2", "--lengths", "32,512,128"],
 ])
 def test_command_does_not_import_torch(args):
     result = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], cwd=ROOT, capture_output=True,

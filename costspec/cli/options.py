@@ -102,3 +102,33 @@ fusion = click.option("--fusion", type=click.Choice(Fusion.choices()), default=F
                       show_default=True, help="Which kernels are assumed fused (see docs: fusion assumptions).")
 efficiency = click.option("--efficiency", callback=_parse_efficiency, default=None, metavar="tc=F,cuda=F,memory=F",
                           help="Fractions of the peaks reached (default 1 = datasheet).")
+
+
+# ragged batches, Tensor-Core alignment, precision ladder (costspec.ragged / .alignment / .ladder)
+def _parse_lengths(ctx, param, value):
+    from ..ragged import parse_lengths
+
+    return None if value is None else parse_lengths(value)
+
+
+lengths = click.option("--lengths", callback=_parse_lengths, default=None, metavar="3,5,2",
+                       help="A ragged batch: one sequence length per sequence; costs padded (B x max) and packed "
+                            "(sum over sequences) side by side.")
+lengths_file = click.option("--lengths-file", type=click.Path(dir_okay=False, exists=True), default=None,
+                            help="A ragged batch from a file, one sequence length per line (# comments allowed).")
+seq_dim = click.option("--seq-dim", default="S", show_default=True, metavar="NAME",
+                       help="The spec's (free) sequence dim that --lengths varies per sequence.")
+alignment = click.option("--alignment", type=click.Choice(["warn", "strict"]), default="warn", show_default=True,
+                         help="Misaligned GEMMs (Tensor-Core rules): warn lists them; strict also charges them to "
+                              "CUDA cores on GPUs that fall back (compute capability < 8.0; needs --gpu).")
+ladder = click.option("--ladder", is_flag=True,
+                      help="With --gpu: one row per precision the GPU runs (bytes, intensity, bound, time, speed-up "
+                           "vs fp32 and bf16).")
+
+
+def ragged_lengths(lengths, lengths_file) -> list[int] | None:
+    """The lengths of --lengths or --lengths-file (not both)."""
+    from ..ragged import read_lengths_file
+
+    require(not (lengths and lengths_file), "give --lengths or --lengths-file, not both")
+    return read_lengths_file(lengths_file) if lengths_file else lengths

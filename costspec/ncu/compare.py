@@ -134,6 +134,9 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
     if calibration:
         notes.append("executed = the calibration's prediction (epsilon, rho, kappa) plus the measured FLOPs of "
                      "kernels with no model term and of unattributed kernels; residual = measured - executed")
+    from ..alignment import tensor_core_misses  # issue 19: DLProf's "eligible for Tensor Cores, not using them"
+
+    notes += tensor_core_misses(measured.attribution, model, measured.values)
     dims = {str(k): int(v) for k, v in measured.values.items()}
     return Comparison(model.name, list(measured.attribution.sources), measured.pass_, dims,
                       measured.attribution.has_tensor_counters, tables, no_term, unattributed,

@@ -10,9 +10,28 @@ from dataclasses import dataclass, replace
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (ZERO, Attr, Constraint, Expr, OpCall, OpDef, Part, Reconcile, Runtime, Traffic, Work,
-                   linear_backward, linear_forward, linear_outputs, linear_traffic, pointwise, requires, same_size,
-                   same_size_constraint)
+from .base import (
+    ZERO,
+    Attr,
+    Constraint,
+    Expr,
+    Gemm,
+    OpCall,
+    OpDef,
+    Part,
+    Reconcile,
+    Runtime,
+    Traffic,
+    Work,
+    linear_backward,
+    linear_forward,
+    linear_outputs,
+    linear_traffic,
+    pointwise,
+    requires,
+    same_size,
+    same_size_constraint,
+)
 from .registry import register_op
 
 
@@ -433,3 +452,20 @@ class Attention(OpDef):
         return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), a.qkv_bias, a.proj_bias, a.fused_qkv,
                              kv_heads=ev(a.kv_heads), gqa=self._gqa(call), window=ev(a.window), grid=grid,
                              rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal)
+
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        """Projections as GEMMs on the (padded) tokens; SDPA's QK^T (t x d @ d x t) and AV (t x t @ t x d)
+        per problem and query head, whose only leading dim a fused kernel exposes is the head dim d (the
+        scores stay on chip); the relative positions' two einsums as batched matmuls q @ R^T with
+        n = the grid side Hq (rel_h) or Wq (rel_w)."""
+        a, g = call.attrs, self._geom(call)
+        qkv, proj = self._projections(call)
+        out = [Gemm(n, g.m, o, k) for n, k, o, _ in qkv]
+        if a.rel_pos:
+            out += [Gemm("rel_pos", g.nb * g.h * g.qw, g.qh, g.d, g.qh),
+                    Gemm("rel_pos", g.nb * g.h * g.qh, g.qw, g.d, g.qw)]
+        problems = g.nb * g.h
+        out += [Gemm("sdpa", g.t, g.t, g.d, problems, "sdpa", ("k",)),
+                Gemm("sdpa", g.t, g.d, g.t, problems, "sdpa", ("n",))]
+        n, k, o, _ = proj
+        return out + [Gemm(n, g.m, o, k)]

@@ -364,6 +364,11 @@ class OpDef:
             return [Traffic(parts[0].name, ZERO, ZERO)]
         return [Traffic(parts[0].name, y + x + w, (x if input_grad else ZERO) + w)]
 
+    def gemms(self, call: OpCall) -> list["Gemm"]:
+        """The matrix multiplies one forward call runs, per part (the geometry behind its matmul-class
+        FLOPs), for the Tensor-Core alignment rules (`costspec.alignment`). Default: none."""
+        return []
+
 
 @dataclass(frozen=True)
 class Traffic:
@@ -375,6 +380,28 @@ class Traffic:
 
 
 FUSION_MODES = ("none", "default", "aggressive")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """`count` independent (m x k) @ (k x n) products one forward call of a part runs (a batched
+    matmul, or a convolution as its implicit GEMM: m = output pixels, n = output channels per group,
+    k = input channels per group x kernel area).
+
+    `kind`: gemm, conv or sdpa. `leading`: the dims that are row lengths (leading dimensions) of the
+    operands in PyTorch's row-major layout, whose byte alignment decides how cuBLAS / cuDNN / the
+    attention kernels can feed Tensor Cores; the others (a GEMM's token count m, the sequence inside
+    a fused attention kernel) only quantize tiles. The backward GEMMs of a linear layer
+    (dX = dY W, dW = dY^T X) have the same leading dims, so one forward geometry covers every pass.
+    """
+
+    part: str
+    m: Expr
+    n: Expr
+    k: Expr
+    count: Expr = sympy.Integer(1)
+    kind: str = "gemm"
+    leading: tuple[str, ...] = ("n", "k")
 
 
 def layer_notes(op_nodes) -> list[str]:

@@ -4,8 +4,23 @@ from __future__ import annotations
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (CONV_RUNTIME, ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Traffic, Work, numel,
-                   pointwise, requires, same_size)
+from .base import (
+    CONV_RUNTIME,
+    ZERO,
+    Attr,
+    Constraint,
+    Gemm,
+    OpCall,
+    OpDef,
+    Part,
+    Reconcile,
+    Traffic,
+    Work,
+    numel,
+    pointwise,
+    requires,
+    same_size,
+)
 from .registry import register_op
 
 
@@ -120,6 +135,13 @@ class Conv2d(OpDef):
         pair = lambda v: tuple(ev(x) for x in _pair(v))  # noqa: E731
         return nn.Conv2d(ev(call.in_shape[1]), ev(a.out), pair(a.kernel), stride=pair(a.stride),
                          padding=pair(a.padding), dilation=pair(a.dilation), groups=ev(a.groups), bias=a.bias)
+
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        """The implicit GEMM cuDNN runs per group: m = B*Ho*Wo, n = out/groups, k = (in/groups)*kh*kw.
+        The channel counts themselves are padded by cuDNN (>= 7.6.3) and not checked on their own."""
+        a = call.attrs
+        b, cin, hout, wout, kh, kw = self._geometry(call)
+        return [Gemm("", b * hout * wout, a.out / a.groups, cin / a.groups * kh * kw, a.groups, "conv")]
 
 
 @register_op
@@ -237,3 +259,9 @@ class PatchEmbed(OpDef):
         a = call.attrs
         _, cin, gh, gw = self._grid(call)
         return TorchPatchEmbed(ev(cin), ev(a.dim), ev(a.patch), ev(gh) * ev(gw), a.cls_token, a.pos_embed, a.bias)
+
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        """The patch conv as its implicit GEMM: m = B*(H/p)*(W/p), n = dim, k = C*p*p."""
+        a = call.attrs
+        b, cin, gh, gw = self._grid(call)
+        return [Gemm("proj", b * gh * gw, a.dim, cin * a.patch * a.patch, sympy.Integer(1), "conv")]

@@ -4,8 +4,27 @@ from __future__ import annotations
 
 import sympy
 
-from .base import (GEMM_RUNTIME, ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Runtime, Traffic, Work,
-                   linear_backward, linear_forward, linear_outputs, linear_traffic, numel, pointwise, requires)
+from .base import (
+    GEMM_RUNTIME,
+    ZERO,
+    Attr,
+    Constraint,
+    Gemm,
+    OpCall,
+    OpDef,
+    Part,
+    Reconcile,
+    Runtime,
+    Traffic,
+    Work,
+    linear_backward,
+    linear_forward,
+    linear_outputs,
+    linear_traffic,
+    numel,
+    pointwise,
+    requires,
+)
 from .registry import register_op
 
 ID_BYTES = 8  # token ids are int64 (torch's index dtype)
@@ -248,6 +267,9 @@ class LmHead(OpDef):
         m, k, n = self._mkn(call)
         return nn.Linear(ev(k), ev(n), bias=call.attrs.bias)
 
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        m, k, n = self._mkn(call)
+        return [Gemm("", m, n, k)]
 
 @register_op
 class TakeToken(OpDef):

@@ -1,8 +1,21 @@
 """`linear`: y = x W^T + b over the last dim."""
 from __future__ import annotations
 
-from .base import (GEMM_RUNTIME, Attr, OpCall, OpDef, Part, linear_backward, linear_forward, linear_outputs,
-                   linear_traffic, numel, requires, same_size_constraint)
+from .base import (
+    GEMM_RUNTIME,
+    Attr,
+    Gemm,
+    OpCall,
+    OpDef,
+    Part,
+    linear_backward,
+    linear_forward,
+    linear_outputs,
+    linear_traffic,
+    numel,
+    requires,
+    same_size_constraint,
+)
 from .registry import register_op
 
 
@@ -54,3 +67,7 @@ class Linear(OpDef):
         import torch.nn as nn
 
         return nn.Linear(ev(getattr(call.attrs, "in")), ev(call.attrs.out), bias=call.attrs.bias)
+
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        m, k, n = self._mkn(call)
+        return [Gemm("", m, n, k)]

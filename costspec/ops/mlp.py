@@ -2,8 +2,23 @@
 gate / up -> act(gate) * up -> down (GLU variants: SwiGLU, GeGLU; Shazeer 2020, as in Llama)."""
 from __future__ import annotations
 
-from .base import (GEMM_RUNTIME, ZERO, Attr, OpCall, OpDef, Part, Traffic, linear_backward, linear_forward,
-                   linear_outputs, linear_traffic, numel, pointwise, requires)
+from .base import (
+    GEMM_RUNTIME,
+    ZERO,
+    Attr,
+    Gemm,
+    OpCall,
+    OpDef,
+    Part,
+    Traffic,
+    linear_backward,
+    linear_forward,
+    linear_outputs,
+    linear_traffic,
+    numel,
+    pointwise,
+    requires,
+)
 from .pointwise import ACT_ATTR, activation_work, build_activation
 from .registry import register_op
 
@@ -90,8 +105,14 @@ class Mlp(OpDef):
         return parts + [linear_traffic(down, m, k, n, bias, pass_, True)]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import GatedMlp, Mlp as TorchMlp
+        from ..torch_modules import GatedMlp
+        from ..torch_modules import Mlp as TorchMlp
 
         m, c, hidden, out = self._sizes(call)
         cls = GatedMlp if call.attrs.gated else TorchMlp
         return cls(ev(c), ev(hidden), ev(out), build_activation(call.attrs.fn), call.attrs.bias)
+
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        m = self._sizes(call)[0]
+        ins, down = self._linears(call)
+        return [Gemm(name, m, o, i) for name, i, o in [*ins, down]]
