@@ -94,8 +94,9 @@ def test_strict_charges_misaligned_layers_to_cuda_cores_on_volta_only():
     assert warned is report and [f.layer for f in flags] == ["lm_head"] and "pad to 1008" in lines[0]
     strict, _, lines = apply(model, report, values, "strict", "7.0")
     moved = next(r for r in strict.rows if r.name == "lm_head")
-    assert (moved.tc, moved.cuda) == (0, head.cuda + head.tc) and moved.engine == "CUDA(fallback)"
-    assert (strict.tc, strict.cuda) == (report.tc - head.tc, report.cuda + head.tc)
+    assert (moved.tc_flops, moved.cuda_flops) == (0, head.cuda_flops + head.tc_flops)
+    assert moved.matmul_engine == "CUDA(fallback)"
+    assert (strict.tc, strict.cuda) == (report.tc - head.tc_flops, report.cuda + head.tc_flops)
     assert strict.total == report.total
     ampere, _, lines = apply(model, report, values, "strict", "8.0")
     assert ampere is report and "peak is kept" in lines[-1]
@@ -110,11 +111,12 @@ def test_strict_moves_block_rows_too():
     report = model.report("forward", values)
     flags = check(model, values)
     strict = strict_report(report, flags)
-    moved = sum(r.tc for r in report.rows if r.name == "blocks[others].attn.rel_pos")
+    moved = sum(r.tc_flops for r in report.rows if r.name == "blocks[others].attn.rel_pos")
     assert moved > 0 and strict.tc == report.tc - moved
     attn_before = next(r for r in report.rows if r.name == "blocks[others].attn")
     attn_after = next(r for r in strict.rows if r.name == "blocks[others].attn")
-    assert attn_after.tc == attn_before.tc - moved and attn_after.cuda == attn_before.cuda + moved
+    assert attn_after.tc_flops == attn_before.tc_flops - moved
+    assert attn_after.cuda_flops == attn_before.cuda_flops + moved
 
 
 def test_cli_eval_prints_the_flag():
