@@ -155,8 +155,8 @@ def check_meta(model, text) -> bool:
     result = validate(model, model.bind(), pass_, "meta", 0.0)
     for phase in result.rows:
         total = result.total(phase)
-        if total.reconciled != total.analytic:
-            raise _fail(text, f"{phase}: matmul FLOPs {total.analytic:,} analytic vs {total.reconciled:,} measured "
+        if total.matmul_reconciled != total.matmul_analytic:
+            raise _fail(text, f"{phase}: matmul FLOPs {total.matmul_analytic:,} analytic vs {total.matmul_reconciled:,} measured "
                               f"(reconciled)\n{render_table(result)}")
     if not result.ok:
         raise _fail(text, "costspec validate fails\n" + render_table(result))

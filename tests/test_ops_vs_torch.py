@@ -228,6 +228,6 @@ def test_op_matches_torch(op):
         assert result.ok, text + "\n" + render_table(result)
         for phase in ("forward", "backward"):
             total = result.total(phase)
-            assert total.reconciled == total.analytic
+            assert total.matmul_reconciled == total.matmul_analytic
 
     run()

@@ -211,11 +211,16 @@ def test_eval_subprocess_runs_no_code(name, corpus):
     _no_code_ran(corpus)
 
 
-def test_check_reports_one_line_per_bad_spec(corpus):
+def test_check_reports_every_bad_spec_first_problem_first(corpus):
     names = sorted(ERRORS) + sorted(GENERATED)
     result = run_cli("check", *names, cwd=corpus)
     assert result.returncode == 2
-    assert result.stdout.splitlines() == [({**ERRORS, **GENERATED})[n] for n in names]
+    lines = result.stdout.splitlines()
+    expected = [({**ERRORS, **GENERATED})[n] for n in names]
+    firsts = [lines.index(e) for e in expected]  # each spec's own message, in the order the specs were given
+    assert firsts == sorted(firsts) and firsts[0] == 0
+    for line in lines:  # any further line is another problem of the spec before it, located in that file
+        assert line in expected or any(line.startswith(f"{n}:") for n in names), line
     assert result.stderr == f"costspec: error: {len(names)} of {len(names)} spec(s) failed the checks\n"
     assert "Traceback" not in result.stdout + result.stderr
     _no_code_ran(corpus)
@@ -226,3 +231,24 @@ def test_check_passes_the_zoo():
     result = run_cli("check", *names)
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.splitlines() == [f"{n}: ok" for n in names]
+
+
+def test_check_reports_every_violated_constraint_and_bad_layer(write_spec):
+    path = write_spec("""\
+costspec: 1
+name: two_bad
+dims: {B: 2, S: 4, C: 10}
+input: [B, S, C]
+layers:
+  - attention: {heads: 3}
+  - linear: {in: 7, out: 8}
+  - attention: {heads: 3}
+""")
+    result = run_cli("check", str(path))
+    assert result.returncode == 2
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout
+    assert "$.layers[0].attention.heads: dim 10 is not divisible by heads 3" in lines[0] + lines[1] + lines[2]
+    assert "$.layers[2].attention.heads: dim 8 is not divisible by heads 3" in "".join(lines)
+    assert "in=7 does not match the input's last dim 10" in "".join(lines)
+
