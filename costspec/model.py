@@ -63,9 +63,11 @@ class Report:
 class Model:
     """A loaded, checked spec. Build with `costspec.load(path)`."""
 
-    def __init__(self, doc: MarkedDoc):
+    def __init__(self, doc: MarkedDoc, dtype: str | None = None):
         self.doc = doc
         data = doc.data
+        if dtype is not None:  # --dtype: the spec's default precision; per-layer `precision:` stays as written
+            data = {**data, "precision": {**data.get("precision", {}), "dtype": Precision.parse(dtype)}}
         self.name: str = data["name"]
         self.doc_line: str = data.get("doc", "")
         self.source = data.get("source")
@@ -162,6 +164,10 @@ class Model:
                       _int(total.cuda, values, self.root), _int(total.params, values, self.root),
                       layer_notes(self.op_nodes()))
 
+    def with_precision(self, dtype: str) -> "Model":
+        """The same spec with its default dtype replaced (layers with their own `precision:` keep it)."""
+        return Model(self.doc, dtype)
+
     def latex(self, keep=None, pass_: str = "forward", standalone: bool = False, **kwargs) -> str:
         """The closed forms as a LaTeX `align` (see `costspec latex`)."""
         from .export.latex import render_latex
@@ -248,9 +254,12 @@ def _int(expr, values, node: Node) -> int:
                         "sizes that divide evenly") from None
 
 
-def load(path: str | Path) -> Model:
-    """Load, validate and build a spec file."""
-    return Model(read_spec(path))
+def load(path: str | Path, dtype: str | None = None) -> Model:
+    """Load, validate and build a spec file (or a zoo spec by name, e.g. "vit_b", when no such file
+    exists); `dtype` overrides the spec's default precision."""
+    from .zoo import resolve
+
+    return Model(read_spec(resolve(path)), dtype)
 
 
 def loads(text: str, file: str = "<spec>") -> Model:

@@ -12,20 +12,25 @@ from . import cli, options
 @options.sets
 @options.pass_
 @options.depth
+@options.dtype
 @options.gpu(required=False)
 @options.fusion
 @options.efficiency
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A calibration file from `costspec ncu calibrate`: adds predicted EXECUTED FLOPs per layer.")
 @options.output_format("table", "json", "csv", "markdown")
-def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, calibration, fmt):
+def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, efficiency, calibration, fmt):
     """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
     from ..export.report import RENDERERS
     from ..model import load
 
-    model = load(spec)
+    from ..backend_note import flash_backward_note
+
+    model = load(spec, dtype)
     values = model.bind(batch, sets)
     report = model.report(pass_, values)
+    if note := flash_backward_note(model, pass_):
+        report.notes.append(note)
     roof = None
     if gpu:
         from ..gpus import get_gpu

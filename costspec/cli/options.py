@@ -99,3 +99,7 @@ fusion = click.option("--fusion", type=click.Choice(["none", "default", "aggress
                       show_default=True, help="Which kernels are assumed fused (see docs: fusion assumptions).")
 efficiency = click.option("--efficiency", callback=_parse_efficiency, default=None, metavar="tc=F,cuda=F,memory=F",
                           help="Fractions of the peaks reached (default 1 = datasheet).")
+
+# issue 18: --dtype on eval, sweep, formula, report
+dtype = click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16", "fp8"]), default=None,
+                     help="Override the spec's default precision (layers with their own `precision:` keep it).")
