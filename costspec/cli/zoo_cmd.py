@@ -28,6 +28,6 @@ def zoo_command(fmt):
         click.echo("\n".join(lines))
         return
     rows = [Row(z.key, z.key, 0, {"name": z.name, "doc": z.doc}) for z in specs]
-    result = Result("costspec zoo", [table_of(rows, [Column("name", "spec name", "text"), Column("doc", "doc", "text")])],
-                    meta={"zoo_dir": str(zoo_dir())})
+    table = table_of(rows, [Column("name", "spec name", "text"), Column("doc", "doc", "text")])
+    result = Result("costspec zoo", [table], meta={"zoo_dir": str(zoo_dir())})
     click.echo(render(result, fmt))
