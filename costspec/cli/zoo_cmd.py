@@ -27,7 +27,7 @@ def zoo_command(fmt):
                                    subsequent_indent=" " * (width + 4))
         click.echo("\n".join(lines))
         return
-    rows = [Row(z.key, z.key, 0, {"name": z.name, "doc": z.doc}) for z in specs]
-    table = table_of(rows, [Column("name", "spec name", "text"), Column("doc", "doc", "text")])
+    rows = [Row(z.key, z.key, 0, {"spec_name": z.name, "doc": z.doc}) for z in specs]
+    table = table_of(rows, [Column("spec_name", "spec name", "text"), Column("doc", "doc", "text")])
     result = Result("costspec zoo", [table], meta={"zoo_dir": str(zoo_dir())})
     click.echo(render(result, fmt))
