@@ -51,3 +51,38 @@ def progress(label: str, total: int | None = None, quiet: bool = False,
     finally:
         out.write("\r" + " " * state["width"] + "\r")
         out.flush()
+
+
+@contextmanager
+def status(label: str, quiet: bool = False, stream: TextIO | None = None, every: float = 0.5) -> Iterator[None]:
+    """For one long call that cannot count its steps (a torch run, an ncu profile): "label  12.5 s"
+    redrawn on a terminal until the call returns, then cleared."""
+    import threading
+
+    out = stream or sys.stderr
+    if not enabled(quiet, out):
+        yield
+        return
+    start, done = time.monotonic(), threading.Event()
+    width = [0]
+
+    def draw() -> None:
+        text = f"{label}  {time.monotonic() - start:.1f} s"[:118]
+        out.write("\r" + text.ljust(width[0]))
+        out.flush()
+        width[0] = len(text)
+
+    def loop() -> None:
+        while not done.wait(every):
+            draw()
+
+    draw()
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        out.write("\r" + " " * width[0] + "\r")
+        out.flush()

@@ -164,3 +164,17 @@ def test_wheel_ships_the_zoo_and_the_schema(tmp_path):
         assert json.loads(z.read("costspec/data/costspec.schema.json")) == \
             json.loads((ROOT / "schemas/costspec.schema.json").read_text())
         assert yaml.safe_load(z.read("costspec/data/zoo/vit_b.yaml"))["name"] == "vit_b_16"
+
+
+def test_status_line_on_a_terminal_only():
+    import time as _time
+
+    from costspec.progress import status
+
+    tty, pipe = _Tty(), io.StringIO()
+    with status("validate: counting", stream=tty, every=0.01):
+        _time.sleep(0.05)
+    assert "validate: counting" in tty.getvalue() and " s" in tty.getvalue() and tty.getvalue().endswith("\r")
+    with status("validate: counting", stream=pipe, every=0.01):
+        _time.sleep(0.02)
+    assert pipe.getvalue() == ""

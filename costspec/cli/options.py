@@ -103,3 +103,4 @@ efficiency = click.option("--efficiency", callback=_parse_efficiency, default=No
 # issue 18: --dtype on eval, sweep, formula, report
 dtype = click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16", "fp8"]), default=None,
                      help="Override the spec's default precision (layers with their own `precision:` keep it).")
+quiet = click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (it is shown only on a terminal).")

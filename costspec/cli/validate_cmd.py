@@ -14,12 +14,17 @@ from . import cli, options
 @options.device
 @options.rtol
 @options.output_format("table", "json")
-def validate_command(spec, batch, sets, pass_, device, rtol, fmt):
+@options.quiet
+def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet):
     """Build SPEC's torch module, count it, and compare per layer; exit 1 on any mismatch."""
     from ..model import load
     from ..validate import RENDERERS, check, validate
 
+    from ..progress import status
+
     model = load(spec)
-    result = validate(model, model.bind(batch, sets), pass_, device, rtol)
+    values = model.bind(batch, sets)
+    with status(f"validate: building and counting {model.name} ({pass_}, {device})", quiet):
+        result = validate(model, values, pass_, device, rtol)
     click.echo(RENDERERS[fmt](result))
     check(result)
