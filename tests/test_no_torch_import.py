@@ -1,6 +1,8 @@
 """eval / check must never import torch (it costs seconds and is an optional extra)."""
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +29,11 @@ print("no torch")
     ["sweep", "specs/vit_b.yaml", "--vary", "B=1..64:x2"],
     ["gpus"],
     ["eval", "specs/vit_b.yaml", "--gpu", "h100-sxm"],
+    ["eval", "vit_b", "--dtype", "fp32"],  # issue 18: zoo name, --dtype
+    ["sweep", "specs/vit_b.yaml", "--vary", "B=1..8:x2", "--gpu", "h100-sxm", "--format", "json"],
+    ["zoo"],
+    ["report", "specs/vit_b.yaml", "--gpu", "h100-sxm", "--vary", "B=1..4:x2", "-o",
+     str(Path(tempfile.gettempdir()) / "costspec-no-torch-report.html")],
 ])
 def test_command_does_not_import_torch(args):
     result = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], cwd=ROOT, capture_output=True,
