@@ -29,13 +29,13 @@ def progress(label: str, total: int | None = None, quiet: bool = False,
     if not enabled(quiet, out):
         yield lambda n=1, what="": None
         return
-    state = {"done": 0, "last": 0.0, "width": 0}
+    state: dict[str, float] = {"done": 0, "last": 0.0, "width": 0}
 
     def draw(what: str) -> None:
-        count = f"{state['done']}/{total}" if total else str(state["done"])
+        count = f"{int(state['done'])}/{total}" if total else str(int(state["done"]))
         text = f"{label}: {count}" + (f"  {what}" if what else "")
         text = text[:118]
-        out.write("\r" + text.ljust(state["width"]))
+        out.write("\r" + text.ljust(int(state["width"])))
         out.flush()
         state["width"] = len(text)
 
@@ -49,7 +49,7 @@ def progress(label: str, total: int | None = None, quiet: bool = False,
     try:
         yield tick
     finally:
-        out.write("\r" + " " * state["width"] + "\r")
+        out.write("\r" + " " * int(state["width"]) + "\r")
         out.flush()
 
 

@@ -19,7 +19,7 @@ from .model import Model, node_cost
 from .progress import progress
 from .roofline import Efficiency, total_bytes
 from .sweep import Grid, evaluate_grid
-from .tree import PartNode
+from .tree import OpNode, PartNode
 
 BOUNDS = ("TC", "CUDA", "memory")
 
@@ -38,7 +38,9 @@ def _leaves(model: Model, pass_: str, fusion: str):
         if node.children:
             continue
         cost = node_cost(node, pass_, mult, in_rg)
-        precision = node.owner.precision if isinstance(node, PartNode) else node.precision
+        op = node.owner if isinstance(node, PartNode) else node
+        assert isinstance(op, OpNode), "a leaf row is an op or a part of one"
+        precision = op.precision
         yield precision, cost.tc, cost.cuda, total_bytes(node, pass_, mult, in_rg, fusion)
 
 
@@ -55,7 +57,7 @@ def grid_times(model: Model, grid: Grid, pass_: str, gpu: Gpu, fixed: Mapping[st
     with progress("sweep --gpu: leaves", len(leaves), quiet) as tick:
         for precision, tc, cuda, nbytes in leaves:
             exprs = {"tc": tc, "cuda": cuda, "bytes": sympy.sympify(nbytes)}
-            v = evaluate_grid(model, grid, exprs, fixed)
+            v = {k: np.asarray(a) for k, a in evaluate_grid(model, grid, exprs, fixed).items()}
             zero = np.zeros(grid.size)
             terms = {
                 "TC": v["tc"] / (gpu.tensor_peak(precision.dtype) * efficiency.tc) if np.any(v["tc"]) else zero,

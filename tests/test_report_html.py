@@ -18,7 +18,7 @@ from costspec.gpus import get_gpu
 from costspec.html_report import gather
 from costspec.sweep import parse_vary
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ""
 MATH = re.compile(r"<math\b.*?</math>", re.S)
 
 
@@ -130,7 +130,7 @@ def rendered_checks(result: subprocess.CompletedProcess, rows: int, maths: int) 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(not CHROMIUM, reason="headless Chromium is not installed (apt-get install chromium)")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_chromium_renders_every_zoo_report(spec, tmp_path, cli):
     out = tmp_path / "report.html"
@@ -146,7 +146,7 @@ def test_chromium_renders_every_zoo_report(spec, tmp_path, cli):
     assert shot.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (2000).to_bytes(4, "big")  # PNG IHDR size
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(not CHROMIUM, reason="headless Chromium is not installed (apt-get install chromium)")
 def test_chromium_reports_a_script_error(tmp_path):
     """The checks above can fail: a page whose script throws is caught."""
     model = costspec.load(ROOT / "specs/toy_mlp.yaml")

@@ -24,7 +24,7 @@ def expected_bound(report, roof) -> str:
         leaf = i + 1 == len(rows) or rows[i + 1].depth <= row.depth
         if leaf and r.time_s:
             per[r.bound] = per.get(r.bound, 0.0) + r.time_s
-    top = max(per, key=per.get)
+    top = max(per, key=lambda b: per[b])
     return top + ("*" if len(per) > 1 else "")
 
 
@@ -83,5 +83,7 @@ def test_sweep_plot_png_and_svg(cli, tmp_path):
 def test_series_splits_by_the_second_dim():
     model = costspec.load(ROOT / "specs/vit_b.yaml")
     grid = make_grid(model, [("B", [4, 1, 2]), ("img", [224, 384])])
-    lines = series(grid, grid.columns["B"] * 10 + grid.columns["img"])
+    import numpy as np
+
+    lines = series(grid, np.asarray(grid.columns["B"]) * 10 + np.asarray(grid.columns["img"]))
     assert lines == [("img=224", [1, 2, 4], [234.0, 244.0, 264.0]), ("img=384", [1, 2, 4], [394.0, 404.0, 424.0])]

@@ -8,7 +8,8 @@ from . import cli
 
 @cli.command("init")
 @click.argument("name")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="File to write (default NAME.yaml).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="File to write (default NAME.yaml).")
 @click.option("--schema", default=None, metavar="PATH_OR_URL",
               help="Schema reference for the `# yaml-language-server: $schema=` line (default: the copy shipped "
                    "with costspec, relative to the new file).")

@@ -7,28 +7,34 @@ CSS = """
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
        color: var(--fg); background: var(--bg); margin: 0; padding: 24px 32px 64px; max-width: 1500px; }
-h1 { font-size: 26px; margin: 0 0 4px; } h2 { font-size: 19px; margin: 34px 0 10px; border-bottom: 1px solid var(--line);
+h1 { font-size: 26px; margin: 0 0 4px; } h2 { font-size: 19px; margin: 34px 0 10px;
+    border-bottom: 1px solid var(--line);
      padding-bottom: 4px; } h3 { font-size: 15px; margin: 18px 0 6px; }
 p.doc { margin: 2px 0 8px; font-size: 15px; } p.source, p.muted, .muted { color: var(--muted); }
 .chips { display: flex; flex-wrap: wrap; gap: 6px; margin: 10px 0; }
-.chip { background: var(--soft); border: 1px solid var(--line); border-radius: 12px; padding: 1px 10px; font-size: 13px; }
+.chip { background: var(--soft); border: 1px solid var(--line); border-radius: 12px; padding: 1px 10px;
+    font-size: 13px; }
 .chip b { font-weight: 600; }
 .cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 14px 0; }
-.card { border: 1px solid var(--line); border-radius: 8px; padding: 8px 14px; min-width: 150px; background: var(--soft); }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 8px 14px; min-width: 150px;
+    background: var(--soft); }
 .card .v { font-size: 20px; font-weight: 600; } .card .k { color: var(--muted); font-size: 12px; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table.tree { font-size: 13px; }
 table.tree, table.data, table.forms { width: 100%; }
-th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: right; white-space: nowrap; vertical-align: middle; }
+th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: right; white-space: nowrap;
+    vertical-align: middle; }
 th { background: var(--soft); position: sticky; top: 0; font-weight: 600; font-size: 13px; z-index: 1; }
 td.name, th.name { text-align: left; } td.formula { text-align: left; white-space: normal; }
 table.data td, table.data th { text-align: left; } caption { text-align: left; font-weight: 600; padding: 6px 0; }
 tr.total td { font-weight: 600; border-top: 2px solid var(--fg); }
 tr.badrow td { background: #fdecea; }
-button.tog { border: none; background: none; cursor: pointer; width: 1.4em; padding: 0; color: var(--muted); font-size: 12px; }
+button.tog { border: none; background: none; cursor: pointer; width: 1.4em; padding: 0; color: var(--muted);
+    font-size: 12px; }
 span.leaf { display: inline-block; width: 1.4em; }
-.bar { display: inline-block; width: 48px; height: 9px; background: #edf0f5; border-radius: 2px; vertical-align: middle;
+.bar { display: inline-block; width: 48px; height: 9px; background: #edf0f5; border-radius: 2px;
+    vertical-align: middle;
        margin-right: 6px; overflow: hidden; } .bar span { display: block; height: 100%; background: var(--accent); }
 .bar.time span { background: #ff7f0e; }
 .bound-TC { color: var(--tc); } .bound-CUDA { color: var(--cuda); } .bound-memory { color: var(--mem); }

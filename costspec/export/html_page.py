@@ -142,8 +142,9 @@ def _forms(d: PageData) -> str:
                "<th>meaning</th></tr></thead><tbody>" + "".join(where) + "</tbody></table>")
     rows = d.report.rows
     out.append("<h3>per layer (all instances of the layer)</h3>" + _controls()
-               + f'<div class="scroll"><table class="forms" data-open="{OPEN_DEPTH}"><thead><tr><th class="name">layer</th>'
-               "<th>forward FLOPs</th><th>train FLOPs</th><th>parameters</th></tr></thead><tbody>")
+               + f'<div class="scroll"><table class="forms" data-open="{OPEN_DEPTH}"><thead><tr>'
+               '<th class="name">layer</th><th>forward FLOPs</th><th>train FLOPs</th><th>parameters</th>'
+               "</tr></thead><tbody>")
     for i, row in enumerate(rows):
         f = d.row_forms[row.name]
         out.append(f'<tr data-depth="{row.depth}" data-name="{_e(row.name)}">{_name_cell(rows, i, row.label)}'
@@ -177,22 +178,26 @@ def _sweep(d: PageData) -> str:
     s = d.sweep
     if s is None:
         return ""
+    import numpy as np
+
     grid = s.grid
     x = grid.names[0]
+    xs = np.asarray(grid.columns[x]).tolist()
+    columns = {n: np.asarray(grid.columns[n]).tolist() for n in grid.names}
     charts = []
     flops = series(grid, s.values["total_flops"])
     charts.append(line_chart(flops, x, f"total FLOPs ({d.report.pass_})", "FLOPs vs " + x,
-                             logx=wants_log(grid.columns[x].tolist()),
-                             logy=wants_log(s.values["total_flops"].tolist())))
+                             logx=wants_log(xs), logy=wants_log(np.asarray(s.values["total_flops"]).tolist())))
     if s.times is not None:
         times = series(grid, s.times.time_s)
         charts.append(line_chart(times, x, "estimated time", "estimated time vs " + x, yfmt=seconds,
-                                 logx=wants_log(grid.columns[x].tolist()), logy=wants_log(s.times.time_s.tolist())))
-    head = grid.names + ["TC FLOPs", "CUDA FLOPs", "total FLOPs"] + (["bytes", "est. time", "bound"] if s.times is not None
-                                                                      else [])
+                                 logx=wants_log(xs), logy=wants_log(s.times.time_s.tolist())))
+    head = grid.names + ["TC FLOPs", "CUDA FLOPs", "total FLOPs"]
+    if s.times is not None:
+        head += ["bytes", "est. time", "bound"]
     body = []
     for i in range(min(grid.size, 500)):
-        cells = [f"{int(grid.columns[n][i]):,}" for n in grid.names]
+        cells = [f"{columns[n][i]:,}" for n in grid.names]
         cells += [units.si(int(s.values[k][i])) for k in ("tc_flops", "cuda_flops", "total_flops")]
         if s.times is not None:
             cells += [units.si(int(s.times.bytes[i]), "B"), units.seconds(float(s.times.time_s[i])),

@@ -48,7 +48,8 @@ def rows_table(rows: list[dict], title: str = "") -> str:
     for r in rows[:MAX_ROWS]:
         cells = []
         if layered:
-            depth = r.get("depth") if isinstance(r.get("depth"), int) else 0
+            raw_depth = r.get("depth")
+            depth = raw_depth if isinstance(raw_depth, int) else 0
             name = r.get("label") or r.get("name") or "total"
             cells.append(f'<td class="name" style="padding-left:{0.4 + 1.1 * min(depth, 12):.1f}em" '
                          f'title="{escape(str(r.get("name", "")))}">{escape(str(name))}</td>')

@@ -79,4 +79,5 @@ def mathml(form: ClosedForm, lhs: str | None = None, display: bool = False) -> s
     """`<math>` for the form, with `lhs =` in front when given (escaped)."""
     head = f"<mi>{escape(lhs)}</mi><mo>=</mo>" if lhs else ""
     mode = ' display="block"' if display else ""
-    return f'<math xmlns="http://www.w3.org/1998/Math/MathML" displaystyle="true"{mode}><mrow>{head}{mathml_body(form)}</mrow></math>'
+    return (f'<math xmlns="http://www.w3.org/1998/Math/MathML" displaystyle="true"{mode}>'
+            f"<mrow>{head}{mathml_body(form)}</mrow></math>")

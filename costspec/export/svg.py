@@ -197,7 +197,8 @@ def roofline_chart(points: Sequence[RoofPoint], roofs: Sequence[tuple[str, float
     for i, (label, peak) in enumerate(roofs):
         color = ROOF_COLORS[i % len(ROOF_COLORS)]
         p.append(f'<polyline class="roof" fill="none" stroke="{color}" stroke-width="2" '
-                 f'points="{frame.x(peak / bandwidth):.1f},{frame.y(peak):.1f} {frame.x(xhi):.1f},{frame.y(peak):.1f}"/>')
+                 f'points="{frame.x(peak / bandwidth):.1f},{frame.y(peak):.1f} '
+                 f'{frame.x(xhi):.1f},{frame.y(peak):.1f}"/>')
         legend.append((label, color))
     ranked = sorted(points, key=lambda q: -q.share)
     for q in reversed(ranked):
@@ -215,7 +216,8 @@ def roofline_chart(points: Sequence[RoofPoint], roofs: Sequence[tuple[str, float
         w, h = 6.0 * len(q.label), 12.0
         for dx, dy in ((8, -8), (8, 14), (8, -22), (8, 28), (-8 - w, -8), (-8 - w, 14), (8, -36), (8, 42)):
             box = (cx + dx, cy + dy - h + 2, cx + dx + w, cy + dy + 2)
-            inside = frame.x.start <= box[0] and box[2] <= frame.x.end and frame.y.end <= box[1] and box[3] <= frame.y.start
+            inside = frame.x.start <= box[0] and box[2] <= frame.x.end and frame.y.end <= box[1] \
+                and box[3] <= frame.y.start
             if inside and not any(_overlap(box, b) for b in taken):
                 taken.append(box)
                 p.append(f'<text class="pointlabel" x="{box[0]:.1f}" y="{cy + dy:.1f}">{escape(q.label)}</text>')

@@ -24,7 +24,9 @@ def with_times(values: Mapping[str, Any], times: GridTimes | None) -> dict[str, 
 def sweep_result(grid: Grid, values: Mapping[str, Any], meta: Mapping[str, Any], notes: list[str]) -> Result:
     """One row per grid point (named like 'B=8 img=224'), one column per swept dim and value."""
     names = grid.names + [n for n in values if n not in grid.names]
-    cols = {n: (grid.columns[n] if n in grid.columns else values[n]).tolist() for n in names}
+    import numpy as np
+
+    cols = {n: np.asarray(grid.columns[n] if n in grid.columns else values[n]).tolist() for n in names}
     size = grid.size
     rows = []
     for i in range(size):
