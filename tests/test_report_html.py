@@ -141,7 +141,7 @@ def test_chromium_renders_every_zoo_report(spec, tmp_path, cli):
     rows = len(costspec.load(spec).evaluate("forward").rows)
     rendered_checks(chromium(out, tmp_path, "--dump-dom"), rows, 7 + 3 * rows)
     shot = tmp_path / "shot.png"
-    result = chromium(out, tmp_path, f"--screenshot={shot}", "--window-size=1400,2000")
+    result = chromium(out, tmp_path, "--virtual-time-budget=3000", f"--screenshot={shot}", "--window-size=1400,2000")
     assert result.returncode == 0 and shot.stat().st_size > 20_000
     assert shot.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (2000).to_bytes(4, "big")  # PNG IHDR size
 
