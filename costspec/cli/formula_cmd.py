@@ -16,5 +16,10 @@ def formula_command(spec, keep, sets, pass_, per_layer, expand, dtype, fmt):
     from ..formula import formulas
     from ..model import load
 
-    result = formulas(load(spec, dtype), pass_, keep, expand, sets, depth=None if per_layer else 0)
+    from ..backend_note import flash_backward_note
+
+    model = load(spec, dtype)
+    result = formulas(model, pass_, keep, expand, sets, depth=None if per_layer else 0)
     click.echo(RENDERERS[fmt](result))
+    if fmt == "text" and (note := flash_backward_note(model, pass_)):
+        click.echo(note)

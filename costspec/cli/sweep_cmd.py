@@ -31,7 +31,11 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
 
     model = load(spec, dtype)
     grid, values = sweep(model, [parse_vary(v) for v in varies], pass_, sets)
+    from ..backend_note import flash_backward_note
+
     times, notes = None, []
+    if note := flash_backward_note(model, pass_):
+        notes.append(note)  # in table / json output; CSV stays plain rows
     if gpu:
         from ..gpus import get_gpu
         from ..sweep_time import grid_times
