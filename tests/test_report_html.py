@@ -45,6 +45,7 @@ def test_page_is_self_contained_and_has_every_section():
     assert html.count("<svg") == 3  # roofline, FLOPs vs B, time vs B
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_every_formula_is_well_formed_mathml(spec):
     _, html = page(spec)
