@@ -43,6 +43,22 @@ def test_page_is_self_contained_and_has_every_section():
     # 7 totals (TC / CUDA / total x forward / train, params) + 3 per layer
     assert len(MATH.findall(html)) == 7 + 3 * len(names)
     assert html.count("<svg") == 3  # roofline, FLOPs vs B, time vs B
+    for math in MATH.findall(html):
+        ET.fromstring(math)  # well-formed MathML (raises otherwise)
+
+
+def test_json_sections_read_both_json_layouts():
+    """validate / ncu compare JSON as rows per phase, and the one-renderer layout ({tables: {t: {rows}}})."""
+    from costspec.export.json_html import json_sections
+
+    phases = json_sections({"spec": "<x>", "ok": False, "phases": {"forward": [
+        {"name": "a.b", "label": "b", "depth": 1, "matmul_ok": False, "flops": 1234567}]}})
+    assert "&lt;x&gt;" in phases and "1,234,567" in phases and 'class="badrow"' in phases
+    assert "padding-left:1.5em" in phases  # depth 1 indents the layer name
+    tables = json_sections({"spec": "s", "tables": {"backward": {"columns": [], "rows": [
+        {"name": "fc", "label": "fc", "depth": 0, "measured": 42}], "total": {"name": "total", "label": "total",
+                                                                            "depth": 0, "measured": 42}}}})
+    assert tables.count("<tr") == 3 and "tables: backward" in tables
 
 
 @pytest.mark.slow
