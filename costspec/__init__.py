@@ -6,7 +6,9 @@
     >>> model.evaluate("forward", B=8)     # exact integers per layer
 """
 from .errors import CostspecError, SpecError
-from .model import Model, Report, Row, load, loads
+from .evaluation import Report
+from .model import Model, load, loads
+from .results import Row
 
 __all__ = ["load", "loads", "Model", "Report", "Row", "CostspecError", "SpecError"]
 __version__ = "0.1.0"

@@ -1,7 +1,10 @@
 """The note printed with train / backward numbers when attention follows `backend: flash`."""
 from __future__ import annotations
 
-from .model import Model
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .model import Model
 
 FLASH_TRAIN_NOTE = ("note: attention uses `backend: flash` (the default): its backward recomputes QK^T as GPU "
                     "flash kernels do, so train/backward FLOPs are 1-4% above torch's FlopCounterMode on CPU or "

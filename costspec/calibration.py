@@ -26,7 +26,6 @@ torch is not imported here.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -34,7 +33,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import yaml
 
-from .errors import CostspecError, UsageError
+from .errors import CostspecError
+from .results import Column, Result, Row, Table
+from .vocab import Pass
 
 if TYPE_CHECKING:
     from .model import Model
@@ -177,38 +178,42 @@ def executed_slot(terms: "SlotTerms", coeffs: PhaseCoefficients | None) -> Execu
     return out
 
 
-@dataclass
-class ExecutedRow:
-    name: str
-    label: str
-    depth: int
-    analytic_tc: int
-    analytic_cuda: int
-    executed: Executed
-
-    @property
-    def analytic(self) -> int:
-        return self.analytic_tc + self.analytic_cuda
+EXECUTED_COLUMNS = (
+    Column("analytic", "analytic total"),
+    Column("executed_tc", "executed TC"),
+    Column("executed_cuda", "executed CUDA"),
+    Column("executed_total", "executed total"),
+    Column("ratio", "executed/analytic", "ratio"),
+)
 
 
 @dataclass
 class ExecutedReport:
-    """`eval --calibration`: analytic and predicted executed FLOPs per row (all phases of the pass)."""
+    """`eval --calibration`: analytic and predicted executed FLOPs per row (all phases of the pass).
+    Each row carries its `Executed` prediction as `row.executed`."""
 
     spec: str
-    pass_: str
+    pass_: Pass
     dims: dict[str, int]
     calibration: Calibration
-    rows: list[ExecutedRow]
-    total: ExecutedRow
+    table: Table
     notes: list[str]
 
+    @property
+    def rows(self) -> list[Row]:
+        return self.table.rows
 
-def executed_report(model: "Model", values: Mapping, pass_: str, calibration: Calibration) -> ExecutedReport:
+    @property
+    def total(self) -> Row:
+        assert self.table.total is not None
+        return self.table.total
+
+
+def executed_report(model: "Model", values: Mapping, pass_: Pass | str, calibration: Calibration) -> ExecutedReport:
     """Predict executed FLOPs per report row for `pass_` (forward, backward, train)."""
-    from .ncu.slots import analytic_slots, iter_phases, layout, sum_slots
+    from .ncu.slots import analytic_slots, iter_phases, rows_layout, sum_slots
 
-    rows_layout = layout(model)
+    pass_ = Pass.parse(pass_, "--pass")
     per_phase = []
     notes: list[str] = []
     for phase in iter_phases(pass_):
@@ -218,7 +223,7 @@ def executed_report(model: "Model", values: Mapping, pass_: str, calibration: Ca
         coeffs = calibration.phases.get(phase)
         per_phase.append((slots, {name: executed_slot(t, coeffs) for name, t in slots.items()}))
 
-    def row(name: str, label: str, depth: int, names) -> ExecutedRow:
+    def row(name: str, label: str, depth: int, names) -> Row:
         done, tc, cuda = Executed(), 0, 0
         for slots, executed in per_phase:
             terms = sum_slots(slots, names)
@@ -226,9 +231,13 @@ def executed_report(model: "Model", values: Mapping, pass_: str, calibration: Ca
             for slot in names:
                 if slot in executed:
                     done += executed[slot]
-        return ExecutedRow(name, label, depth, tc, cuda, done)
+        analytic = tc + cuda
+        ratio = (None if done.total == 0 else float("inf")) if analytic == 0 else float(done.total / analytic)
+        return Row(name, label, depth, {"analytic": analytic, "analytic_tc": tc, "analytic_cuda": cuda,
+                                        "executed_tc": done.tc, "executed_cuda": done.cuda,
+                                        "executed_total": done.total, "ratio": ratio, "executed": done})
 
-    rows = [row(r.name, r.label, r.depth, r.slots) for r in rows_layout]
+    rows = [row(r.name, r.label, r.depth, r.slots) for r in rows_layout(model)]
     every = set().union(*(set(slots) for slots, _ in per_phase))
     total = row("", "total", 0, every)
     for phase in iter_phases(pass_):
@@ -236,74 +245,33 @@ def executed_report(model: "Model", values: Mapping, pass_: str, calibration: Ca
         if outside:
             notes.append(f"{phase}: kernels outside the model ({outside:,} FLOPs at calibration, e.g. the loss) "
                          "are not predicted")
-    if total.executed.uncalibrated:
-        notes.append("uncalibrated (kept at their analytic FLOPs): " + ", ".join(sorted(total.executed.uncalibrated)))
+    uncalibrated = total.values["executed"].uncalibrated
+    if uncalibrated:
+        notes.append("uncalibrated (kept at their analytic FLOPs): " + ", ".join(sorted(uncalibrated)))
     if calibration.spec and calibration.spec != model.name:
         notes.append(f"the calibration was fitted on spec '{calibration.spec}', applied here to '{model.name}'")
     if calibration.precision and calibration.precision != str(model.precision):
         notes.append(f"the calibration was fitted at precision {calibration.precision}, this spec runs "
                      f"{model.precision}: kernels (and so coefficients) differ between precisions")
     dims = {str(k): int(v) for k, v in values.items()}
-    return ExecutedReport(model.name, pass_, dims, calibration, rows, total, notes)
+    table = Table(list(EXECUTED_COLUMNS), rows, total, "executed")
+    notes.insert(0, f"EXECUTED FLOPs: calibrated with {calibration.source}")
+    return ExecutedReport(model.name, pass_, dims, calibration, table, notes + [EXECUTED_NOTE])
 
 
-# ----------------------------------------------------------------------------------------------
-# Rendering (a second report after `costspec eval`'s analytic one)
-# ----------------------------------------------------------------------------------------------
 EXECUTED_NOTE = ("executed = FLOPs the GPU is predicted to execute (hardware counters' convention), from the "
                  "calibration's epsilon (GEMM-kernel overhead), rho (split-K reduce FLOPs per GEMM output "
                  "element) and kappa (executed/analytic - 1 per pointwise kind); analytic = costspec's counting "
                  "convention, unchanged.")
 
 
-def _fmt_int(value) -> str:
-    return f"{round(value):,}"
-
-
-def _ratio(executed: Fraction, analytic: int) -> str:
-    if analytic == 0:
-        return "-" if executed == 0 else "inf"
-    return f"{float(executed / analytic):.4f}"
-
-
-def render_executed_table(report: ExecutedReport, depth: int | None = None) -> str:
-    head = (f"{report.spec} | EXECUTED FLOPs (calibrated with {report.calibration.source}) | pass: {report.pass_} | "
-            + " ".join(f"{k}={v}" for k, v in report.dims.items()))
-    table = [["layer", "analytic total", "executed TC", "executed CUDA", "executed total", "executed/analytic"]]
-    rows = [r for r in report.rows if depth is None or r.depth < depth] + [report.total]
-    for r in rows:
-        table.append(["  " * r.depth + r.label, _fmt_int(r.analytic), _fmt_int(r.executed.tc),
-                      _fmt_int(r.executed.cuda), _fmt_int(r.executed.total), _ratio(r.executed.total, r.analytic)])
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = ["", head]
-    for i, row in enumerate(table):
-        lines.append("  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]))
-        if i == 0 or i == len(table) - 2:
-            lines.append("  ".join("-" * w for w in widths))
-    lines.extend(report.notes)
-    lines.append(EXECUTED_NOTE)
-    return "\n".join(lines)
-
-
-def _row_json(r: ExecutedRow) -> dict:
-    return {"name": r.name or "total", "label": r.label, "depth": r.depth, "analytic_tc_flops": r.analytic_tc,
-            "analytic_cuda_flops": r.analytic_cuda, "analytic_total_flops": r.analytic,
-            "executed_tc_flops": float(r.executed.tc), "executed_cuda_flops": float(r.executed.cuda),
-            "executed_total_flops": float(r.executed.total)}
-
-
-def executed_json(report: ExecutedReport) -> dict:
-    return {"calibration": report.calibration.source, "pass": report.pass_, "rows": [_row_json(r) for r in report.rows],
-            "total": _row_json(report.total), "notes": report.notes, "convention": EXECUTED_NOTE}
-
-
-def with_executed(fmt: str, analytic_text: str, report: ExecutedReport, depth: int | None = None) -> str:
-    """`costspec eval` output with the executed report added: a second table (table, markdown) or an
-    `executed` key (json)."""
-    if fmt == "json":
-        data = json.loads(analytic_text)
-        data["executed"] = executed_json(report)
-        return json.dumps(data, indent=2)
-    if fmt in ("table", "markdown"):
-        return analytic_text + "\n" + render_executed_table(report, depth)
-    raise UsageError(f"--calibration works with --format table, markdown or json, not {fmt}")
+def add_executed(result: Result, report: ExecutedReport, depth: int | None = None) -> Result:
+    """`costspec eval` with a calibration: the executed table after the analytic one, and its notes."""
+    table = report.table
+    if depth is not None:
+        table = Table(table.columns, [r for r in table.rows if r.depth < depth], table.total, table.title)
+    result.tables[0].title = result.tables[0].title or "analytic"
+    result.tables.append(table)
+    result.notes.extend(report.notes)
+    result.meta["executed"] = {"calibration": report.calibration.source, "pass": str(report.pass_)}
+    return result

@@ -39,8 +39,9 @@ import sympy
 from sympy.printing.latex import greek_letters_set
 
 from .errors import UsageError
-from .model import PASSES, node_cost
 from .tree import RepeatNode
+from .vocab import Pass
+from .walk import node_cost, walk
 
 if TYPE_CHECKING:
     from .model import Model
@@ -144,7 +145,7 @@ def choose_symbols(model: "Model", keep: Sequence[str] | None = None, expand: bo
     order += [d.symbol for d in derived if d.symbol in symbolic and d.symbol not in order]
     partial = Symbols(tuple(order), (), values, tuple(infos), expand, inline, tuple(shifts), substitute)
     depth = set()
-    for node, *_ in model.walk():
+    for node, *_ in walk(model.root):
         if isinstance(node, RepeatNode):
             depth |= partial.apply(node.times).free_symbols
     return Symbols(tuple(order), tuple(s for s in order if s in depth), values, tuple(infos), expand, inline,
@@ -446,7 +447,7 @@ class Formulas:
 
     spec_name: str
     doc: str
-    pass_: str
+    pass_: Pass
     precision: str
     symbols: Symbols
     rows: tuple[FormulaRow, ...]
@@ -459,18 +460,17 @@ class Formulas:
         return {"tc": self.tc, "cuda": self.cuda, "total": self.total, "params": self.params}
 
 
-def formulas(model: "Model", pass_: str = "forward", keep: Sequence[str] | None = None, expand: bool = False,
-             sets: Mapping[str, int] | None = None, depth: int | None = None) -> Formulas:
+def formulas(model: "Model", pass_: Pass | str = Pass.FORWARD, keep: Sequence[str] | None = None,
+             expand: bool = False, sets: Mapping[str, int] | None = None, depth: int | None = None) -> Formulas:
     """Closed forms for `pass_`; rows for layers at tree depth < `depth` (None: all, 0: none)."""
-    if pass_ not in PASSES:
-        raise UsageError(f"--pass must be one of {', '.join(PASSES)}, got {pass_!r}")
+    pass_ = Pass.parse(pass_, "--pass")
     symbols = choose_symbols(model, keep, expand, sets)
     rows = []
-    for node, level, mult, in_rg in model.walk():
+    for node, level, mult, in_rg in walk(model.root):
         if depth is not None and level >= depth:
             continue
         cost = node_cost(node, pass_, mult, in_rg)
-        params = node_cost(node, "forward", mult, in_rg).params
+        params = node_cost(node, Pass.FORWARD, mult, in_rg).params
         rows.append(FormulaRow(node.name, node.label, level, node.kind, closed_form(cost.tc, symbols),
                                closed_form(cost.cuda, symbols), closed_form(params, symbols)))
     total = model.cost(pass_)

@@ -10,6 +10,7 @@ from typing import Mapping
 import yaml
 
 from .errors import CostspecError, SpecError, UsageError
+from .results import Column, Result, Row, Table
 
 # Elementwise kernels in PyTorch compute half-precision inputs in fp32 ("opmath"), so CUDA-core
 # work is priced at the fp32 CUDA-core peak whatever the storage dtype.
@@ -97,3 +98,25 @@ def get_gpu(key: str, extra: str | Path | None = None) -> Gpu:
 
 def matmul_dtype(dtype: str) -> str:
     return _MATMUL_DTYPE[dtype]
+
+
+def catalog_result(gpus: Mapping[str, Gpu]) -> Result:
+    """The catalog as the one result type: a row per GPU, its peaks in TFLOP/s and its memory."""
+    columns = [Column("name", "name", "text"), Column("compute_capability", "CC", "text")]
+    dtypes = [("tensor", d, f"TC {d}") for d in ("bf16", "fp16", "tf32", "fp8")] + [("cuda", "fp32", "CUDA fp32")]
+    columns += [Column(f"{engine}_{d}_tflops", title, "text") for engine, d, title in dtypes]
+    columns += [Column("memory_bw_gbps", "HBM GB/s", "text"), Column("memory_gb", "mem GB", "text"),
+                Column("source", "source", "text", hidden=True)]
+    rows = []
+    for key, g in sorted(gpus.items()):
+        values: dict = {"name": g.name, "compute_capability": g.compute_capability,
+                        "memory_bw_gbps": f"{g.memory_bw_gbps:g}", "memory_gb": f"{g.memory_gb:g}",
+                        "source": list(g.source)}
+        for engine, d, _ in dtypes:
+            peaks = g.tensor if engine == "tensor" else g.cuda
+            values[f"{engine}_{d}_tflops"] = f"{peaks[d]:g}" if d in peaks else None
+        rows.append(Row(key, key, 0, values))
+    return Result("", [Table(columns, rows, label_title="key")], {}, [
+        "Peaks in dense TFLOP/s (no 2:4 sparsity); sources in costspec/data/gpus.yaml."],
+        {"gpus": {k: {"name": g.name, "tensor_tflops": dict(g.tensor), "cuda_tflops": dict(g.cuda),
+                      "memory_bw_gbps": g.memory_bw_gbps, "memory_gb": g.memory_gb} for k, g in sorted(gpus.items())}})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import sympy
 
@@ -19,11 +19,15 @@ from .errors import UsageError
 from .export.report import CONVENTIONS
 from .formula import ClosedForm, Symbols, choose_symbols, closed_form, formulas
 from .gpus import Gpu
-from .model import Model, Report, node_cost
+from .walk import node_cost
 from .progress import progress
 from .roofline import Efficiency, RooflineReport, estimate
 from .sweep import Grid, sweep
 from .sweep_time import GridTimes, grid_times
+
+if TYPE_CHECKING:
+    from .evaluation import Report
+    from .model import Model
 
 MAX_JSON_BYTES = 64 * 1024 * 1024
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Literal, Mapping
 
-Kind = Literal["flops", "bytes", "params", "seconds", "count", "ratio", "rel", "percent", "number", "text"]
+Kind = Literal["flops", "bytes", "params", "seconds", "count", "ratio", "rel", "diff", "percent", "number", "text"]
 """How a column's values are shown in a table (json and csv always carry the exact value):
 
 flops / bytes: SI prefixes (1.234 GFLOP, 12.0 MB); params: 85.80 M; seconds: 1.230 ms;
 count: 1,234,567 (exact, grouped); ratio: 1.0123; rel: a relative difference (0, 1.2e-03, inf);
+diff: a signed relative difference as a percentage (+1.25%);
 percent: a fraction shown as 12.3%; number: a float with one decimal; text: as it is.
 """
 
@@ -32,6 +33,8 @@ class Column:
     key: str
     title: str
     kind: Kind = "count"
+    hidden: bool = False  # in json / csv only, not in the fixed-width table or markdown
+    na: bool = False  # not measured in this run: tables show n/a (json / csv keep the value)
 
 
 @dataclass
@@ -46,6 +49,13 @@ class Row:
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
 
+    def __getattr__(self, key: str) -> Any:
+        # row.tc reads values["tc"]: the columns attached to a row read like attributes
+        values = self.__dict__.get("values")
+        if values is not None and key in values:
+            return values[key]
+        raise AttributeError(key)
+
 
 @dataclass
 class Table:
@@ -55,6 +65,7 @@ class Table:
     rows: list[Row]
     total: Row | None = None
     title: str = ""  # e.g. "forward" when a command prints one table per phase
+    label_title: str = "layer"  # the header of the label column
 
     def __post_init__(self) -> None:
         self._by_name = {r.name: r for r in self.rows}
@@ -71,10 +82,9 @@ class Table:
             yield self.total
 
     def attach(self, column: Column, values: Mapping[str, Any], total: Any = None) -> None:
-        """Add `column` with a value per row name (rows not in `values` get None) and for the total."""
-        if any(c.key == column.key for c in self.columns):
-            raise ValueError(f"column {column.key!r} is already in the table")
-        self.columns.append(column)
+        """Add `column` with a value per row name (rows not in `values` get None) and for the total; a
+        column with the same key is replaced (a consumer attaching again, e.g. at other efficiencies)."""
+        self.columns = [c for c in self.columns if c.key != column.key] + [column]
         for row in self.rows:
             row.values[column.key] = values.get(row.name)
         if self.total is not None:

@@ -8,15 +8,23 @@ leaves' times (kernels run one after another), never the max of its sums.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
+from .evaluation import Report
 from .gpus import POINTWISE_DTYPE, Gpu
-from .model import GradState, Model, Report
-from .ops.base import FUSION_MODES, ZERO
+from .ops.base import ZERO
+from .results import Column, Row
 from .tree import Node, OpNode, PartNode
+from .vocab import Fusion, Pass, Phase
+from .walk import GradState, walk
 
+if TYPE_CHECKING:
+    from .model import Model
+
+COLUMNS = (Column("bytes", "bytes", "bytes"), Column("intensity", "FLOP/B", "number"), Column("bound", "bound", "text"),
+           Column("est_time_s", "est. time", "seconds"))
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -28,23 +36,21 @@ class Efficiency:
 
 
 @dataclass
-class RooflineRow:
-    name: str
-    bytes: int
-    intensity: float | None  # FLOPs per byte
-    bound: str  # "TC", "CUDA", "memory", "mixed" or "-"
-    time_s: float
-
-
-@dataclass
 class RooflineReport:
+    """The roofline of one report: its columns are attached to the report's own rows (`rows`)."""
+
     gpu: Gpu
-    fusion: str
-    rows: list[RooflineRow]
+    fusion: Fusion
+    rows: list[Row]  # the report's rows, with bytes, intensity, bound and est_time_s attached
     bytes: int
     time_s: float
     mfu: float | None  # TC FLOPs / (time x TC peak of the spec's dtype)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def times(self) -> dict[str, float]:
+        """row name -> estimated seconds."""
+        return {r.name: r.values["est_time_s"] for r in self.rows}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -68,11 +74,13 @@ def node_bytes(node: Node, pass_: str, in_rg: bool, fusion: str) -> sympy.Expr:
     return sum((k * node_bytes(child, pass_, rg, fusion) for child, rg, k in node.backward_terms(in_rg)), ZERO)
 
 
-def total_bytes(node: Node, pass_: str, mult: sympy.Expr, grad: GradState, fusion: str) -> sympy.Expr:
+def total_bytes(node: Node, pass_: Pass | str, mult: sympy.Expr, grad: GradState, fusion: str) -> sympy.Expr:
     """Bytes of all `mult` instances of `node`; `train` = forward + backward."""
-    if pass_ == "train":
-        return total_bytes(node, "forward", mult, grad, fusion) + total_bytes(node, "backward", mult, grad, fusion)
-    if pass_ == "forward":
+    pass_ = Pass.parse(pass_, "pass")
+    if pass_ is Pass.TRAIN:
+        return total_bytes(node, Phase.FORWARD, mult, grad, fusion) + total_bytes(node, Phase.BACKWARD, mult, grad,
+                                                                                  fusion)
+    if pass_ is Pass.FORWARD:
         return mult * node_bytes(node, "forward", grad.first, fusion)
     return node_bytes(node, "backward", grad.first, fusion) + (mult - 1) * node_bytes(node, "backward", grad.rest,
                                                                                        fusion)
@@ -85,13 +93,14 @@ def _leaf_precision(node: Node):
     return node.owner.precision if isinstance(node, PartNode) else node.precision
 
 
-def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: str = "default",
-             efficiency: Efficiency = Efficiency()) -> RooflineReport:
-    """Bytes, intensity, bound and time for every row of `report` (same pass, same dims)."""
-    if fusion not in FUSION_MODES:
-        raise ValueError(f"fusion must be one of {FUSION_MODES}")
-    walked = list(model.walk())
-    rows: list[RooflineRow] = []
+def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: Fusion | str = Fusion.DEFAULT,
+             efficiency: Efficiency | None = None) -> RooflineReport:
+    """Bytes, intensity, bound and time for every row of `report` (same pass, same dims), attached to
+    the report's table as columns."""
+    fusion = Fusion.parse(fusion, "--fusion")
+    efficiency = efficiency or Efficiency()
+    walked = list(walk(model.root))
+    rows: list[tuple[int, float | None]] = []
     times: list[float] = [0.0] * len(walked)
     bounds: list[dict[str, float]] = [dict() for _ in walked]
     for i, ((node, depth, mult, in_rg), row) in enumerate(zip(walked, report.rows)):
@@ -100,9 +109,9 @@ def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: st
         if leaf:
             prec = _leaf_precision(node)
             terms = {
-                "TC": row.tc / (gpu.tensor_peak(prec.dtype) * efficiency.tc) if row.tc else 0.0,
-                "CUDA": row.cuda / (gpu.cuda_peak(POINTWISE_DTYPE if prec.tensor_cores else prec.dtype)
-                                    * efficiency.cuda) if row.cuda else 0.0,
+                "TC": row.tc_flops / (gpu.tensor_peak(prec.dtype) * efficiency.tc) if row.tc_flops else 0.0,
+                "CUDA": row.cuda_flops / (gpu.cuda_peak(POINTWISE_DTYPE if prec.tensor_cores else prec.dtype)
+                                    * efficiency.cuda) if row.cuda_flops else 0.0,
                 "memory": nbytes / (gpu.bandwidth * efficiency.memory) if nbytes else 0.0,
             }
             bound = max(terms, key=terms.get)
@@ -114,13 +123,16 @@ def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: st
                     times[j] += times[i]
                     if times[i]:
                         bounds[j][bound] = bounds[j].get(bound, 0.0) + times[i]
-        rows.append(RooflineRow(row.name, nbytes, (row.total / nbytes) if nbytes else None, "", 0.0))
-    for i, r in enumerate(rows):
-        r.time_s = times[i]
-        b = bounds[i]
-        r.bound = "-" if not b else (next(iter(b)) if len(b) == 1 else max(b, key=b.get) + "*")
+        rows.append((nbytes, (row.total_flops / nbytes) if nbytes else None))
+    bound_of = ["-" if not b else (next(iter(b)) if len(b) == 1 else max(b, key=lambda k: b[k]) + "*")
+                for b in bounds]
     total_time = sum(times[i] for i, w in enumerate(walked) if w[1] == 0)
-    nbytes = sum(r.bytes for r, w in zip(rows, walked) if w[1] == 0)
+    nbytes = sum(r[0] for r, w in zip(rows, walked) if w[1] == 0)
+    table = report.table
+    table.attach(COLUMNS[0], {r.name: b for r, (b, _) in zip(report.rows, rows)}, nbytes)
+    table.attach(COLUMNS[1], {r.name: x for r, (_, x) in zip(report.rows, rows)})
+    table.attach(COLUMNS[2], {r.name: b for r, b in zip(report.rows, bound_of)})
+    table.attach(COLUMNS[3], {r.name: t for r, t in zip(report.rows, times)}, total_time)
     mfu = None
     if total_time and report.tc and model.precision.tensor_cores:
         mfu = report.tc / (total_time * gpu.tensor_peak(model.precision.dtype))
@@ -128,7 +140,7 @@ def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: st
              f"{gpu.memory_bw_gbps:g} GB/s) per kernel, summed; fusion: {fusion}; "
              f"efficiency tc={efficiency.tc:g} cuda={efficiency.cuda:g} memory={efficiency.memory:g}; "
              "'*' marks a block whose leaves have different bounds (the dominant one shown)"]
-    return RooflineReport(gpu, fusion, rows, nbytes, total_time, mfu, notes)
+    return RooflineReport(gpu, fusion, report.rows, nbytes, total_time, mfu, notes)
 
 
 def _encloses(walked, j: int, i: int) -> bool:

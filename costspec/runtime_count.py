@@ -21,6 +21,9 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from torch.utils.module_tracker import ModuleTracker
 
+from .ops import OPS
+from .vocab import FusedRun
+
 OUTSIDE = "(outside the model)"  # ops with no model module active: the loss and its gradient seed
 PASSES = ("forward", "backward")
 
@@ -43,25 +46,25 @@ IGNORED.update({name: "allocates or fills memory, no arithmetic" for name in (
     "aten.zero_", "aten.scalar_tensor",
 )})
 
-# One output element = one element of this cost-table kind.
-SIMPLE: dict[str, str] = {
-    "aten.sigmoid": "sigmoid", "aten.sigmoid_backward": "sigmoid_backward",
-    "aten.silu": "silu", "aten.silu_backward": "silu_backward",
-    "aten.tanh": "tanh", "aten.tanh_backward": "tanh_backward",
-    "aten.relu": "relu", "aten.threshold_backward": "relu_backward",
-    "aten._softmax": "softmax", "aten._safe_softmax": "softmax",
-    "aten._softmax_backward_data": "softmax_backward",
-    "aten.native_layer_norm": "layernorm", "aten.native_layer_norm_backward": "layernorm_backward",
-    "aten.tril": "select", "aten.where": "select",  # a causal mask: SDPA's math path builds it with tril + where
-    "aten.embedding_dense_backward": "scatter_add",  # elements of the output gradient, added into table rows
-}
+def _from_registry():
+    """What the registered ops say their modules emit (`OpDef.runtime`): aten op -> cost-table kind (one
+    output element = one element of the kind), decomposed module class -> (forward, backward kind), and
+    fused-kernel key -> the words of its aten op names. Two ops disagreeing on an aten op is a bug."""
+    simple: dict[str, str] = {}
+    decomposed: dict[str, tuple[str, str]] = {}
+    fused: dict[str, tuple[str, ...]] = {}
+    for op in OPS.values():
+        for name, kind in op.runtime.aten.items():
+            if simple.setdefault(name, kind) != kind:
+                raise AssertionError(f"{name} is counted as {simple[name]} and as {kind} ({op.name})")
+        if op.runtime.decomposed:
+            cls, fwd, bwd = op.runtime.decomposed
+            decomposed[cls] = (fwd, bwd)
+        fused.update(op.runtime.fused)
+    return simple, decomposed, fused
 
-# Module types whose forward is a decomposition into several aten ops that the cost table prices
-# as one kind: all their non-ignored ops become one record of (forward kind, backward kind), with
-# the largest element count among them (= numel of the input).
-DECOMPOSED: dict[type, tuple[str, str]] = {torch.nn.RMSNorm: ("rmsnorm", "rmsnorm_backward")}
 
-_SDPA_WORDS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+SIMPLE, DECOMPOSED, FUSED = _from_registry()
 
 
 def _numel(value) -> int:
@@ -78,19 +81,21 @@ def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[st
     """(category, [(kind, elements)]) of one executed aten op.
 
     category: "pointwise" | "matmul" (counted by FlopCounterMode; may carry a fused epilogue kind)
-    | "sdpa-uncounted" | "sdpa-counted" | "ignored" | "unknown".
+    | "fused:<key>" (a fused kernel an op declares, e.g. fused:sdpa; kinds = [(FusedRun, 1)])
+    | "ignored" | "unknown".
     """
     packet = func._overloadpacket
-    if any(word in name for word in _SDPA_WORDS):
-        return ("sdpa-counted" if packet in flop_registry else "sdpa-uncounted"), []
+    for key, words in FUSED.items():
+        if any(word in name for word in words):
+            return f"fused:{key}", [(FusedRun.COUNTED if packet in flop_registry else FusedRun.UNCOUNTED, 1)]
     if name in IGNORED:
         return "ignored", []
-    if name in SIMPLE:
-        return "pointwise", [(SIMPLE[name], _numel(args[0] if name.endswith("_backward") else out))]
-    if name in ("aten.gelu", "aten.gelu_backward"):
+    if name in ("aten.gelu", "aten.gelu_backward"):  # one aten op, two cost-table kinds by its argument
         approximate = kwargs.get("approximate", args[-1] if isinstance(args[-1], str) else "none")
         kind = "gelu_tanh" if approximate == "tanh" else "gelu"
         return "pointwise", [(kind + ("_backward" if name.endswith("_backward") else ""), _numel(out))]
+    if name in SIMPLE:
+        return "pointwise", [(SIMPLE[name], _numel(args[0] if name.endswith("_backward") else out))]
     if name in ("aten.add", "aten.add_"):
         linear_epilogue = phase == "forward" and isinstance(module, torch.nn.Linear)
         return "pointwise", [("bias_add" if linear_epilogue else "add", _numel(out))]
@@ -163,7 +168,7 @@ class Measurement:
     matmul: dict[str, dict[str, int]]  # pass -> path -> FlopCounterMode FLOPs (exclusive of submodules)
     total: dict[str, int]  # pass -> FlopCounterMode's "Global" total
     pointwise: dict[str, dict[str, Counter]]  # pass -> path -> kind -> elements
-    sdpa: dict[str, dict[str, Counter]]  # pass -> path -> "sdpa-uncounted" / "sdpa-counted" -> calls
+    fused: dict[str, dict[str, dict[str, Counter]]]  # pass -> path -> fused key -> FusedRun -> calls
     ignored: Counter = field(default_factory=Counter)  # (op, reason) -> calls
     outside: Counter = field(default_factory=Counter)  # ops outside the model: op -> calls
     unknown: list[Unknown] = field(default_factory=list)
@@ -178,7 +183,8 @@ class PointwiseCounter(TorchDispatchMode):
         self.tracker, self.modules, self.root = tracker, modules, root
         self.phase = "forward"
         self.pointwise = {p: defaultdict(Counter) for p in PASSES}
-        self.sdpa = {p: defaultdict(Counter) for p in PASSES}
+        self.fused: dict[str, dict[str, dict[str, Counter]]] = {p: defaultdict(lambda: defaultdict(Counter))
+                                                                 for p in PASSES}
         self.decomposed: dict[tuple[str, str], tuple[str, int]] = {}
         self.ignored: Counter = Counter()
         self.outside: Counter = Counter()
@@ -210,7 +216,7 @@ class PointwiseCounter(TorchDispatchMode):
         if category == "ignored":
             self.ignored[(name, IGNORED.get(name, _IGNORED_REASON))] += 1
             return out
-        decomposed = next((k for t, k in DECOMPOSED.items() if isinstance(module, t)), None)
+        decomposed = next((DECOMPOSED[c.__name__] for c in type(module).__mro__ if c.__name__ in DECOMPOSED), None)
         if decomposed and category in ("pointwise", "unknown"):
             kind = decomposed[0 if self.phase == "forward" else 1]
             _, most = self.decomposed.get((self.phase, path), (kind, 0))
@@ -219,8 +225,9 @@ class PointwiseCounter(TorchDispatchMode):
         if category == "unknown":
             self.unknown.append(Unknown(self.phase, path, name, _numel(out)))
             kinds = [(f"unknown:{name}", _numel(out))]
-        elif category.startswith("sdpa"):
-            self.sdpa[self.phase][path][category] += 1
+        elif category.startswith("fused:"):
+            self.fused[self.phase][path][category.partition(":")[2]][kinds[0][0]] += 1
+            return out
         for kind, elements in kinds:
             self.pointwise[self.phase][path][kind] += elements
         return out
@@ -258,7 +265,7 @@ def measure(module: torch.nn.Module, x: torch.Tensor, train: bool) -> Measuremen
     for phase in PASSES:
         flops[phase] = _exclusive(inclusive[phase], root, problems, phase)
     total = {p: inclusive[p].get("Global", 0) for p in PASSES}
-    return Measurement(root, flops, total, counter.pointwise, counter.sdpa, counter.ignored, counter.outside,
+    return Measurement(root, flops, total, counter.pointwise, counter.fused, counter.ignored, counter.outside,
                        counter.unknown, problems)
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import sympy
 
 from .errors import UsageError
-from .model import Model
+
+if TYPE_CHECKING:
+    from .model import Model
 
 MAX_POINTS = 20_000_000
 

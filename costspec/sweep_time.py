@@ -10,16 +10,19 @@ marks blocks). Leaf costs and bytes are exact integer polynomials evaluated over
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
 
 from .gpus import POINTWISE_DTYPE, Gpu
-from .model import Model, node_cost
+from .walk import node_cost
 from .progress import progress
 from .roofline import Efficiency, total_bytes
 from .sweep import Grid, evaluate_grid
 from .tree import OpNode, PartNode
+
+if TYPE_CHECKING:
+    from .model import Model
 
 BOUNDS = ("TC", "CUDA", "memory")
 

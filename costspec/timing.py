@@ -15,7 +15,6 @@ including work outside every layer.
 """
 from __future__ import annotations
 
-import json
 import statistics
 import threading
 from collections import defaultdict
@@ -23,7 +22,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from .errors import CostspecError
+from .export.render import render
+from .results import Column, Result, Row, Table
 from .tree import RepeatNode
+from .vocab import RUNNABLE_PASSES, Pass
+from .walk import row_name, walk
 
 if TYPE_CHECKING:
     from .model import Model
@@ -91,22 +94,6 @@ class Intervals:
 
 
 @dataclass
-class TimeRow:
-    name: str
-    label: str
-    depth: int
-    forward_s: float | None  # median over repeats; None: no module of its own (SDPA inside attention)
-    backward_s: float | None
-    estimate_s: float | None = None
-
-    @property
-    def measured_s(self) -> float | None:
-        if self.forward_s is None and self.backward_s is None:
-            return None
-        return (self.forward_s or 0.0) + (self.backward_s or 0.0)
-
-
-@dataclass
 class Timing:
     spec: str
     pass_: str
@@ -115,13 +102,23 @@ class Timing:
     dtype: str
     warmup: int
     repeats: int
-    rows: list[TimeRow]
+    table: Table  # a row per report row: forward_s, backward_s, measured_s (medians; None: no module of its own)
     model_forward_s: float
     model_backward_s: float
     step_s: float
     gpu: str | None = None
     estimate_total_s: float | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[Row]:
+        return self.table.rows
+
+
+def _time_row(name: str, label: str, depth: int, forward: float | None, backward: float | None) -> Row:
+    measured = None if forward is None and backward is None else (forward or 0.0) + (backward or 0.0)
+    return Row(name, label, depth, {"forward_s": forward, "backward_s": backward, "measured_s": measured,
+                                    "estimate_s": None, "ratio": None})
 
 
 def _median(values: list[float]) -> float:
@@ -131,12 +128,10 @@ def _median(values: list[float]) -> float:
 def time_layers(model: "Model", values: Mapping, pass_: str = "forward", dtype: str | None = None, warmup: int = 3,
                 repeats: int = 10, device: str = "cuda", timer: Timer | None = None) -> Timing:
     """Time every layer (median of `repeats` steps after `warmup`) on `device` with `timer`."""
-    from .ncu.nvtx import LayerHooks, layer_paths, step
-    from .ncu.runner import configure_dtype
-    from .torch_build import build_module, import_torch, row_name
+    from .layer_hooks import LayerHooks, layer_paths, step
+    from .torch_build import build_module, configure_dtype, import_torch
 
-    if pass_ not in ("forward", "train"):
-        raise CostspecError(f"pass must be forward or train, not {pass_!r}")
+    pass_ = Pass.parse(pass_, "--pass", RUNNABLE_PASSES)
     if repeats < 1 or warmup < 0:
         raise CostspecError("--repeats must be >= 1 and --warmup >= 0")
     torch = import_torch("costspec time")
@@ -148,9 +143,9 @@ def time_layers(model: "Model", values: Mapping, pass_: str = "forward", dtype: 
         module, make_input = build_module(model, values)
     module = module.to(dtype=torch_dtype)
     x = make_input(device, torch_dtype)
-    train = pass_ == "train"
+    train = pass_ is Pass.TRAIN
     paths = layer_paths(model, module)
-    rows_of = {path: row_name(model, path) for path in paths}
+    rows_of = {path: row_name(model.root, path) for path in paths}
     per_repeat: list[dict[tuple[str, str], float]] = []
     steps: list[float] = []
     intervals = Intervals(timer)
@@ -175,26 +170,28 @@ def time_layers(model: "Model", values: Mapping, pass_: str = "forward", dtype: 
             return None
         return _median([t.get((phase, row), 0.0) for t in per_repeat])
 
-    rows: list[TimeRow] = []
-    for node, depth, _, _ in model.walk():
+    rows: list[Row] = []
+    for node, depth, _, _ in walk(model.root):
         names = [node.name]
         if isinstance(node, RepeatNode) and node.grouped:
             names = [g.name for g in node.children]
         fwd = [v for v in (med("forward", n) for n in names) if v is not None]
         bwd = [v for v in (med("backward", n) for n in names) if v is not None]
-        rows.append(TimeRow(node.name, node.label, depth, sum(fwd) if fwd else None,
-                            (sum(bwd) if bwd else None) if train else None))
+        rows.append(_time_row(node.name, node.label, depth, sum(fwd) if fwd else None,
+                              (sum(bwd) if bwd else None) if train else None))
+    total = _time_row("", "model (all layers)", 0, med("forward", "") or 0.0,
+                      (med("backward", "") or 0.0) if train else None)
     dims = {str(k): int(v) for k, v in values.items()}
-    return Timing(model.name, pass_, dims, device, dtype_name, warmup, repeats, rows,
+    return Timing(model.name, pass_, dims, device, dtype_name, warmup, repeats, Table([], rows, total),
                   med("forward", "") or 0.0, (med("backward", "") or 0.0) if train else 0.0, _median(steps))
 
 
 def add_estimate(timing: Timing, roof: "RooflineReport") -> Timing:
     """Put the roofline's estimated time next to each measured row (same pass, same dims)."""
-    by_name = {r.name: r for r in roof.rows}
-    for row in timing.rows:
-        if row.name in by_name:
-            row.estimate_s = by_name[row.name].time_s
+    for row in timing.table.all_rows():
+        row.values["estimate_s"] = roof.time_s if row.name == "" else roof.times.get(row.name)
+        measured, estimate = row.values["measured_s"], row.values["estimate_s"]
+        row.values["ratio"] = measured / estimate if measured and estimate else None
     timing.gpu = roof.gpu.name
     timing.estimate_total_s = roof.time_s
     timing.notes.extend(roof.notes)
@@ -202,55 +199,37 @@ def add_estimate(timing: Timing, roof: "RooflineReport") -> Timing:
 
 
 # ----------------------------------------------------------------------------------------------
-# Rendering
+# The printed result
 # ----------------------------------------------------------------------------------------------
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{1e3 * value:.4g}"
-
-
-def _ratio(measured: float | None, estimate: float | None) -> str:
-    return "-" if not measured or not estimate else f"{measured / estimate:.2f}"
+def to_result(t: Timing) -> Result:
+    """The timing as the one result type: a row per layer (and the model), measured next to estimated."""
+    dims = " ".join(f"{k}={v}" for k, v in t.dims.items())
+    header = (f"{t.spec} | time {t.pass_} on {t.device} ({t.dtype}) | {dims} | median of {t.repeats} steps after "
+              f"{t.warmup} warm-up")
+    train = t.pass_ == Pass.TRAIN
+    columns = [Column("forward_s", "fwd", "seconds")]
+    if train:
+        columns += [Column("backward_s", "bwd", "seconds"), Column("measured_s", "total", "seconds")]
+    else:
+        columns += [Column("backward_s", "bwd", "seconds", hidden=True), Column("measured_s", "total", "seconds",
+                                                                                hidden=True)]
+    columns += [Column("estimate_s", f"est. ({t.gpu})", "seconds", hidden=not t.gpu),
+                Column("ratio", "measured/est.", "ratio", hidden=not t.gpu)]
+    notes = [f"step (forward{' + loss + backward' if train else ''}, incl. work outside the layers): "
+             f"{1e3 * t.step_s:.4g} ms"]
+    if not t.gpu:
+        notes.append("no roofline estimate: pass --gpu NAME (see `costspec gpus`)")
+    notes += t.notes + ["measured = CUDA-event time between entering and leaving each layer (inclusive of its "
+                        "sub-layers; the instances of a repeat summed); '-' = no module of its own"]
+    meta = {"spec": t.spec, "pass": str(t.pass_), "dims": t.dims, "device": t.device, "dtype": t.dtype,
+            "warmup": t.warmup, "repeats": t.repeats, "gpu": t.gpu, "model_forward_s": t.model_forward_s,
+            "model_backward_s": t.model_backward_s, "step_s": t.step_s, "estimate_total_s": t.estimate_total_s}
+    return Result(header, [Table(columns, t.table.rows, t.table.total)], {}, notes, meta)
 
 
 def render_table(t: Timing) -> str:
-    dims = " ".join(f"{k}={v}" for k, v in t.dims.items())
-    lines = [f"{t.spec} | time {t.pass_} on {t.device} ({t.dtype}) | {dims} | median of {t.repeats} steps after "
-             f"{t.warmup} warm-up"]
-    head = ["layer", "fwd ms"] + (["bwd ms", "total ms"] if t.pass_ == "train" else []) + \
-        ([f"est. ms ({t.gpu})", "measured/est."] if t.gpu else [])
-    table = [head]
-    model_row = TimeRow("", "model (all layers)", 0, t.model_forward_s, t.model_backward_s if t.pass_ == "train"
-                        else None, t.estimate_total_s)
-    for r in t.rows + [model_row]:
-        cells = ["  " * r.depth + r.label, _ms(r.forward_s)]
-        if t.pass_ == "train":
-            cells += [_ms(r.backward_s), _ms(r.measured_s)]
-        if t.gpu:
-            cells += [_ms(r.estimate_s), _ratio(r.measured_s, r.estimate_s)]
-        table.append(cells)
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    for i, row in enumerate(table):
-        lines.append("  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]))
-        if i == 0 or i == len(table) - 2:
-            lines.append("  ".join("-" * w for w in widths))
-    lines.append(f"step (forward{' + loss + backward' if t.pass_ == 'train' else ''}, incl. work outside the "
-                 f"layers): {_ms(t.step_s)} ms")
-    if not t.gpu:
-        lines.append("no roofline estimate: pass --gpu NAME (see `costspec gpus`)")
-    lines.extend(t.notes)
-    lines.append("measured = CUDA-event time between entering and leaving each layer (inclusive of its sub-layers; "
-                 "the instances of a repeat summed); '-' = no module of its own")
-    return "\n".join(lines)
+    return render(to_result(t), "table")
 
 
 def render_json(t: Timing) -> str:
-    rows = [{"name": r.name, "label": r.label, "depth": r.depth, "forward_s": r.forward_s, "backward_s": r.backward_s,
-             "measured_s": r.measured_s, "estimate_s": r.estimate_s} for r in t.rows]
-    out = {"spec": t.spec, "pass": t.pass_, "dims": t.dims, "device": t.device, "dtype": t.dtype, "warmup": t.warmup,
-           "repeats": t.repeats, "gpu": t.gpu, "rows": rows, "model_forward_s": t.model_forward_s,
-           "model_backward_s": t.model_backward_s, "step_s": t.step_s, "estimate_total_s": t.estimate_total_s,
-           "notes": t.notes}
-    return json.dumps(out, indent=2)
-
-
-RENDERERS = {"table": render_table, "json": render_json}
+    return render(to_result(t), "json")

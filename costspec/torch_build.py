@@ -16,7 +16,9 @@ import sympy
 
 from .errors import MissingExtraError, SpecError
 from .expr import as_exact_int
-from .tree import GroupNode, Node, OpNode, PartNode, RepeatNode, ResidualNode, ScopeNode, scope_members
+from .results import Column, Result, Row, Table
+from .tree import Node, OpNode, RepeatNode, ResidualNode, ScopeNode
+from .walk import group_of, row_name
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +33,19 @@ def import_torch(purpose: str):
     except ImportError:
         raise MissingExtraError("torch", "torch", purpose) from None
     return torch
+
+
+TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def configure_dtype(torch, dtype: str):
+    """The torch dtype for a costspec dtype; fp32 disables TF32, tf32 enables it (matmul and cuDNN)."""
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"dtype {dtype!r} cannot be run; one of {', '.join(TORCH_DTYPES)}")
+    tf32 = dtype == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    return getattr(torch, TORCH_DTYPES[dtype])
 
 
 def evaluator(values: Mapping[sympy.Symbol, sympy.Integer]) -> Callable[[sympy.Expr], int]:
@@ -144,56 +159,15 @@ def _add_child(container, node: Node, module) -> None:
     container.add_module(node.local, module)
 
 
-def group_of(repeat: RepeatNode, index: int) -> GroupNode:
-    """The variant group of `repeat` whose body instance `index` uses."""
-    rest = None
-    for group in repeat.children:
-        if group.indices is None:
-            rest = group
-        elif index in group.indices:
-            return group
-    if rest is None:
-        raise SpecError(f"repeat '{repeat.name}' has no body for index {index}", repeat.loc)
-    return rest
-
-
-# ----------------------------------------------------------------------------------------------
-# Module path -> model tree node / report row
-# ----------------------------------------------------------------------------------------------
-
-def node_of(model: "Model", path: str) -> Node:
-    """The deepest tree node of torch module `path` (a module inside an op module maps to the op
-    or part holding it). The root path "" is the model's root scope."""
-    node: Node = model.root
-    for step in path.split(".") if path else ():
-        if isinstance(node, RepeatNode):
-            node = group_of(node, int(step))
-            continue
-        if isinstance(node, PartNode):
-            return node
-        child = next((c for c in scope_members(node) if c.local == step), None)
-        if child is None:
-            if isinstance(node, OpNode):
-                return node  # the op module's own internals
-            raise KeyError(f"torch module path '{path}' has no layer '{step}' in the spec")
-        node = child
-    return node
-
-
-def row_name(model: "Model", path: str) -> str:
-    """The report row of torch module `path`: `blocks.2.attn.qkv` -> `blocks.attn.qkv`
-    (or `blocks[global].attn.qkv` when index 2 is in the variant group `global`)."""
-    return node_of(model, path).name
-
-
 def row_names(model: "Model", module) -> dict[str, str]:
     """torch module path -> row name, for every submodule of a module built from `model`."""
-    return {path: row_name(model, path) for path, _ in module.named_modules()}
+    return {path: row_name(model.root, path) for path, _ in module.named_modules()}
 
 
-def describe(module, max_depth: int | None = None) -> str:
-    """The module tree: one line per submodule with its class and parameter count."""
-    lines = []
+def describe(module, max_depth: int | None = None) -> Result:
+    """The module tree as the one result type: a row per submodule with its class and parameter count
+    (all parameters below it, and its own where they differ)."""
+    rows = []
     for path, sub in module.named_modules():
         depth = path.count(".") + 1 if path else 0
         if max_depth is not None and depth > max_depth:
@@ -201,13 +175,8 @@ def describe(module, max_depth: int | None = None) -> str:
         own = sum(p.numel() for p in sub.parameters(recurse=False))
         total = sum(p.numel() for p in sub.parameters())
         extra = sub.extra_repr()
-        label = ("  " * depth) + (path.rsplit(".", 1)[-1] if path else "(model)")
-        lines.append((label, type(sub).__name__ + (f"({extra})" if extra else ""), f"{total:,}",
-                      f"{own:,}" if own != total else ""))
-    widths = [max(len(row[i]) for row in lines + [("module", "type", "params", "own")]) for i in range(4)]
-    out = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in
-                     enumerate(zip(("module", "type", "params", "own"), widths)))]
-    for row in lines:
-        out.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-                   .rstrip())
-    return "\n".join(out)
+        rows.append(Row(path, path.rsplit(".", 1)[-1] if path else "(model)", depth, {
+            "type": type(sub).__name__ + (f"({extra})" if extra else ""), "params": total,
+            "own_params": own if own != total else None}))
+    columns = [Column("type", "type", "text"), Column("params", "params"), Column("own_params", "own")]
+    return Result("", [Table(columns, rows, label_title="module")])

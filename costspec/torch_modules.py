@@ -237,12 +237,10 @@ class SelfAttention(nn.Module):
 class Mlp(nn.Module):
     """fc1 -> act -> fc2 (the `fc1` / `act` / `fc2` parts of `mlp`)."""
 
-    def __init__(self, dim: int, hidden: int, out: int, fn: str, bias: bool = True):
+    def __init__(self, dim: int, hidden: int, out: int, act: nn.Module, bias: bool = True):
         super().__init__()
-        from .ops.pointwise import build_activation
-
         self.fc1 = nn.Linear(dim, hidden, bias=bias)
-        self.act = build_activation(fn)
+        self.act = act
         self.fc2 = nn.Linear(hidden, out, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)
@@ -253,13 +251,11 @@ class GatedMlp(nn.Module):
     """down(act(gate(x)) * up(x)) (the `gate` / `up` / `act` / `mul` / `down` parts of a gated `mlp`;
     SwiGLU with SiLU, as Llama's MLP)."""
 
-    def __init__(self, dim: int, hidden: int, out: int, fn: str, bias: bool = True):
+    def __init__(self, dim: int, hidden: int, out: int, act: nn.Module, bias: bool = True):
         super().__init__()
-        from .ops.pointwise import build_activation
-
         self.gate = nn.Linear(dim, hidden, bias=bias)
         self.up = nn.Linear(dim, hidden, bias=bias)
-        self.act = build_activation(fn)
+        self.act = act
         self.down = nn.Linear(hidden, out, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)

@@ -267,8 +267,9 @@ class TreeBuilder:
     """Builds the model tree of a validated spec document."""
 
     def __init__(self, data: dict, locate: Callable[[tuple], Location], dims: Dims,
-                 table: Mapping[str, sympy.Expr]):
+                 table: Mapping[str, sympy.Expr], collect: list[SpecError] | None = None):
         self.data, self.locate, self.dims, self.table = data, locate, dims, table
+        self.collect = collect  # not None: a bad layer is recorded and the build goes on (costspec check)
         self.blocks = data.get("blocks", {})
         self.constraints: list[Constraint] = []
         self.op_count = 0
@@ -351,8 +352,20 @@ class TreeBuilder:
     def _sequence(self, parent: Node, layers: list, path: tuple, shape: tuple, env: _Env) -> tuple:
         if env.depth > MAX_TREE_DEPTH:
             raise SpecError(f"layers nested deeper than {MAX_TREE_DEPTH} levels", self.locate(path))
+        failed = False
         for i, layer in enumerate(layers):
-            node, shape = self._layer(layer, path + (i,), shape, env)
+            try:
+                node, shape = self._layer(layer, path + (i,), shape, env)
+            except SpecError as exc:
+                if self.collect is None:
+                    raise
+                # go on with the input shape, so later layers are still checked; what they report may
+                # follow from this problem, and says so
+                self.collect.append(exc if not failed else SpecError(
+                    exc.message + " (after an earlier problem in this sequence, which it may follow from)",
+                    exc.location, exc.expected))
+                failed = True
+                continue
             parent.children.append(node)
         return shape
 

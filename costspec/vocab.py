@@ -85,6 +85,14 @@ class Device(Word):
     CPU = "cpu"
 
 
+class FusedRun(Word):
+    """How a fused kernel (an op's `Runtime.fused` key, e.g. SDPA) ran in a measured run."""
+
+    DECOMPOSED = "decomposed"  # as several aten ops (meta tensors, PyTorch's math fallback)
+    COUNTED = "fused-counted"  # one fused aten op that FlopCounterMode has a formula for
+    UNCOUNTED = "fused-uncounted"  # one fused aten op FlopCounterMode counts as 0 (CPU flash attention)
+
+
 class Format(Word):
     """Output formats of the one renderer (costspec.export.render)."""
 
@@ -94,4 +102,4 @@ class Format(Word):
     MARKDOWN = "markdown"
 
 
-__all__ = ["Backend", "Device", "Format", "Fusion", "Pass", "Phase", "RUNNABLE_PASSES", "Word"]
+__all__ = ["Backend", "Device", "Format", "Fusion", "FusedRun", "Pass", "Phase", "RUNNABLE_PASSES", "Word"]

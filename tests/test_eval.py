@@ -56,11 +56,11 @@ def test_rows_are_the_layer_tree_with_counts_and_sum_to_the_total():
     assert by_name["blocks"].repeat == 12 and by_name["blocks"].count == 1
     assert by_name["blocks.attn.qkv"].count == 12
     top = [r for r in report.rows if r.depth == 0]
-    assert sum(r.tc for r in top) == report.tc and sum(r.cuda for r in top) == report.cuda
+    assert sum(r.tc_flops for r in top) == report.tc and sum(r.cuda_flops for r in top) == report.cuda
     assert sum(r.params for r in top) == report.params
     attn = by_name["blocks.attn"]
     parts = [by_name[f"blocks.attn.{p}"] for p in ("qkv", "sdpa", "proj")]
-    assert sum(p.tc for p in parts) == attn.tc
+    assert sum(p.tc_flops for p in parts) == attn.tc_flops
 
 
 def test_train_is_forward_plus_backward():
@@ -84,9 +84,9 @@ layers:
 """)
     report = costspec.load(path).evaluate()
     linear1, linear2 = report.rows
-    assert (linear1.tc, linear1.engine) == (2 * 4 * 8 * 8, "TC(bf16)")
-    assert (linear2.tc, linear2.engine) == (0, "CUDA(fp32)")
-    assert linear2.cuda == 2 * 4 * 8 * 8 + 4 * 8  # GEMM + bias add
+    assert (linear1.tc_flops, linear1.matmul_engine) == (2 * 4 * 8 * 8, "TC(bf16)")
+    assert (linear2.tc_flops, linear2.matmul_engine) == (0, "CUDA(fp32)")
+    assert linear2.cuda_flops == 2 * 4 * 8 * 8 + 4 * 8  # GEMM + bias add
 
 
 def test_a_repeat_of_ten_thousand_builds_an_expression_the_size_of_one(write_spec):
@@ -159,6 +159,6 @@ layers:
     for pass_ in ("backward", "train"):
         report = costspec.load(path).evaluate(pass_)
         top = [r for r in report.rows if r.depth == 0]
-        assert sum(r.tc for r in top) == report.tc and sum(r.cuda for r in top) == report.cuda
+        assert sum(r.tc_flops for r in top) == report.tc and sum(r.cuda_flops for r in top) == report.cuda
     rows = {r.name: r for r in costspec.load(path).evaluate("backward").rows}
-    assert rows["add"].cuda == 0  # x needs no grad: no gradient sum at the fork
+    assert rows["add"].cuda_flops == 0  # x needs no grad: no gradient sum at the fork

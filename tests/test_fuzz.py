@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import costspec  # noqa: E402
 from costspec.errors import CostspecError  # noqa: E402
 from costspec.ops import spec_ops  # noqa: E402
-from fuzz import properties  # noqa: E402
+from fuzz import properties, specgen  # noqa: E402
 from fuzz.properties import check_repeat, check_spec  # noqa: E402
 from fuzz.specgen import dump, generators, mutated_specs, repeat_cases, valid_specs  # noqa: E402
 
@@ -69,7 +69,7 @@ def test_every_spec_op_can_be_drawn():
 
 def test_every_known_bug_has_its_reproducer():
     names = {name for name, _ in globals().items() if name.startswith("test_known_bug_")}
-    for table in (properties.KNOWN_BUGS, properties.KNOWN_LOADER_CRASHES, properties.KNOWN_REJECTIONS):  # noqa
+    for table in (properties.KNOWN_BUGS, specgen.KNOWN_LOADER_CRASHES, properties.KNOWN_REJECTIONS):
         for bug, (_, test) in table.items():
             assert test in names, f"known bug {bug} names {test}, which is not in this file"
 
@@ -116,8 +116,8 @@ def test_fixed_rows_of_gradless_repeat():
         - linear: {out: 8}
         """, input_="[4, 8]"))
     rows = {r.name: r for r in model.evaluate("backward").rows}
-    assert rows["pre"].cuda == 0  # holds
-    assert rows["pre.act"].cuda == 0  # 64: 2 instances x 32 relu_backward elements
+    assert rows["pre"].cuda_flops == 0  # holds
+    assert rows["pre.act"].cuda_flops == 0  # 64: 2 instances x 32 relu_backward elements
 
 
 def test_fixed_block_param_for_bool_attribute():

@@ -20,10 +20,11 @@ def expected_bound(report, roof) -> str:
     """The bound of the whole model from eval's per-leaf rows: the engine with most time, '*' if mixed."""
     per: dict[str, float] = {}
     rows = report.rows
-    for i, (row, r) in enumerate(zip(rows, roof.rows)):
+    for i, row in enumerate(rows):
         leaf = i + 1 == len(rows) or rows[i + 1].depth <= row.depth
-        if leaf and r.time_s:
-            per[r.bound] = per.get(r.bound, 0.0) + r.time_s
+        time_s, bound = row.values["est_time_s"], row.values["bound"]
+        if leaf and time_s:
+            per[bound] = per.get(bound, 0.0) + time_s
     top = max(per, key=lambda b: per[b])
     return top + ("*" if len(per) > 1 else "")
 

@@ -14,7 +14,9 @@ from costspec.errors import MissingExtraError, SpecError
 
 torch = pytest.importorskip("torch")
 
-from costspec.torch_build import build_module, describe, import_torch, row_name, row_names  # noqa: E402
+from costspec.torch_build import build_module, describe, import_torch, row_names  # noqa: E402
+from costspec.export.render import render  # noqa: E402
+from costspec.walk import row_name  # noqa: E402
 
 TINY_VIT = textwrap.dedent("""\
     costspec: 1
@@ -67,10 +69,10 @@ def test_paths_are_layer_names():
 def test_variant_group_bodies_and_row_names():
     model, module, _ = _build()
     assert [b.mlp.fc1.out_features for b in module.blocks] == [16, 32, 16]  # index 1 is in the `wide` group
-    assert row_name(model, "blocks.1.mlp.fc1") == "blocks[wide].mlp.fc1"
-    assert row_name(model, "blocks.2.attn.qkv") == "blocks[others].attn.qkv"
-    assert row_name(model, "patch_embed.proj") == "patch_embed.proj"
-    assert row_name(model, "blocks.0.attn") == "blocks[others].attn"
+    assert row_name(model.root, "blocks.1.mlp.fc1") == "blocks[wide].mlp.fc1"
+    assert row_name(model.root, "blocks.2.attn.qkv") == "blocks[others].attn.qkv"
+    assert row_name(model.root, "patch_embed.proj") == "patch_embed.proj"
+    assert row_name(model.root, "blocks.0.attn") == "blocks[others].attn"
     names = row_names(model, module)
     assert names[""] == "" and names["blocks.1"] == "blocks[wide]"
     report_rows = {r.name for r in model.evaluate().rows}
@@ -79,8 +81,8 @@ def test_variant_group_bodies_and_row_names():
 
 def test_row_names_without_variants():
     model = costspec.load("specs/vit_b.yaml")
-    assert row_name(model, "blocks.2.attn.qkv") == "blocks.attn.qkv"
-    assert row_name(model, "blocks.11.mlp.act") == "blocks.mlp.act"
+    assert row_name(model.root, "blocks.2.attn.qkv") == "blocks.attn.qkv"
+    assert row_name(model.root, "blocks.11.mlp.act") == "blocks.mlp.act"
 
 
 def test_runs_on_real_data_and_counts_parameters():
@@ -134,9 +136,9 @@ def test_layer_name_clashing_with_module_attribute():
 
 def test_describe_lists_paths_and_parameter_counts():
     _, module, _ = _build()
-    text = describe(module)
+    text = render(describe(module))
     assert "qkv" in text and "Linear" in text and "PatchEmbed" in text
-    assert f"{sum(p.numel() for p in module.parameters()):,}" in text.splitlines()[1]
+    assert f"{sum(p.numel() for p in module.parameters()):,}" in text.splitlines()[2]
 
 
 def test_torch_command(tmp_path):

@@ -109,8 +109,8 @@ layers:
     model = costspec.load(path, dtype="fp16")
     rows = {r.name: r for r in model.evaluate().rows}
     # 2*M*D*D = 4096 matmul FLOPs each: the first follows --dtype (TC), the second keeps its fp32 (CUDA)
-    assert rows["linear1"].tc == 4096 and rows["linear1"].engine == "TC(fp16)"
-    assert rows["linear2"].tc == 0 and rows["linear2"].engine == "CUDA(fp32)"
+    assert rows["linear1"].values["tc_flops"] == 4096 and rows["linear1"].values["matmul_engine"] == "TC(fp16)"
+    assert rows["linear2"].values["tc_flops"] == 0 and rows["linear2"].values["matmul_engine"] == "CUDA(fp32)"
     assert model.with_precision("fp32").evaluate().tc == 0
     with pytest.raises(UsageError):
         costspec.load(path, dtype="fp64")

@@ -141,7 +141,7 @@ def test_rope_costs_three_flops_per_q_and_k_element_and_needs_even_head_dim():
     b, s, h, kv, d = 2, 6, 4, 2, 2
     elements = b * s * (h + kv) * d
     r = rows(model)
-    assert r["attn.rope"].cuda == 3 * elements and r["attn.rope"].tc == 0  # 2 mul + 1 add
+    assert r["attn.rope"].cuda_flops == 3 * elements and r["attn.rope"].tc_flops == 0  # 2 mul + 1 add
     check(model)
     with pytest.raises(SpecError, match="rope needs an even head_dim, got 3"):
         spec("- attention: {heads: 2, head_dim: 3, rope: true}")
@@ -156,8 +156,8 @@ def test_gated_mlp_has_three_projections_and_one_product():
     m, c, f = 2 * 6, 8, 5
     r = rows(model)
     assert [n for n in r if n.startswith("mlp.")] == ["mlp.gate", "mlp.up", "mlp.act", "mlp.mul", "mlp.down"]
-    assert r["mlp"].tc == 3 * 2 * m * c * f and r["mlp"].params == 3 * c * f
-    assert r["mlp.mul"].cuda == m * f and r["mlp.act"].cuda == 5 * m * f  # silu: 5 FLOPs per element
+    assert r["mlp"].tc_flops == 3 * 2 * m * c * f and r["mlp"].params == 3 * c * f
+    assert r["mlp.mul"].cuda_flops == m * f and r["mlp.act"].cuda_flops == 5 * m * f  # silu: 5 FLOPs per element
     check(model)
 
 
@@ -175,7 +175,7 @@ def test_embedding_input_is_token_ids_in_range():
     _, make_input = model.to_torch()
     ids = make_input("cpu")
     assert ids.dtype == torch.int64 and ids.shape == (2, 6) and 0 <= int(ids.min()) and int(ids.max()) < 11
-    assert rows(model)["embed"].tc == rows(model)["embed"].cuda == 0  # a lookup: bytes, no FLOPs
+    assert rows(model)["embed"].tc_flops == rows(model)["embed"].cuda_flops == 0  # a lookup: bytes, no FLOPs
 
 
 def test_tied_lm_head_shares_the_table_and_counts_it_once():

@@ -1,26 +1,41 @@
 """`costspec check`: schema and semantic checks, without evaluating costs."""
 from __future__ import annotations
 
+import json
+
 import click
 
 from ..errors import CostspecError
-from . import cli
+from . import cli, options
 
 
 @cli.command("check")
 @click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False))
-def check_command(specs):
-    """Check each SPEC (schema, dims, shapes, divisibility); one line per problem, exit 2 if any."""
-    from ..check import check_file
+@options.output_format("table", "json")
+def check_command(specs, fmt):
+    """Check each SPEC (schema, dims, shapes, divisibility): every problem found, one line each; exit 2 if any."""
+    from ..export.render import plain
+    from ..model import check_file
 
     failed = 0
+    report = []
     for path in specs:
         problems = check_file(path)
-        for problem in problems:
-            click.echo(f"{problem}", err=False)
-        if problems:
-            failed += 1
-        else:
-            click.echo(f"{path}: ok")
+        failed += bool(problems)
+        report.append({"spec": path, "ok": not problems, "problems": [_problem(p) for p in problems]})
+        if fmt == "table":
+            for problem in problems:
+                click.echo(plain(str(problem)))
+            if not problems:
+                click.echo(f"{plain(path)}: ok")
+    if fmt == "json":
+        click.echo(json.dumps(report, indent=2))
     if failed:
         raise CostspecError(f"{failed} of {len(specs)} spec(s) failed the checks")
+
+
+def _problem(problem) -> dict:
+    where = problem.location
+    return {"message": problem.message, "expected": problem.expected,
+            "file": where.file if where else None, "line": where.line if where else None,
+            "column": where.column if where else None, "path": where.path if where else None}

@@ -18,10 +18,11 @@ from . import cli, options
 @options.efficiency
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A calibration file from `costspec ncu calibrate`: adds predicted EXECUTED FLOPs per layer.")
-@options.output_format("table", "json", "csv", "markdown")
+@options.output_format()
 def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, efficiency, calibration, fmt):
     """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
-    from ..export.report import RENDERERS
+    from ..export.render import render
+    from ..export.report import eval_result
     from ..model import load
 
     from ..backend_note import flash_backward_note
@@ -37,9 +38,9 @@ def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, e
         from ..roofline import estimate
 
         roof = estimate(model, report, values, get_gpu(gpu, catalog), fusion, efficiency)
-    text = RENDERERS[fmt](report, depth, roof)
+    result = eval_result(report, depth, roof)
     if calibration:
-        from ..calibration import executed_report, load_calibration, with_executed
+        from ..calibration import add_executed, executed_report, load_calibration
 
-        text = with_executed(fmt, text, executed_report(model, values, pass_, load_calibration(calibration)), depth)
-    click.echo(text)
+        add_executed(result, executed_report(model, values, pass_, load_calibration(calibration)), depth)
+    click.echo(render(result, fmt))

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import click
 
+from ..vocab import RUNNABLE_PASSES, Pass
 from . import cli, options
 
-_passes = click.option("--pass", "pass_", type=click.Choice(["forward", "backward", "train"]), default=None,
+_passes = click.option("--pass", "pass_", type=click.Choice(Pass.choices()), default=None,
                        help="Phases in the CSV (default: from the sidecar, else forward); train needs the "
                             "costspec:forward/backward ranges of `ncu run`.")
 
@@ -21,7 +22,8 @@ def ncu_group() -> None:
 @options.spec_arg
 @options.batch
 @options.sets
-@click.option("--pass", "pass_", type=click.Choice(["forward", "train"]), default="forward", show_default=True)
+@click.option("--pass", "pass_", type=click.Choice([p.value for p in RUNNABLE_PASSES]), default=Pass.FORWARD.value,
+              show_default=True)
 @click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default=None,
               help="Run in this dtype (default: the spec's precision).")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Unprofiled steps first.")
@@ -57,15 +59,18 @@ def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arc
 @_passes
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A calibration file: adds the predicted executed FLOPs and the residuals.")
-@options.output_format("table", "json")
+@options.output_format()
 def compare_command(spec, csv, batch, sets, pass_, calibration, fmt):
     """Analytic vs measured Tensor-Core / CUDA-core FLOPs per layer, from ncu CSV(s); no GPU needed."""
     from ..calibration import load_calibration
-    from ..ncu.compare import RENDERERS, compare
+    from ..export.render import render
+    from ..model import load
+    from ..ncu.compare import compare, to_result
     from ..ncu.inputs import load_measured
 
-    measured = load_measured(spec, list(csv), batch, sets, pass_)
-    click.echo(RENDERERS[fmt](compare(measured, load_calibration(calibration) if calibration else None)))
+    measured = load_measured(load(spec), list(csv), batch, sets, pass_)
+    result = compare(measured, load_calibration(calibration) if calibration else None)
+    click.echo(render(to_result(result), fmt))
 
 
 @ncu_group.command("calibrate")
@@ -75,12 +80,19 @@ def compare_command(spec, csv, batch, sets, pass_, calibration, fmt):
 @options.sets
 @_passes
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False), help="calib.yaml to write.")
-def calibrate_command(spec, csv, batch, sets, pass_, out):
+@options.output_format("table", "json")
+def calibrate_command(spec, csv, batch, sets, pass_, out, fmt):
     """Fit epsilon (GEMM), rho (split-K) and kappa (pointwise kinds) per phase; write a calibration file."""
+    import json
+
     from ..calibration import dump_calibration
+    from ..model import load
     from ..ncu.calibrate import calibrate, render_summary
     from ..ncu.inputs import load_measured
 
-    result = calibrate(load_measured(spec, list(csv), batch, sets, pass_), spec)
+    result = calibrate(load_measured(load(spec), list(csv), batch, sets, pass_), spec)
     Path(out).write_text(dump_calibration(result.data), encoding="utf-8")
-    click.echo(render_summary(result) + f"\nwrote {out}")
+    if fmt == "json":
+        click.echo(json.dumps({**result.data, "written": out}, indent=2))
+    else:
+        click.echo(render_summary(result) + f"\nwrote {out}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import UsageError
+from ..vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass
 
 
 def _parse_sets(ctx, param, values) -> dict[str, int]:
@@ -23,15 +24,16 @@ spec_arg = click.argument("spec", type=click.Path(dir_okay=False))
 batch = click.option("--batch", "-b", type=click.IntRange(min=1), default=None, help="Bind the batch dim B.")
 sets = click.option("--set", "sets", multiple=True, callback=_parse_sets, metavar="NAME=VALUE",
                     help="Bind a dim (repeatable), e.g. --set img=384.")
-pass_ = click.option("--pass", "pass_", type=click.Choice(["forward", "backward", "train"]), default="forward",
+pass_ = click.option("--pass", "pass_", type=click.Choice(Pass.choices()), default=Pass.FORWARD.value,
                      show_default=True, help="Which pass to cost (train = forward + backward).")
 depth = click.option("--depth", type=click.IntRange(min=1), default=None,
                      help="Show only the top N levels of the layer tree.")
 
 
-def output_format(*choices: str, default: str = "table"):
-    return click.option("--format", "fmt", type=click.Choice(list(choices)), default=default, show_default=True,
-                        help="Output format.")
+def output_format(*choices: str, default: str = Format.TABLE.value):
+    """--format with these choices (default: every format of the one renderer)."""
+    return click.option("--format", "fmt", type=click.Choice(list(choices) or Format.choices()), default=default,
+                        show_default=True, help="Output format.")
 
 
 def require(condition: bool, message: str) -> None:
@@ -57,9 +59,10 @@ def closed_forms(f):
     return f
 
 # costspec validate
-validate_pass = click.option("--pass", "pass_", type=click.Choice(["forward", "train"]), default="forward",
-                             show_default=True, help="Which pass to run and count (train = forward + backward).")
-device = click.option("--device", type=click.Choice(["meta", "cpu"]), default="meta", show_default=True,
+validate_pass = click.option("--pass", "pass_", type=click.Choice([p.value for p in RUNNABLE_PASSES]),
+                             default=Pass.FORWARD.value, show_default=True,
+                             help="Which pass to run and count (train = forward + backward).")
+device = click.option("--device", type=click.Choice(Device.choices()), default=Device.META.value, show_default=True,
                       help="Where the torch module runs: meta (shapes only, fast) or cpu (real tensors).")
 rtol = click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True,
                     help="Relative tolerance on matmul-class FLOPs per row (pointwise counts must match exactly).")
@@ -95,7 +98,7 @@ def gpu(required: bool):
     return decorate
 
 
-fusion = click.option("--fusion", type=click.Choice(["none", "default", "aggressive"]), default="default",
+fusion = click.option("--fusion", type=click.Choice(Fusion.choices()), default=Fusion.DEFAULT.value,
                       show_default=True, help="Which kernels are assumed fused (see docs: fusion assumptions).")
 efficiency = click.option("--efficiency", callback=_parse_efficiency, default=None, metavar="tc=F,cuda=F,memory=F",
                           help="Fractions of the peaks reached (default 1 = datasheet).")

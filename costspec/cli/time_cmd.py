@@ -16,13 +16,14 @@ from . import cli, options
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True)
 @options.gpu(required=False)
-@options.output_format("table", "json")
+@options.output_format()
 @options.quiet
 def time_command(spec, batch, sets, pass_, dtype, warmup, repeats, gpu, catalog, fmt, quiet):
     """Time every layer of SPEC's torch module on CUDA (median of repeats); with --gpu, vs the roofline."""
+    from ..export.render import render
     from ..model import load
     from ..ncu.run import detect_gpu
-    from ..timing import RENDERERS, add_estimate, time_layers
+    from ..timing import add_estimate, time_layers, to_result
 
     model = load(spec)
     values = model.bind(batch, sets)
@@ -36,4 +37,4 @@ def time_command(spec, batch, sets, pass_, dtype, warmup, repeats, gpu, catalog,
         from ..roofline import estimate
 
         timing = add_estimate(timing, estimate(model, model.report(pass_, values), values, get_gpu(gpu, catalog)))
-    click.echo(RENDERERS[fmt](timing))
+    click.echo(render(to_result(timing), fmt))

@@ -11,8 +11,10 @@ from . import cli, options
 @options.batch
 @options.sets
 @options.depth
-def torch_command(spec, batch, sets, depth):
+@options.output_format()
+def torch_command(spec, batch, sets, depth, fmt):
     """Print the torch module built from SPEC (module paths = layer names) with parameter counts."""
+    from ..export.render import render
     from ..model import load
     from ..torch_build import build_module, describe, import_torch
 
@@ -20,4 +22,4 @@ def torch_command(spec, batch, sets, depth):
     model = load(spec)
     with torch.device("meta"):  # shapes and parameter counts only: no memory, no init
         module, _ = build_module(model, model.bind(batch, sets))
-    click.echo(describe(module, depth))
+    click.echo(render(describe(module, depth), fmt))

@@ -89,7 +89,6 @@ def _controls() -> str:
 
 def _tree(d: PageData) -> str:
     r, roof = d.report, d.roof
-    by_name = {x.name: x for x in roof.rows} if roof else {}
     head = ["layer", "count", "TC FLOPs", "CUDA FLOPs", "total", "share", "params", "matmul on"]
     if roof:
         head += ["bytes", "FLOP/B", "bound", "est. time", "time share"]
@@ -97,18 +96,19 @@ def _tree(d: PageData) -> str:
            + "".join(f'<th class="{"name" if h == "layer" else ""}">{_e(h)}</th>' for h in head)
            + "</tr></thead><tbody>"]
     for i, row in enumerate(r.rows):
-        label = row.label + (f" (repeat ×{row.repeat})" if row.repeat is not None else "")
-        cells = [_name_cell(r.rows, i, label), f"<td>{row.count:,}</td>", _num(row.tc, units.si(row.tc)),
-                 _num(row.cuda, units.si(row.cuda)), _num(row.total, units.si(row.total)),
-                 f"<td>{_bar(row.total, r.total)}</td>", _num(row.params, units.params(row.params)),
-                 f"<td>{_e(row.engine or '-')}</td>"]
+        v = row.values
+        tc, cuda, total, params = v["tc_flops"], v["cuda_flops"], v["total_flops"], v["params"]
+        label = row.label + (f" (repeat ×{v['repeat']})" if v.get("repeat") is not None else "")
+        cells = [_name_cell(r.rows, i, label), f"<td>{v['count']:,}</td>", _num(tc, units.si(tc)),
+                 _num(cuda, units.si(cuda)), _num(total, units.si(total)),
+                 f"<td>{_bar(total, r.total)}</td>", _num(params, units.params(params)),
+                 f"<td>{_e(v.get('matmul_engine') or '-')}</td>"]
         if roof:
-            x = by_name[row.name]
-            bound = x.bound.rstrip("*")
-            cells += [_num(x.bytes, units.si(x.bytes, "B")),
-                      f"<td>{x.intensity:.1f}</td>" if x.intensity else "<td>-</td>",
-                      f'<td class="bound-{_e(bound)}">{_e(x.bound)}</td>', f"<td>{units.seconds(x.time_s)}</td>",
-                      f'<td>{_bar(x.time_s, roof.time_s, "time")}</td>']
+            nbytes, intensity, bound, time_s = v["bytes"], v["intensity"], str(v["bound"]), v["est_time_s"]
+            cells += [_num(nbytes, units.si(nbytes, "B")),
+                      f"<td>{intensity:.1f}</td>" if intensity else "<td>-</td>",
+                      f'<td class="bound-{_e(bound.rstrip("*"))}">{_e(bound)}</td>',
+                      f"<td>{units.seconds(time_s)}</td>", f'<td>{_bar(time_s, roof.time_s, "time")}</td>']
         out.append(f'<tr data-depth="{row.depth}" data-name="{_e(row.name)}">' + "".join(cells) + "</tr>")
     total = ['<td class="name">total</td>', "<td></td>", _num(r.tc, units.si(r.tc)), _num(r.cuda, units.si(r.cuda)),
              _num(r.total, units.si(r.total)), f"<td>{_bar(r.total, r.total)}</td>",
@@ -160,10 +160,12 @@ def _roofline(d: PageData) -> str:
         return ""
     rows = d.report.rows
     points = []
-    for i, (row, x) in enumerate(zip(rows, roof.rows)):
-        if _has_children(rows, i) or not x.time_s or not x.intensity or not row.total:
+    for i, row in enumerate(rows):
+        v = row.values
+        time_s, intensity, total = v.get("est_time_s"), v.get("intensity"), v["total_flops"]
+        if _has_children(rows, i) or not time_s or not intensity or not total:
             continue
-        points.append(RoofPoint(row.name, x.intensity, row.total / x.time_s, x.time_s / roof.time_s, x.bound))
+        points.append(RoofPoint(row.name, intensity, total / time_s, time_s / roof.time_s, str(v["bound"])))
     dtype = d.model.precision.dtype
     roofs = [(f"CUDA cores {POINTWISE_DTYPE} {gpu.cuda_peak(POINTWISE_DTYPE) / 1e12:g} TFLOP/s",
               gpu.cuda_peak(POINTWISE_DTYPE))]

@@ -29,6 +29,8 @@ def plain(text: str) -> str:
 
 def cell(column: Column, value: Any) -> str:
     """A value as a table shows it (see `costspec.results.Kind`); None is '-'."""
+    if column.na:
+        return "n/a"
     if value is None:
         return "-"
     kind = column.kind
@@ -46,6 +48,8 @@ def cell(column: Column, value: Any) -> str:
         return units.seconds(value)
     if kind == "ratio":
         return f"{float(value):.4f}"
+    if kind == "diff":
+        return f"{100 * float(value):+.2f}%"
     if kind == "percent":
         return f"{100 * float(value):.1f}%"
     if kind == "number":
@@ -66,9 +70,9 @@ def render_table(result: Result) -> str:
     for table in result.tables:
         if table.title:
             lines += ["", f"[{plain(table.title)}]"]
-        head = [""] + [c.title for c in table.columns]
-        head[0] = "layer"
-        body = [[_label(r)] + [cell(c, r.get(c.key)) for c in table.columns] for r in table.all_rows()]
+        shown = [c for c in table.columns if not c.hidden]
+        head = [table.label_title] + [c.title for c in shown]
+        body = [[_label(r)] + [cell(c, r.get(c.key)) for c in shown] for r in table.all_rows()]
         widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
         rule = "  ".join("-" * w for w in widths)
         out = [head] + body
@@ -116,8 +120,8 @@ def render_json(result: Result) -> str:
         out.update(table_json(result.tables[0]))
     else:
         out["tables"] = {t.title or str(i): table_json(t) for i, t in enumerate(result.tables)}
-    for title, section in result.sections.items():
-        out.setdefault(title.replace(" ", "_"), section)
+    if result.sections:
+        out.setdefault("sections", result.sections)
     out["notes"] = result.notes
     return json.dumps(out, indent=2)
 
@@ -140,8 +144,9 @@ def render_csv(result: Result) -> str:
 
 
 def _md(text: str) -> str:
+    # `_` inside words never starts emphasis in CommonMark, so names such as vit_b_16 stay as they are
     return plain(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("*", "\\*") \
-        .replace("_", "\\_").replace("<", "&lt;").replace(">", "&gt;")
+        .replace("<", "&lt;").replace(">", "&gt;")
 
 
 def render_markdown(result: Result) -> str:
@@ -150,11 +155,12 @@ def render_markdown(result: Result) -> str:
         lines.append("")
         if table.title:
             lines += [f"*{_md(table.title)}*", ""]
-        lines.append("| layer | " + " | ".join(_md(c.title) for c in table.columns) + " |")
-        lines.append("|---|" + "---:|" * len(table.columns))
+        shown = [c for c in table.columns if not c.hidden]
+        lines.append(f"| {_md(table.label_title)} | " + " | ".join(_md(c.title) for c in shown) + " |")
+        lines.append("|---|" + "---:|" * len(shown))
         for row in table.all_rows():
             name = "&nbsp;" * 2 * row.depth + (_md(row.label) if row is not table.total else "**total**")
-            lines.append(f"| {name} | " + " | ".join(_md(cell(c, row.get(c.key))) for c in table.columns) + " |")
+            lines.append(f"| {name} | " + " | ".join(_md(cell(c, row.get(c.key))) for c in shown) + " |")
     for title, section in result.sections.items():
         lines += ["", f"**{_md(title)}**"] + [f"- {_md(s)}" for s in section]
     if result.notes:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import MissingExtraError
 from ..gpus import POINTWISE_DTYPE
-from ..model import Report
+from ..evaluation import Report
 from ..roofline import RooflineReport
 
 
@@ -36,17 +36,17 @@ def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, d
     ax.plot(xs, [bw * x for x in xs], ":", color="grey", lw=1, label=f"memory {gpu.memory_bw_gbps:g} GB/s")
     total = roof.time_s or 1.0
     rows = [(r, rr) for r, rr in zip(report.rows, roof.rows)
-            if rr.time_s > 0 and rr.intensity and r.depth < depth and _is_leaf(report, r, depth)]
+            if rr.est_time_s > 0 and rr.intensity and r.depth < depth and _is_leaf(report, r, depth)]
     top = max(p for p in (tc_peak, cuda_peak) if p)
-    lows = [r.total / rr.time_s for r, rr in rows] + [bw * xs[0]]
+    lows = [r.total_flops / rr.est_time_s for r, rr in rows] + [bw * xs[0]]
     ax.set_ylim(max(min(lows) / 3, top / 1e7), top * 2.5)
     ax.set_xscale("log")
     ax.set_yscale("log")
     fig.canvas.draw()
     placed: list[tuple[float, float]] = []  # label anchors in display pixels
-    for r, rr in sorted(rows, key=lambda p: (p[1].intensity, -p[0].total / p[1].time_s)):
-        achieved = r.total / rr.time_s
-        ax.scatter([rr.intensity], [achieved], s=20 + 600 * rr.time_s / total, alpha=0.6)
+    for r, rr in sorted(rows, key=lambda p: (p[1].intensity, -p[0].total_flops / p[1].est_time_s)):
+        achieved = r.total_flops / rr.est_time_s
+        ax.scatter([rr.intensity], [achieved], s=20 + 600 * rr.est_time_s / total, alpha=0.6)
         x, y = ax.transData.transform((rr.intensity, achieved))
         dy = 4.0
         # Move the label down until it clears every label already placed (~110 x 11 px boxes).

@@ -27,14 +27,17 @@ from ..errors import CostspecError
 from .kernels import base_name, classify, flops_from_metrics
 from .metrics import TENSOR_OPS_PREFIX, UnknownArchError, normalize_cc
 from .parse import KernelRecord
-from .slots import MODEL_SLOT, PHASES_OF_PASS, RangeResolver
+from ..ops import OPS
+from ..vocab import Pass
+from .slots import MODEL_SLOT, RangeResolver
 
 if TYPE_CHECKING:
     from ..model import Model
 
 PHASE_RANGES = {"costspec:forward": "forward", "costspec:backward": "backward"}
 LOSS_RANGE = "costspec:loss"
-MATMUL_KERNEL_CLASSES = {"gemm": "gemm", "conv": "conv", "attention": "sdpa"}  # kernel class -> matmul class
+# kernel class -> the matmul class of the work it runs, as the ops state it (`OpDef.runtime.kernels`)
+MATMUL_KERNEL_CLASSES = {kclass: mclass for op in OPS.values() for mclass, kclass in op.runtime.kernels.items()}
 _COPY = re.compile(r"copy|memcpy|memset|CatArray|fill", re.IGNORECASE)
 _WRAPPERS = ("cutlass::Kernel", "cutlass::Kernel2", "cutlass::device_kernel", "Kernel", "device_kernel")
 CONVENTIONS = ("Tensor-Core FLOPs = sum of the sm__ops_path_tensor_*.sum counters as ncu reports them "
@@ -161,12 +164,11 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
     all_records = [r for _, records, _ in sources for r in records]
     cc = _cc(all_records)
     for source, records, pass_ in sources:
-        if pass_ not in PHASES_OF_PASS:
-            raise AttributionError(f"pass must be one of {tuple(PHASES_OF_PASS)}, not {pass_!r}")
+        pass_ = Pass.parse(pass_, "--pass")
         default = None if pass_ == "train" else pass_
         for record, phase in zip(records, _phases(records, default, source)):
             stack = record.nvtx_stack
-            if phase not in PHASES_OF_PASS[pass_]:
+            if phase not in pass_.phases:
                 continue  # e.g. a train CSV compared with --pass forward: backward kernels left out
             layer, slot = resolver.innermost(stack)
             if slot is None and model.name in stack and LOSS_RANGE not in stack:
@@ -181,7 +183,7 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
                 role=role_of(kclass, record.kernel_name), phase=phase, layer=layer, slot=slot,
                 tensor=round(flops["tensor"]), cuda=sum(share.values()), cuda_share=share, line=record.line,
                 stack=tuple(stack), source=source))
-        for phase in PHASES_OF_PASS[pass_]:
+        for phase in pass_.phases:
             if phase in phases:
                 raise AttributionError(f"{source}: the {phase} phase is given twice (by two CSVs)")
             phases.append(phase)

@@ -19,34 +19,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..calibration import Calibration, Executed, executed_slot
+from ..export.render import render
+from ..results import Column, Result, Row, Table
 from .attribute import CONVENTIONS, Kernel
 from .calibrate import bucket_phase
 from .inputs import Measured
-from .slots import MODEL_SLOT, layout, sum_slots
+from .slots import MODEL_SLOT, rows_layout, sum_slots
 
 UNATTRIBUTED = "(unattributed)"
-
-
-@dataclass
-class CompareRow:
-    name: str
-    label: str
-    depth: int
-    kernels: int
-    tc_analytic: int
-    tc_measured: int
-    cuda_analytic: int
-    cuda_measured: int
-    executed: Fraction | None = None
-    no_term: int = 0  # kernels in this row the model has no term for (split-K included)
-
-    @property
-    def analytic(self) -> int:
-        return self.tc_analytic + self.cuda_analytic
-
-    @property
-    def measured(self) -> int:
-        return self.tc_measured + self.cuda_measured
 
 
 @dataclass
@@ -66,12 +46,17 @@ class Comparison:
     pass_: str
     dims: dict[str, int]
     has_tensor_counters: bool
-    rows: dict[str, list[CompareRow]]  # phase -> rows, the last one is the total
+    tables: dict[str, Table]  # phase -> a row per report row, and the total
     no_term: list[NoTerm]
     unattributed: list[NoTerm]
     calibration: str | None
     devices: list[dict]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> dict[str, list[Row]]:
+        """phase -> rows, the last one the total."""
+        return {phase: list(t.all_rows()) for phase, t in self.tables.items()}
 
 
 def _measured_by_slot(kernels: list[Kernel]) -> dict[str, tuple[int, int, int]]:
@@ -88,8 +73,8 @@ def _measured_by_slot(kernels: list[Kernel]) -> dict[str, tuple[int, int, int]]:
 def compare(measured: Measured, calibration: Calibration | None = None) -> Comparison:
     """Compare every phase of `measured` per report row."""
     model = measured.model
-    rows_layout = layout(model)
-    rows: dict[str, list[CompareRow]] = {}
+    layout = rows_layout(model)
+    tables: dict[str, Table] = {}
     no_term: list[NoTerm] = []
     unattributed: list[NoTerm] = []
     notes = list(measured.notes)
@@ -118,36 +103,39 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
             unattributed.append(NoTerm(phase, stack, short, len(ks), sum(k.flops for k in ks),
                                        f"{ks[0].source}:{ks[0].line}: in no layer range of the spec"))
 
-        def row(name, label, depth, names) -> CompareRow:
+        def row(name, label, depth, names) -> Row:
             terms = sum_slots(slots, names)
             n = tc = cuda = 0
             for slot in names:
                 if slot in got:
                     n, tc, cuda = n + got[slot][0], tc + got[slot][1], cuda + got[slot][2]
-            done = None
+            values = {"kernels": n, "no_term": sum(no_term_by_slot[s] for s in names),
+                      "tc_analytic": terms.tc, "tc_measured": tc, "tc_rel_diff": rel(tc, terms.tc),
+                      "cuda_analytic": terms.cuda, "cuda_measured": cuda, "cuda_rel_diff": rel(cuda, terms.cuda),
+                      "analytic": terms.tc + terms.cuda, "measured": tc + cuda}
             if calibration:
                 done = Executed()
                 for slot in names:
                     if slot in executed:
                         done += executed[slot]
-                done = done.total + sum(_no_term_flops(buckets, slot) for slot in names)
-            return CompareRow(name, label, depth, n, terms.tc, tc, terms.cuda, cuda, done,
-                              sum(no_term_by_slot[s] for s in names))
+                values["executed"] = done.total + sum(_no_term_flops(buckets, slot) for slot in names)
+                values["residual"] = tc + cuda - values["executed"]
+            return Row(name, label, depth, values)
 
-        phase_rows = [row(r.name, r.label, r.depth, r.slots) for r in rows_layout]
+        phase_rows = [row(r.name, r.label, r.depth, r.slots) for r in layout]
         if MODEL_SLOT in got:
             phase_rows.append(row(MODEL_SLOT, MODEL_SLOT, 0, {MODEL_SLOT}))
         if UNATTRIBUTED in got:
             phase_rows.append(row(UNATTRIBUTED, UNATTRIBUTED, 0, {UNATTRIBUTED}))
         every = set(slots) | set(got)
-        phase_rows.append(row("", "total", 0, every))
-        rows[phase] = phase_rows
+        tables[phase] = Table(_columns(measured.attribution.has_tensor_counters, calibration is not None),
+                              phase_rows, row("", "total", 0, every), phase)
     if calibration:
         notes.append("executed = the calibration's prediction (epsilon, rho, kappa) plus the measured FLOPs of "
                      "kernels with no model term and of unattributed kernels; residual = measured - executed")
     dims = {str(k): int(v) for k, v in measured.values.items()}
     return Comparison(model.name, list(measured.attribution.sources), measured.pass_, dims,
-                      measured.attribution.has_tensor_counters, rows, no_term, unattributed,
+                      measured.attribution.has_tensor_counters, tables, no_term, unattributed,
                       calibration.source if calibration else None, measured.sidecars, notes)
 
 
@@ -157,83 +145,51 @@ def _no_term_flops(buckets, slot: str) -> int:
     return sum(k.flops for k, _ in buckets.no_term if k.slot == slot)
 
 
-# ----------------------------------------------------------------------------------------------
-# Rendering
-# ----------------------------------------------------------------------------------------------
+def _columns(tensor_counters: bool, calibrated: bool) -> list[Column]:
+    na = not tensor_counters  # no sm__ops_path_tensor_* counter in the CSV
+    columns = [Column("kernels", "kernels"), Column("no_term", "no term"), Column("tc_analytic", "TC analytic"),
+               Column("tc_measured", "TC measured", na=na), Column("tc_rel_diff", "TC diff", "diff", na=na),
+               Column("cuda_analytic", "CUDA analytic"), Column("cuda_measured", "CUDA measured"),
+               Column("cuda_rel_diff", "CUDA diff", "diff"), Column("analytic", "analytic", hidden=True),
+               Column("measured", "measured", hidden=True)]
+    if calibrated:
+        columns += [Column("executed", "executed (cal.)"), Column("residual", "residual")]
+    return columns
+
+
 def rel(measured: float, analytic: float) -> float | None:
     """(measured - analytic) / analytic; None when the analytic value is 0."""
     return None if analytic == 0 else (measured - analytic) / analytic
 
 
-def _pct(measured: float, analytic: float) -> str:
-    r = rel(measured, analytic)
-    if r is None:
-        return "" if measured == 0 else "no term"
-    return f"{100 * r:+.2f}%"
+def device_line(c: Comparison) -> str:
+    """The GPU, compute capability and ncu version each CSV was measured with (from the sidecars)."""
+    return ", ".join(dict.fromkeys(
+        f"{d.get('gpu', '?')} (CC {d.get('compute_capability', '?')}, ncu {d.get('ncu_version') or '?'})"
+        for d in c.devices)) or "no sidecar"
 
 
-def _int(value) -> str:
-    return f"{round(value):,}"
+def to_result(c: Comparison) -> Result:
+    """The comparison as the one result type: a table per phase, then the kernels listed by name."""
+    dims = " ".join(f"{k}={v}" for k, v in c.dims.items())
+    header = f"{c.spec} | ncu compare {c.pass_} | {dims} | {', '.join(c.csvs)} | measured on: {device_line(c)}"
+    sections = {
+        "kernels with no model term (inside layers)": [
+            f"{n.phase}: {n.layer}: {n.kernel} x{n.count}, {n.flops:,} FLOPs -- {n.reason}" for n in c.no_term],
+        "unattributed kernels (outside every layer; listed, never dropped)": [
+            f"{n.phase}: [{n.layer}] {n.kernel} x{n.count}, {n.flops:,} FLOPs ({n.reason})" for n in c.unattributed],
+    }
+    notes = c.notes + ["diff = (measured - analytic) / analytic; '-': no analytic term. " + CONVENTIONS]
+    meta = {"spec": c.spec, "csv": c.csvs, "pass": str(c.pass_), "dims": c.dims, "devices": c.devices,
+            "tensor_counters": c.has_tensor_counters, "calibration": c.calibration,
+            "no_term": [n.__dict__ for n in c.no_term], "unattributed": [n.__dict__ for n in c.unattributed],
+            "conventions": CONVENTIONS}
+    return Result(header, list(c.tables.values()), sections, notes, meta)
 
 
 def render_table(c: Comparison) -> str:
-    dims = " ".join(f"{k}={v}" for k, v in c.dims.items())
-    device = ", ".join(dict.fromkeys(
-        f"{d.get('gpu', '?')} (CC {d.get('compute_capability', '?')}, ncu {d.get('ncu_version') or '?'})"
-        for d in c.devices)) or "no sidecar"
-    lines = [f"{c.spec} | ncu compare {c.pass_} | {dims} | {', '.join(c.csvs)}", f"measured on: {device}"]
-    for phase, rows in c.rows.items():
-        head = ["layer", "kernels", "TC analytic", "TC measured", "TC diff", "CUDA analytic", "CUDA measured",
-                "CUDA diff"] + (["executed (cal.)", "residual"] if c.calibration else [])
-        table = [head]
-        for r in rows:
-            tc_m = _int(r.tc_measured) if c.has_tensor_counters else "n/a"
-            tc_d = _pct(r.tc_measured, r.tc_analytic) if c.has_tensor_counters else ""
-            cells = ["  " * r.depth + r.label, f"{r.kernels}" + (f" ({r.no_term} no term)" if r.no_term else ""),
-                     _int(r.tc_analytic), tc_m, tc_d, _int(r.cuda_analytic), _int(r.cuda_measured),
-                     _pct(r.cuda_measured, r.cuda_analytic)]
-            if c.calibration:
-                cells += [_int(r.executed), f"{round(r.measured - r.executed):+,}"]
-            table.append(cells)
-        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-        lines += ["", f"[{phase}]"]
-        for i, row in enumerate(table):
-            lines.append("  ".join([row[0].ljust(widths[0])] + [x.rjust(w) for x, w in zip(row[1:], widths[1:])]))
-            if i == 0 or i == len(table) - 2:
-                lines.append("  ".join("-" * w for w in widths))
-    lines += ["", "kernels with no model term (inside layers):"]
-    lines += [f"  {n.phase}: {n.layer}: {n.kernel} x{n.count}, {n.flops:,} FLOPs -- {n.reason}" for n in c.no_term] \
-        or ["  none"]
-    lines.append("unattributed kernels (outside every layer; listed, never dropped):")
-    lines += [f"  {n.phase}: [{n.layer}] {n.kernel} x{n.count}, {n.flops:,} FLOPs ({n.reason})"
-              for n in c.unattributed] or ["  none"]
-    lines += c.notes
-    lines.append("diff = (measured - analytic) / analytic. " + CONVENTIONS)
-    return "\n".join(lines)
-
-
-def _row_json(r: CompareRow) -> dict:
-    out = {"name": r.name or "total", "label": r.label, "depth": r.depth, "kernels": r.kernels,
-           "no_term_kernels": r.no_term, "tc_analytic": r.tc_analytic, "tc_measured": r.tc_measured,
-           "tc_rel_diff": rel(r.tc_measured, r.tc_analytic), "cuda_analytic": r.cuda_analytic,
-           "cuda_measured": r.cuda_measured, "cuda_rel_diff": rel(r.cuda_measured, r.cuda_analytic),
-           "total_analytic": r.analytic, "total_measured": r.measured}
-    if r.executed is not None:
-        out["executed"] = float(r.executed)
-        out["residual"] = float(r.measured - r.executed)
-    return out
+    return render(to_result(c), "table")
 
 
 def render_json(c: Comparison) -> str:
-    out = {
-        "spec": c.spec, "csv": c.csvs, "pass": c.pass_, "dims": c.dims, "devices": c.devices,
-        "tensor_counters": c.has_tensor_counters, "calibration": c.calibration,
-        "phases": {phase: [_row_json(r) for r in rows] for phase, rows in c.rows.items()},
-        "no_term": [n.__dict__ for n in c.no_term],
-        "unattributed": [n.__dict__ for n in c.unattributed],
-        "notes": c.notes, "conventions": CONVENTIONS,
-    }
-    return json.dumps(out, indent=2)
-
-
-RENDERERS = {"table": render_table, "json": render_json}
+    return render(to_result(c), "json")

@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import CostspecError, UsageError
 from .attribute import Attribution, attribute
 from .parse import parse_csv
+
+if TYPE_CHECKING:
+    from ..model import Model
 
 SIDECAR_VERSION = 1
 
@@ -50,7 +53,7 @@ def write_sidecar(csv_path: str | Path, data: Mapping) -> Path:
 class Measured:
     """A spec bound to dims, and the attributed kernels of its CSVs."""
 
-    model: object
+    model: Model
     values: dict
     pass_: str  # forward | backward | train: the phases present
     attribution: Attribution
@@ -71,17 +74,14 @@ def _merge_bindings(sidecars: Sequence[dict | None], batch: int | None, sets: Ma
     return bind
 
 
-def load_measured(spec: str, csvs: Sequence[str], batch: int | None = None, sets: Mapping[str, int] | None = None,
-                  pass_: str | None = None) -> Measured:
-    """Load the spec, parse every CSV, read their sidecars, bind dims and attribute the kernels.
+def load_measured(model: Model, csvs: Sequence[str], batch: int | None = None,
+                  sets: Mapping[str, int] | None = None, pass_: str | None = None) -> Measured:
+    """Parse every CSV of a loaded spec's run, read their sidecars, bind dims and attribute the kernels.
 
     `pass_` (a flag) overrides each sidecar's pass; without both, a CSV is taken as forward.
     """
-    from ..model import load
-
     if not csvs:
         raise UsageError("give at least one ncu CSV")
-    model = load(spec)
     sidecars = [read_sidecar(c) for c in csvs]
     bind = _merge_bindings(sidecars, batch, sets or {})
     batch_value = bind.pop("B", None) if "B" in model.dims.dims else None

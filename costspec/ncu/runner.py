@@ -19,7 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+from ..torch_build import TORCH_DTYPES, configure_dtype
+
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -35,16 +36,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def configure_dtype(torch, dtype: str):
-    """The torch dtype for a costspec dtype; fp32 disables TF32, tf32 enables it (matmul and cuDNN)."""
-    if dtype not in TORCH_DTYPES:
-        raise ValueError(f"dtype {dtype!r} cannot be run; one of {', '.join(TORCH_DTYPES)}")
-    tf32 = dtype == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    return getattr(torch, TORCH_DTYPES[dtype])
-
-
 def parse_sets(items: list[str]) -> dict[str, int]:
     out = {}
     for item in items:
@@ -57,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ..errors import CostspecError
     from ..model import load
+    from ..layer_hooks import LayerHooks, layer_paths, step
     from ..torch_build import build_module, import_torch
-    from .nvtx import LayerHooks, NvtxRanges, TorchNvtx, layer_paths, step
+    from .nvtx import NvtxRanges, TorchNvtx
 
     try:
         torch = import_torch("costspec.ncu.runner")

@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (ZERO, Attr, Constraint, Expr, OpCall, OpDef, Part, Reconcile, Traffic, Work, linear_backward,
-                   linear_forward, linear_traffic, pointwise, requires, same_size, same_size_constraint)
+from .base import (ZERO, Attr, Constraint, Expr, OpCall, OpDef, Part, Reconcile, Runtime, Traffic, Work,
+                   linear_backward, linear_forward, linear_outputs, linear_traffic, pointwise, requires, same_size,
+                   same_size_constraint)
 from .registry import register_op
 
 
@@ -134,6 +135,13 @@ class Attention(OpDef):
            "windowed attention on a token grid (SAM's padding), SAM's decomposed relative position "
            "bias, grouped-query k/v heads, causal masking, rotary position embedding.")
     default_name = "attn"
+    runtime = Runtime(
+        # PyTorch's math SDPA builds a causal mask with tril + where (one select per element)
+        aten={"aten.tril": "select", "aten.where": "select"},
+        # F.scaled_dot_product_attention runs as one of these aten ops when it is not decomposed
+        fused={"sdpa": ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")},
+        kernels={"gemm": "gemm", "sdpa": "attention"},
+    )
     attrs = (
         Attr("heads", "size", "number of attention (query) heads h"),
         Attr("dim", "size", "model dim C (default: the input's last dim; checked against it)",
@@ -295,6 +303,19 @@ class Attention(OpDef):
         n, k, o, bias = proj
         parts.append(Part(n, linear_backward(g.m, k, o, bias, True)))
         return parts
+
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+        """The projections as GEMMs; the relative positions' two bmm write rel_h and rel_w (backward: dq
+        of each, and the gathered tables' gradients)."""
+        a, g = call.attrs, self._geom(call)
+        qkv, proj = self._projections(call)
+        out = {n: linear_outputs(g.m, k, o, pass_, input_grad) for n, k, o, _ in qkv}
+        if a.rel_pos:
+            out["rel_pos"] = (g.nb * g.h * g.t * (g.qh + g.qw) if pass_ == "forward"
+                              else 2 * g.nq + (g.qh * g.qh + g.qw * g.qw) * g.d)
+        n, k, o, _ = proj
+        out[n] = linear_outputs(g.m, k, o, pass_, True)
+        return out
 
     # -- validation ---------------------------------------------------------------------------
     def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):

@@ -107,6 +107,13 @@ def linear_backward(m: Expr, k: Expr, n: Expr, bias: bool, input_grad: bool) -> 
     return work + pointwise("bias_grad", m * n) if bias else work
 
 
+def linear_outputs(m: Expr, k: Expr, n: Expr, pass_: str, input_grad: bool) -> Expr:
+    """GEMM output elements of y = x W^T on m rows: y (m*n) forward; dW (k*n) and dX (m*k) backward."""
+    if pass_ == "forward":
+        return m * n
+    return k * n + (m * k if input_grad else ZERO)
+
+
 def linear_traffic(part: str, m: Expr, k: Expr, n: Expr, bias: bool, pass_: str, input_grad: bool) -> "Traffic":
     """Elements moved by y = x W^T + b on m rows (bias fused in the GEMM epilogue).
 
@@ -226,6 +233,34 @@ class OpCall:
 
 
 # ----------------------------------------------------------------------------------------------
+# Runtime footprint: what an op's module emits when it runs
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Runtime:
+    """What the module an op builds emits at run time, for the counters that check it.
+
+    aten:       aten ops (overload packet names) this op's module runs that are not plain PyTorch
+                pointwise ops, each with the cost-table kind one output element counts as (a causal
+                mask built with tril + where: select).
+    decomposed: (torch module class name, forward kind, backward kind): a module whose forward runs
+                several aten ops the cost table prices as ONE kind per element (nn.RMSNorm's pow /
+                mean / rsqrt / mul): all its ops become one record of the largest element count.
+    fused:      fused-kernel key -> words of the aten op names that run it ("sdpa" -> scaled_dot_product,
+                flash_attention, ...). A run reports each key's state (`vocab.FusedRun`) to `reconcile`.
+    kernels:    matmul class -> the ncu kernel class its kernels have (gemm -> gemm, sdpa -> attention).
+    """
+
+    aten: Mapping[str, str] = field(default_factory=dict)
+    decomposed: tuple[str, str, str] | None = None
+    fused: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    kernels: Mapping[str, str] = field(default_factory=dict)
+
+
+GEMM_RUNTIME = Runtime(kernels={"gemm": "gemm"})
+CONV_RUNTIME = Runtime(kernels={"conv": "conv"})
+
+
+# ----------------------------------------------------------------------------------------------
 # Op definitions
 # ----------------------------------------------------------------------------------------------
 class OpDef:
@@ -238,6 +273,7 @@ class OpDef:
     input_rank: ClassVar[tuple[int, ...] | None] = None  # allowed input ranks, None = any
     in_spec: ClassVar[bool] = True  # False: used by the engine (residual add), not written in specs
     fusable: ClassVar[bool] = False  # a pointwise op `--fusion aggressive` folds into its producer's epilogue
+    runtime: ClassVar[Runtime] = Runtime()  # what its module emits at run time (see Runtime)
 
     def schema(self) -> dict:
         """JSON Schema of this op's attribute mapping (generated from `attrs`)."""
@@ -278,6 +314,13 @@ class OpDef:
         "fused-uncounted" or "fused-counted"). Default: none, the counters must see exactly the
         analytic work."""
         return []
+
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool) -> dict[str, Expr]:
+        """Output elements of the GEMM / conv kernels one instance runs, per part, in pass_ ("forward" |
+        "backward"): the denominator of the split-K coefficient rho (`costspec.calibration`). Forward: the
+        elements each GEMM writes; backward: dW (the weight, bias excluded) plus dX (when input_grad).
+        Every op with gemm or conv work defines it (a registry test checks)."""
+        raise NotImplementedError(f"{self.name} has no gemm_outputs()")
 
     def notes(self, call: OpCall) -> list[str]:
         """One-line notes on a counting choice this use of the op makes (e.g. how causal attention

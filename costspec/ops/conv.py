@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Traffic, Work, numel, pointwise, requires,
-                   same_size)
+from .base import (CONV_RUNTIME, ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Traffic, Work, numel,
+                   pointwise, requires, same_size)
 from .registry import register_op
 
 
@@ -33,6 +33,13 @@ def conv_backward(b, cin, cout, hout, wout, kh, kw, groups, bias, input_grad) ->
     return work + pointwise("bias_grad", outputs) if bias else work
 
 
+def conv_outputs(outputs, weight, inputs, pass_: str, input_grad: bool):
+    """Conv output elements: the output forward; dW (the weight, bias excluded) and dX (the input) backward."""
+    if pass_ == "forward":
+        return outputs
+    return weight + (inputs if input_grad else ZERO)
+
+
 @register_op
 class Conv2d(OpDef):
     """2D convolution on NCHW (nn.Conv2d)."""
@@ -40,6 +47,7 @@ class Conv2d(OpDef):
     name = "conv2d"
     doc = "2D convolution on [B, C, H, W] (nn.Conv2d)."
     default_name = "conv"
+    runtime = CONV_RUNTIME
     attrs = (
         Attr("out", "size", "output channels"),
         Attr("kernel", "pair", "kernel size (int or [kh, kw])"),
@@ -84,6 +92,12 @@ class Conv2d(OpDef):
         b, cin, hout, wout, kh, kw = self._geometry(call)
         return [Part("", conv_backward(b, cin, a.out, hout, wout, kh, kw, a.groups, a.bias, input_grad))]
 
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+        a = call.attrs
+        b, cin, hout, wout, kh, kw = self._geometry(call)
+        return {"": conv_outputs(b * a.out * hout * wout, a.out * (cin / a.groups) * kh * kw, numel(call.in_shape),
+                                 pass_, input_grad)}
+
     def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
         """FlopCounterMode's convolution_backward formula for grad_weight.
 
@@ -117,6 +131,7 @@ class PatchEmbed(OpDef):
     doc = ("Patch embedding: conv with kernel = stride = patch on [B, C, H, W], flattened to "
            "[B, (H/p)*(W/p) (+1 class token), dim], plus an optional learned position embedding.")
     default_name = "patch_embed"
+    runtime = CONV_RUNTIME
     attrs = (
         Attr("patch", "size", "patch size p (kernel = stride = p)"),
         Attr("dim", "size", "embedding dim"),
@@ -165,6 +180,12 @@ class PatchEmbed(OpDef):
         if a.pos_embed:  # d(pos) = sum over the batch
             parts.append(Part("pos_embed", pointwise("bias_grad", b * tokens * a.dim), own=True))
         return parts
+
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+        a = call.attrs
+        b, cin, gh, gw = self._grid(call)
+        return {"proj": conv_outputs(b * a.dim * gh * gw, a.dim * cin * a.patch ** 2, numel(call.in_shape), pass_,
+                                     input_grad)}
 
     def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
         """The gradient of cls_token / pos_embed at batch 1.

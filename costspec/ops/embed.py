@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sympy
 
-from .base import (ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Traffic, Work, linear_backward,
-                   linear_forward, linear_traffic, numel, pointwise, requires)
+from .base import (GEMM_RUNTIME, ZERO, Attr, Constraint, OpCall, OpDef, Part, Reconcile, Runtime, Traffic, Work,
+                   linear_backward, linear_forward, linear_outputs, linear_traffic, numel, pointwise, requires)
 from .registry import register_op
 
 ID_BYTES = 8  # token ids are int64 (torch's index dtype)
@@ -29,6 +29,8 @@ class Embedding(OpDef):
            "FLOPs; its backward scatter-adds the output gradient into the table rows. Optional segment "
            "(token type) table, looked up with the default all-zero segment ids and added (BERT).")
     default_name = "embed"
+    # the gradient of a gather: output-gradient elements added into the looked-up table rows
+    runtime = Runtime(aten={"aten.embedding_dense_backward": "scatter_add"})
     attrs = (
         Attr("vocab", "size", "vocabulary size (table rows)"),
         Attr("dim", "size", "embedding dim"),
@@ -188,6 +190,7 @@ class LmHead(OpDef):
            "it uses the spec's `embedding` table as its weight (its parameters are not counted twice; its "
            "weight gradient is still computed and added into the table's).")
     default_name = "lm_head"
+    runtime = GEMM_RUNTIME
     attrs = (
         Attr("vocab", "size", "vocabulary size (output features)"),
         Attr("tied", "bool", "share the weight of the spec's embedding layer (GPT-2)", default=False),
@@ -228,6 +231,10 @@ class LmHead(OpDef):
     def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
         m, k, n = self._mkn(call)
         return [linear_traffic("", m, k, n, call.attrs.bias, pass_, input_grad)]
+
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+        m, k, n = self._mkn(call)
+        return {"": linear_outputs(m, k, n, pass_, input_grad)}
 
     def tied_to(self, call: OpCall):
         return "embedding" if call.attrs.tied else None

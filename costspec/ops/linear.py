@@ -1,8 +1,8 @@
 """`linear`: y = x W^T + b over the last dim."""
 from __future__ import annotations
 
-from .base import (Attr, OpCall, OpDef, Part, linear_backward, linear_forward, linear_traffic, numel, requires,
-                   same_size_constraint)
+from .base import (GEMM_RUNTIME, Attr, OpCall, OpDef, Part, linear_backward, linear_forward, linear_outputs,
+                   linear_traffic, numel, requires, same_size_constraint)
 from .registry import register_op
 
 
@@ -13,6 +13,7 @@ class Linear(OpDef):
     name = "linear"
     doc = "Dense layer over the last dim (nn.Linear): [..., in] -> [..., out]."
     default_name = "linear"
+    runtime = GEMM_RUNTIME
     attrs = (
         Attr("out", "size", "output features N"),
         Attr("in", "size", "input features K (default: the input's last dim; checked against it)",
@@ -40,6 +41,10 @@ class Linear(OpDef):
     def backward(self, call: OpCall, input_grad: bool):
         m, k, n = self._mkn(call)
         return [Part("", linear_backward(m, k, n, call.attrs.bias, input_grad))]
+
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+        m, k, n = self._mkn(call)
+        return {"": linear_outputs(m, k, n, pass_, input_grad)}
 
     def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
         m, k, n = self._mkn(call)

@@ -2,9 +2,9 @@
 gate / up -> act(gate) * up -> down (GLU variants: SwiGLU, GeGLU; Shazeer 2020, as in Llama)."""
 from __future__ import annotations
 
-from .base import (ZERO, Attr, OpCall, OpDef, Part, Traffic, linear_backward, linear_forward, linear_traffic,
-                   numel, pointwise, requires)
-from .pointwise import ACT_ATTR, activation_work
+from .base import (GEMM_RUNTIME, ZERO, Attr, OpCall, OpDef, Part, Traffic, linear_backward, linear_forward,
+                   linear_outputs, linear_traffic, numel, pointwise, requires)
+from .pointwise import ACT_ATTR, activation_work, build_activation
 from .registry import register_op
 
 
@@ -18,6 +18,7 @@ class Mlp(OpDef):
            "gate and up (C -> hidden each), act(gate) * up, down (hidden -> out) (SwiGLU with fn: silu, "
            "GeGLU with fn: gelu).")
     default_name = "mlp"
+    runtime = GEMM_RUNTIME
     attrs = (
         Attr("hidden", "size", "hidden width (e.g. 4*C; for gated, the width of gate and up, e.g. 5632)"),
         Attr("out", "size", "output width (default: the input's last dim)", default=lambda shape, a: shape[-1]),
@@ -63,6 +64,13 @@ class Mlp(OpDef):
         parts.append(Part(down, linear_backward(m, k, n, bias, True)))
         return parts
 
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+        m, _, _, _ = self._sizes(call)
+        ins, (down, k, n) = self._linears(call)
+        out = {name: linear_outputs(m, i, o, pass_, input_grad) for name, i, o in ins}
+        out[down] = linear_outputs(m, k, n, pass_, True)
+        return out
+
     def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
         """The projections as GEMMs; the activation reads and writes the hidden tensor (forward) or
         reads dH and H and writes dH (backward), unless `--fusion aggressive` fuses it into fc1 / gate.
@@ -86,4 +94,4 @@ class Mlp(OpDef):
 
         m, c, hidden, out = self._sizes(call)
         cls = GatedMlp if call.attrs.gated else TorchMlp
-        return cls(ev(c), ev(hidden), ev(out), call.attrs.fn, call.attrs.bias)
+        return cls(ev(c), ev(hidden), ev(out), build_activation(call.attrs.fn), call.attrs.bias)

@@ -1,7 +1,11 @@
 """Normalisations: `layernorm` (last dim), `layernorm2d` (channel dim of NCHW), `rmsnorm`."""
 from __future__ import annotations
 
-from .base import Attr, OpCall, OpDef, Part, Work, numel, pointwise, requires
+from .base import Attr, OpCall, OpDef, Part, Runtime, Work, numel, pointwise, requires
+
+# one native_layer_norm kernel per call, forward and backward (nn.LayerNorm, F.layer_norm)
+_LAYER_NORM_RUNTIME = Runtime(aten={"aten.native_layer_norm": "layernorm",
+                                    "aten.native_layer_norm_backward": "layernorm_backward"})
 from .registry import register_op
 
 
@@ -33,6 +37,7 @@ class LayerNorm(_Norm):
     doc = "LayerNorm over the last dim (nn.LayerNorm), with learned scale and bias."
     default_name = "norm"
     kind = "layernorm"
+    runtime = _LAYER_NORM_RUNTIME
     attrs = (
         Attr("eps", "number", "epsilon (does not change the cost)", default=1e-6),
         Attr("affine", "bool", "learned scale", default=True),
@@ -54,6 +59,7 @@ class LayerNorm2d(_Norm):
     doc = "LayerNorm over the channel dim of an NCHW tensor (SAM's LayerNorm2d)."
     default_name = "norm"
     kind = "layernorm"
+    runtime = _LAYER_NORM_RUNTIME
     channel_axis = 1
     attrs = LayerNorm.attrs
 
@@ -76,6 +82,8 @@ class RMSNorm(_Norm):
     doc = "RMSNorm over the last dim (nn.RMSNorm), learned scale, no bias."
     default_name = "norm"
     kind = "rmsnorm"
+    # nn.RMSNorm runs pow, mean, add, rsqrt, mul (and their backward ops): one rmsnorm element each
+    runtime = Runtime(decomposed=("RMSNorm", "rmsnorm", "rmsnorm_backward"))
     attrs = (
         Attr("eps", "number", "epsilon (does not change the cost)", default=1e-6),
         Attr("affine", "bool", "learned scale", default=True),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Attr, OpCall, OpDef, Part, Work, numel, pointwise
+from .base import Attr, OpCall, OpDef, Part, Runtime, Work, numel, pointwise
 from .registry import register_op
 
 
@@ -18,19 +18,26 @@ class Activation:
     forward: tuple[str, ...]
     backward: tuple[str, ...]
     torch_name: str  # nn module class, or a costspec.torch_modules class
+    aten: tuple[tuple[str, str], ...] = ()  # aten ops its module runs -> cost-table kind
 
 
 ACTIVATIONS: dict[str, Activation] = {
-    "relu": Activation(("relu",), ("relu_backward",), "ReLU"),
-    "gelu": Activation(("gelu",), ("gelu_backward",), "GELU"),
+    "relu": Activation(("relu",), ("relu_backward",), "ReLU",
+                       (("aten.relu", "relu"), ("aten.threshold_backward", "relu_backward"))),
+    # aten.gelu with approximate='tanh' is counted as gelu_tanh (runtime_count reads the argument)
+    "gelu": Activation(("gelu",), ("gelu_backward",), "GELU",
+                       (("aten.gelu", "gelu"), ("aten.gelu_backward", "gelu_backward"))),
     "gelu_tanh": Activation(("gelu_tanh",), ("gelu_tanh_backward",), "GELUTanh"),
     # y = x * s, s = sigmoid(1.702 x). Backward: g*s, g*x, sigmoid_backward, *1.702, and the add of
     # the two paths into dx.
     "quick_gelu": Activation(("scale", "sigmoid", "mul"), ("mul", "mul", "sigmoid_backward", "scale", "add"),
                              "QuickGELU"),
-    "silu": Activation(("silu",), ("silu_backward",), "SiLU"),
-    "sigmoid": Activation(("sigmoid",), ("sigmoid_backward",), "Sigmoid"),
-    "tanh": Activation(("tanh",), ("tanh_backward",), "Tanh"),
+    "silu": Activation(("silu",), ("silu_backward",), "SiLU",
+                       (("aten.silu", "silu"), ("aten.silu_backward", "silu_backward"))),
+    "sigmoid": Activation(("sigmoid",), ("sigmoid_backward",), "Sigmoid",
+                          (("aten.sigmoid", "sigmoid"), ("aten.sigmoid_backward", "sigmoid_backward"))),
+    "tanh": Activation(("tanh",), ("tanh_backward",), "Tanh",
+                       (("aten.tanh", "tanh"), ("aten.tanh_backward", "tanh_backward"))),
 }
 
 
@@ -61,6 +68,7 @@ class ActivationOp(OpDef):
     """An elementwise activation (CUDA-core FLOPs per element from the cost table)."""
 
     fusable = True
+    runtime = Runtime(aten=dict(pair for act in ACTIVATIONS.values() for pair in act.aten))
     name = "activation"
     doc = "Elementwise activation: " + ", ".join(ACTIVATIONS) + " (gelu = exact erf form)."
     default_name = "act"
@@ -84,6 +92,8 @@ class Softmax(OpDef):
     name = "softmax"
     doc = "Softmax over one axis (default the last)."
     default_name = "softmax"
+    runtime = Runtime(aten={"aten._softmax": "softmax", "aten._safe_softmax": "softmax",
+                            "aten._softmax_backward_data": "softmax_backward"})
     attrs = (Attr("axis", "axis", "axis to normalise", default=-1),)
 
     def output_shape(self, call: OpCall):

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+
+import costspec
 import subprocess
 import sys
 from pathlib import Path
@@ -31,13 +33,13 @@ def _row(rows, name):
 
 @pytest.fixture(scope="module")
 def toy():
-    return compare(load_measured(TOY, [FWD, BWD]))
+    return compare(load_measured(costspec.load(TOY), [FWD, BWD]))
 
 
 def test_sidecars_give_the_passes_and_dims():
     assert sidecar_path(FWD).name == "toy_forward.details.json"
     assert read_sidecar(FWD)["pass"] == "forward" and read_sidecar(BWD)["pass"] == "backward"
-    measured = load_measured(TOY, [FWD, BWD])
+    measured = load_measured(costspec.load(TOY), [FWD, BWD])
     assert measured.pass_ == "train" and measured.attribution.phases == ("forward", "backward")
     assert {str(k): int(v) for k, v in measured.values.items()} == {"M": 128, "D": 1024, "N": 10}
 
@@ -77,7 +79,8 @@ def test_table_and_json(toy):
     assert "+1499.87%" in text  # the activation: 16 executed FLOPs per element for 1 analytic
     assert "2*FMA + ADD + MUL" in text and "2*hadd + 2*hmul + 4*hfma" in text
     data = json.loads(render_json(toy))
-    fwd = {r["name"]: r for r in data["phases"]["forward"]}
+    table = data["tables"]["forward"]
+    fwd = {r["name"]: r for r in table["rows"] + [table["total"]]}
     assert fwd["total"]["cuda_measured"] == 2_727_606_586
     assert fwd["layers.fc"]["cuda_rel_diff"] == pytest.approx(20_971_520 / 2_685_665_280)
     assert data["unattributed"][0]["flops"] == 207_344
@@ -86,7 +89,7 @@ def test_table_and_json(toy):
 def test_cli_compare_json():
     result = cli("ncu", "compare", TOY, FWD, "--format", "json")
     assert result.returncode == 0, result.stderr
-    assert list(json.loads(result.stdout)["phases"]) == ["forward"]
+    assert list(json.loads(result.stdout)["tables"]) == ["forward"]
 
 
 @pytest.mark.parametrize(("name", "line"), [("bad_ragged.csv", 4), ("bad_value_locale.csv", 5),
@@ -99,14 +102,14 @@ def test_malformed_csv_exits_2_with_file_and_line(name, line):
 
 def test_train_without_phase_ranges_is_an_error():
     with pytest.raises(AttributionError) as info:
-        load_measured(TOY, [FWD], pass_="train")
+        load_measured(costspec.load(TOY), [FWD], pass_="train")
     assert "toy_forward.details.csv:2" in str(info.value) and "--pass forward" in str(info.value)
     assert cli("ncu", "compare", TOY, FWD, "--pass", "train").returncode == 2
 
 
 def test_same_phase_twice_is_an_error():
     with pytest.raises(CostspecError, match="forward phase is given twice"):
-        load_measured(TOY, [FWD, FWD])
+        load_measured(costspec.load(TOY), [FWD, FWD])
 
 
 VIT = """\
@@ -141,7 +144,7 @@ def test_tensor_counters_phase_ranges_and_the_model_root(write_spec, tmp_path):
     ]
     csv = tmp_path / "run.csv"
     csv.write_text(raw_csv(kernels))
-    result = compare(load_measured(str(spec), [str(csv)], pass_="train"))
+    result = compare(load_measured(costspec.load(str(spec)), [str(csv)], pass_="train"))
     assert result.has_tensor_counters and list(result.rows) == ["forward", "backward"]
     fwd = result.rows["forward"]
     assert (_row(fwd, "fc").tc_measured, _row(fwd, "fc").cuda_measured) == (1024, 64)

@@ -15,7 +15,8 @@ from costspec.ncu.compare import compare  # noqa: E402
 from costspec.ncu.inputs import load_measured  # noqa: E402
 from costspec.ncu.nvtx import (BACKWARD_RANGE, FORWARD_RANGE, LOSS_RANGE, LayerHooks, ListRecorder,  # noqa: E402
                                NvtxRanges, layer_paths, step)
-from costspec.torch_build import build_module, row_name  # noqa: E402
+from costspec.torch_build import build_module  # noqa: E402
+from costspec.walk import row_name  # noqa: E402
 from synth_ncu import FFMA, raw_csv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,7 @@ def test_range_names_are_the_layer_module_paths(toy):
     assert "layers" not in names  # a ModuleList never runs
     assert {p for p in names if p} == {f"layers.{i}{s}" for i in range(3) for s in ("", ".fc", ".act")}
     assert all(names[p] == p for p in names if p)
-    assert {row_name(model, p) for p in names} == {"", "layers", "layers.fc", "layers.act"}
+    assert {row_name(model.root, p) for p in names} == {"", "layers", "layers.fc", "layers.act"}
 
 
 def test_forward_and_backward_ranges_nest_and_balance(toy):
@@ -197,7 +198,7 @@ def test_ranges_attribute_back_to_the_analytic_rows(toy, tmp_path):
                for op, stack, args in seen if op in ("aten.addmm", "aten.mm")]
     csv = tmp_path / "toy.csv"
     csv.write_text(raw_csv(kernels, cc="8.0"))
-    result = compare(load_measured(str(TOY), [str(csv)], sets={"M": 4, "D": 8, "N": 3}, pass_="train"))
+    result = compare(load_measured(costspec.load(str(TOY)), [str(csv)], sets={"M": 4, "D": 8, "N": 3}, pass_="train"))
     for phase, rows in result.rows.items():
         fc = next(r for r in rows if r.name == "layers.fc")
         analytic = model.report("forward" if phase == "forward" else "backward", values)
