@@ -27,7 +27,8 @@ th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: rig
     vertical-align: middle; }
 th { background: var(--soft); position: sticky; top: 0; font-weight: 600; font-size: 13px; z-index: 1; }
 td.name, th.name { text-align: left; } td.formula { text-align: left; white-space: normal; }
-table.data td, table.data th, table.forms th { text-align: left; } caption { text-align: left; font-weight: 600; padding: 6px 0; }
+table.data td, table.data th, table.forms th { text-align: left; }
+caption { text-align: left; font-weight: 600; padding: 6px 0; }
 tr.total td { font-weight: 600; border-top: 2px solid var(--fg); }
 tr.badrow td { background: #fdecea; }
 button.tog { border: none; background: none; cursor: pointer; width: 1.4em; padding: 0; color: var(--muted);
