@@ -70,3 +70,12 @@ class Precision:
 
     def __str__(self) -> str:
         return self.dtype
+
+    @staticmethod
+    def parse(dtype: str) -> str:
+        """`dtype` checked against the known dtypes (a clear usage error otherwise)."""
+        if dtype not in DTYPE_BYTES:
+            from .errors import UsageError
+
+            raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        return dtype

@@ -27,12 +27,15 @@ from .walk import NO_GRAD, Step, node_cost, walk
 class Model:
     """A loaded, checked spec. Build with `costspec.load(path)`."""
 
-    def __init__(self, doc: MarkedDoc, collect: list[SpecError] | None = None):
+    def __init__(self, doc: MarkedDoc, collect: list[SpecError] | None = None, dtype: str | None = None):
         """Build the model tree of a validated spec document. With `collect`, problems that do not stop
         the build (violated constraints at the default dims, layers after a bad one) are appended to it
-        instead of raising the first."""
+        instead of raising the first. `dtype` (--dtype) replaces the spec's default precision; layers
+        with their own `precision:` keep it."""
         self.doc = doc
         data: Any = doc.data
+        if dtype is not None:
+            data = {**data, "precision": {**data.get("precision", {}), "dtype": Precision.parse(dtype)}}
         self.name: str = data["name"]
         self.doc_line: str = data.get("doc", "")
         self.source = data.get("source")
@@ -110,6 +113,10 @@ class Model:
         """Rows and totals for `pass_` at bound dim `values` (`costspec.evaluation.build_report`)."""
         return build_report(self, Pass.parse(pass_, "pass"), values)
 
+    def with_precision(self, dtype: str) -> "Model":
+        """The same spec with its default dtype replaced (layers with their own `precision:` keep it)."""
+        return Model(self.doc, dtype=dtype)
+
     def latex(self, keep=None, pass_: Pass | str = Pass.FORWARD, standalone: bool = False, **kwargs) -> str:
         """The closed forms as a LaTeX `align` (see `costspec latex`)."""
         from .export.latex import render_latex
@@ -123,16 +130,6 @@ class Model:
 
         return build_module(self, self.bind(sets=dims))
 
-    def with_precision(self, dtype: str) -> Model:
-        """This spec with its spec-wide dtype replaced by `dtype` (layers with their own `precision:` keep it)."""
-        from .conventions import DTYPES
-
-        if dtype not in DTYPES:
-            raise UsageError(f"unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
-        data = dict(self.doc.data) if isinstance(self.doc.data, dict) else {}
-        data["precision"] = {**(data.get("precision") or {}), "dtype": dtype}
-        return Model(replace(self.doc, data=data))
-
     def node(self, name: str) -> Node:
         """The tree node of report row `name`."""
         for step in self.walk():
@@ -141,9 +138,12 @@ class Model:
         raise KeyError(name)
 
 
-def load(path: str | Path) -> Model:
-    """Load, validate and build a spec file."""
-    return Model(read_spec(path))
+def load(path: str | Path, dtype: str | None = None) -> Model:
+    """Load, validate and build a spec file (or a zoo spec by name, e.g. "vit_b", when no such file
+    exists); `dtype` overrides the spec's default precision."""
+    from .zoo import resolve
+
+    return Model(read_spec(resolve(path)), dtype=dtype)
 
 
 def loads(text: str, file: str = "<spec>") -> Model:

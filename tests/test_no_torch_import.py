@@ -1,6 +1,8 @@
 """eval / check must never import torch (it costs seconds and is an optional extra)."""
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +33,11 @@ print("no torch")
     ["eval", "specs/gpt2_small.yaml", "--gpu", "h100-sxm", "--alignment", "strict"],
     ["eval", "specs/vit_b.yaml", "--gpu", "b200", "--ladder"],
     ["sweep", "specs/llama_1b.yaml", "--vary", "L=1,2", "--lengths", "32,512,128"],
+    ["eval", "vit_b", "--dtype", "fp32"],  # issue 18: zoo name, --dtype
+    ["sweep", "specs/vit_b.yaml", "--vary", "B=1..8:x2", "--gpu", "h100-sxm", "--format", "json"],
+    ["zoo"],
+    ["report", "specs/vit_b.yaml", "--gpu", "h100-sxm", "--vary", "B=1..4:x2", "-o",
+     str(Path(tempfile.gettempdir()) / "costspec-no-torch-report.html")],
 ])
 def test_command_does_not_import_torch(args):
     result = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], cwd=ROOT, capture_output=True,

@@ -12,6 +12,7 @@ from . import cli, options
 @options.sets
 @options.pass_
 @options.depth
+@options.dtype
 @options.gpu(required=False)
 @options.fusion
 @options.efficiency
@@ -23,14 +24,16 @@ from . import cli, options
 @options.lengths_file
 @options.seq_dim
 @options.ladder
-def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, calibration, fmt, alignment,
+def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, efficiency, calibration, fmt, alignment,
                  lengths, lengths_file, seq_dim, ladder):
     """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
     from ..export.render import render
     from ..export.report import eval_result
     from ..model import load
 
-    model = load(spec)
+    from ..backend_note import flash_backward_note
+
+    model = load(spec, dtype)
     ragged_lengths = options.ragged_lengths(lengths, lengths_file)
     if ragged_lengths is not None or ladder:
         click.echo(_variant(model, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, fmt, ragged_lengths,
@@ -38,6 +41,8 @@ def eval_command(spec, batch, sets, pass_, depth, gpu, catalog, fusion, efficien
         return
     values = model.bind(batch, sets)
     report = model.report(pass_, values)
+    if note := flash_backward_note(model, pass_):
+        report.notes.append(note)
     roof = None
     device = None
     if gpu:

@@ -8,12 +8,18 @@ from . import cli, options
 
 @cli.command("formula")
 @options.closed_forms
+@options.dtype
 @options.output_format("text", "json", default="text")
-def formula_command(spec, keep, sets, pass_, per_layer, expand, fmt):
+def formula_command(spec, keep, sets, pass_, per_layer, expand, dtype, fmt):
     """Print SPEC's costs as canonical polynomials in the kept symbols (totals; every layer with --per-layer)."""
     from ..export.formulas import RENDERERS
     from ..formula import formulas
     from ..model import load
 
-    result = formulas(load(spec), pass_, keep, expand, sets, depth=None if per_layer else 0)
+    from ..backend_note import flash_backward_note
+
+    model = load(spec, dtype)
+    result = formulas(model, pass_, keep, expand, sets, depth=None if per_layer else 0)
     click.echo(RENDERERS[fmt](result))
+    if fmt == "text" and (note := flash_backward_note(model, pass_)):
+        click.echo(note)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import UsageError
+from ..conventions import DTYPES
 from ..vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass
 
 
@@ -132,3 +133,9 @@ def ragged_lengths(lengths, lengths_file) -> list[int] | None:
 
     require(not (lengths and lengths_file), "give --lengths or --lengths-file, not both")
     return read_lengths_file(lengths_file) if lengths_file else lengths
+
+
+# issue 18: --dtype on eval, sweep, formula, report
+dtype = click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
+                     help="Override the spec's default precision (layers with their own `precision:` keep it).")
+quiet = click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (it is shown only on a terminal).")

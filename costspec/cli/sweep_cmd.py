@@ -1,4 +1,4 @@
-"""`costspec sweep`: costs over a grid of dims, vectorised."""
+"""`costspec sweep`: costs over a grid of dims, vectorised; with --gpu, roofline time and bound per point."""
 from __future__ import annotations
 
 import click
@@ -12,27 +12,72 @@ from . import cli, options
               help="A dim and its values: B=1..1024:x2, B=1..8, B=1..9:+2 or img=224,384 (repeatable).")
 @options.sets
 @options.pass_
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write CSV here (default stdout).")
+@options.dtype
+@options.gpu(required=False)
+@options.fusion
+@options.efficiency
+@options.output_format("csv", "json", "table", default="csv")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, metavar="OUT.png|svg",
+              help="Also draw total FLOPs (estimated time with --gpu) against the first swept dim, one line per "
+                   "value of the second (matplotlib).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write here (default stdout).")
 @options.lengths
 @options.lengths_file
 @options.seq_dim
-def sweep_command(spec, varies, sets, pass_, output, lengths, lengths_file, seq_dim):
-    """Evaluate SPEC over the cartesian product of --vary values (exact integers, CSV)."""
+def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, efficiency, fmt, plot, quiet, output,
+                  lengths, lengths_file, seq_dim):
+    """Evaluate SPEC over the cartesian product of --vary values (exact integers; CSV by default)."""
+    from ..backend_note import flash_backward_note
+    from ..export.render import render
+    from ..export.sweep_result import sweep_result, with_times
     from ..model import load
     from ..sweep import parse_vary, sweep, to_csv
 
-    model = load(spec)
+    model = load(spec, dtype)
     ragged_lengths = options.ragged_lengths(lengths, lengths_file)
     if ragged_lengths is not None:
         from ..ragged import ragged_sweep_csv
 
+        options.require(fmt == "csv" and not gpu and not plot, "--lengths sweeps print CSV totals (padded vs "
+                        "packed per grid point): drop --gpu, --plot and --format")
         size, text = ragged_sweep_csv(model, [parse_vary(v) for v in varies], ragged_lengths, pass_, sets, seq_dim)
+        _write(text, output, size)
+        return
+    grid, values = sweep(model, [parse_vary(v) for v in varies], pass_, sets)
+    times, notes = None, []
+    if note := flash_backward_note(model, pass_):
+        notes.append(note)  # in table / json output; CSV stays plain rows
+    if gpu:
+        from ..gpus import get_gpu
+        from ..sweep_time import grid_times
+
+        device = get_gpu(gpu, catalog)
+        times = grid_times(model, grid, pass_, device, sets, fusion, efficiency, quiet)
+        notes.append(f"roofline on {device.name}: time = sum over kernels of max(TC FLOPs / TC peak, CUDA FLOPs / "
+                     f"CUDA peak, bytes / {device.memory_bw_gbps:g} GB/s); fusion: {fusion}; bound: the engine with "
+                     "most of the time ('*': the kernels' bounds differ)")
+    columns = with_times(values, times)
+    if fmt == "csv":
+        text = to_csv(grid, columns)
     else:
-        grid, values = sweep(model, [parse_vary(v) for v in varies], pass_, sets)
-        size, text = grid.size, to_csv(grid, values)
+        meta = {"spec": model.name, "pass": pass_, "precision": str(model.precision), "fixed": dict(sets),
+                "varied": list(grid.names), "gpu": gpu}
+        text = render(sweep_result(grid, columns, meta, notes), fmt)
+    if plot:
+        from ..export.sweep_plot import plot_sweep
+
+        key = "time_s" if times is not None else "total_flops"
+        title = f"{model.name} | {pass_} | {model.precision}" + (f" | {gpu}" if gpu else "")
+        plot_sweep(grid, columns, key, plot, title)
+        click.echo(f"wrote {plot}", err=True)
+    _write(text, output, grid.size)
+
+
+def _write(text: str, output: str | None, rows: int) -> None:
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text + "\n")
-        click.echo(f"wrote {size} rows to {output}", err=True)
+        click.echo(f"wrote {rows} rows to {output}", err=True)
     else:
         click.echo(text)

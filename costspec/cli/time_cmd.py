@@ -17,7 +17,8 @@ from . import cli, options
 @click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True)
 @options.gpu(required=False)
 @options.output_format()
-def time_command(spec, batch, sets, pass_, dtype, warmup, repeats, gpu, catalog, fmt):
+@options.quiet
+def time_command(spec, batch, sets, pass_, dtype, warmup, repeats, gpu, catalog, fmt, quiet):
     """Time every layer of SPEC's torch module on CUDA (median of repeats); with --gpu, vs the roofline."""
     from ..export.render import render
     from ..model import load
@@ -27,7 +28,10 @@ def time_command(spec, batch, sets, pass_, dtype, warmup, repeats, gpu, catalog,
     model = load(spec)
     values = model.bind(batch, sets)
     detect_gpu()  # no CUDA GPU: says so, exit 2
-    timing = time_layers(model, values, pass_, dtype, warmup, repeats)
+    from ..progress import status
+
+    with status(f"time: {model.name} ({pass_}, {warmup} warmup + {repeats} timed steps)", quiet):
+        timing = time_layers(model, values, pass_, dtype, warmup, repeats)
     if gpu:
         from ..gpus import get_gpu
         from ..roofline import estimate

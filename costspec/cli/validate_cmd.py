@@ -14,14 +14,18 @@ from . import cli, options
 @options.device
 @options.rtol
 @options.output_format()
-def validate_command(spec, batch, sets, pass_, device, rtol, fmt):
+@options.quiet
+def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet):
     """Build SPEC's torch module, count it, and compare per layer with the spec's formulas (this checks
     the engine against itself; exit 1 on any mismatch)."""
     from ..export.render import render
     from ..model import load
+    from ..progress import status
     from ..validate import check, to_result, validate
 
     model = load(spec)
-    result = validate(model, model.bind(batch, sets), pass_, device, rtol)
+    values = model.bind(batch, sets)
+    with status(f"validate: building and counting {model.name} ({pass_}, {device})", quiet):
+        result = validate(model, values, pass_, device, rtol)
     click.echo(render(to_result(result), fmt))
     check(result)

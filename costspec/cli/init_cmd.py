@@ -1,0 +1,21 @@
+"""`costspec init NAME`: write a commented starter spec (editor completion via the schema line)."""
+from __future__ import annotations
+
+import click
+
+from . import cli
+
+
+@cli.command("init")
+@click.argument("name")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="File to write (default NAME.yaml).")
+@click.option("--schema", default=None, metavar="PATH_OR_URL",
+              help="Schema reference for the `# yaml-language-server: $schema=` line (default: the copy shipped "
+                   "with costspec, relative to the new file).")
+def init_command(name, output, schema):
+    """Write NAME.yaml: a small transformer spec with comments, ready for `costspec eval`; never overwrites."""
+    from ..starter import write_starter
+
+    path = write_starter(name, output, schema)
+    click.echo(f"wrote {path}; try: costspec eval {path} --batch 8", err=True)
