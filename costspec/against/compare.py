@@ -1,0 +1,180 @@
+"""The comparison of a spec with the real model's runtime counts, row by row.
+
+Per matched spec row (see `mapping`): the spec's matmul-class FLOPs, pointwise elements by kind
+and parameters against what the real module paths under that row measured, after the named
+reconciliation rules the spec's ops declare (`OpDef.reconcile`, as in plain `validate`).
+
+A difference in a row whose enclosing matched row (or the total) agrees on that quantity is work
+the real model runs in another layer's modules (a residual add inside the MLP module, the
+position add in the model's own forward): reported under the rule `scope-boundary` with its
+numbers. A difference the total still shows is a FAIL, named by row and kind.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
+
+import sympy
+
+from ..model import node_cost
+from ..torch_build import evaluator
+from ..tree import Node, OpNode, PartNode
+from ..validate import Applied, _Amount, _reconciliations, slot_of
+from .mapping import MODEL_ROW, RowMap
+
+if TYPE_CHECKING:
+    from ..model import Model
+
+PARAMS = "params"
+MATMUL = "matmul"
+
+
+@dataclass
+class RowResult:
+    """One spec row in one phase: spec vs real (None when the row is not matched)."""
+
+    name: str
+    label: str
+    depth: int
+    matched: bool
+    spec_matmul: int
+    spec_params: int
+    spec_pointwise: dict[str, int]
+    real_matmul: int | None = None
+    real_reconciled: int | None = None
+    real_params: int | None = None
+    real_pointwise: dict[str, int] | None = None  # after the rules
+    status: str = "-"  # PASS, FAIL, moved (scope-boundary), or - (not matched)
+
+    def diffs(self, rtol: float) -> dict[str, tuple[int, int]]:
+        """quantity -> (spec, real) for every quantity that differs ({} when not matched)."""
+        if not self.matched:
+            return {}
+        out: dict[str, tuple[int, int]] = {}
+        assert self.real_reconciled is not None and self.real_params is not None and self.real_pointwise is not None
+        if abs(self.real_reconciled - self.spec_matmul) > rtol * self.spec_matmul:
+            out[MATMUL] = (self.spec_matmul, self.real_reconciled)
+        if self.real_params != self.spec_params:
+            out[PARAMS] = (self.spec_params, self.real_params)
+        for kind in sorted(set(self.spec_pointwise) | set(self.real_pointwise)):
+            a, b = self.spec_pointwise.get(kind, 0), self.real_pointwise.get(kind, 0)
+            if a != b:
+                out[kind] = (a, b)
+        return out
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    rows: list[RowResult]  # walk order; the last one is the total
+    moved: list[tuple[str, str, int, int, str]] = field(default_factory=list)  # row, kind, spec, real, agrees at
+    failures: list[tuple[str, str, int, int]] = field(default_factory=list)  # row, kind, spec, real
+
+
+def _ints(d: Mapping[str, sympy.Expr], ev) -> dict[str, int]:
+    return {k: v for k, v in ((k, ev(e)) for k, e in sorted(d.items())) if v}
+
+
+def _chains(model: "Model", rowmap: RowMap) -> tuple[dict[str, list[str]], dict[int, str], list]:
+    """matched row -> its matched ancestors (nearest first, ending at the model row); id(node) ->
+    the matched row holding it (itself or its nearest matched ancestor); the walk."""
+    walk = list(model.walk())
+    chains: dict[str, list[str]] = {MODEL_ROW: []}
+    holder: dict[int, str] = {id(model.root): MODEL_ROW}
+    stack: list[tuple[int, str]] = []  # (depth, matched row) of the enclosing matched rows
+    for node, depth, _, _ in walk:
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        enclosing = stack[-1][1] if stack else MODEL_ROW
+        if node.name in rowmap.matches and node.name != enclosing:
+            chains[node.name] = [enclosing] + chains[enclosing]
+            stack.append((depth, node.name))
+            holder[id(node)] = node.name
+        else:
+            holder[id(node)] = enclosing
+    return chains, holder, walk
+
+
+def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amounts: dict[str, _Amount],
+                  real_params: dict[str, int], deltas: dict[str, _Amount], rtol: float) -> PhaseResult:
+    """`real_amounts` / `real_params`: by matched row (work attributed to the row itself);
+    `deltas`: the reconciliation rules' amounts by validate slot."""
+    ev = evaluator(values)
+    chains, holder, walk = _chains(model, rowmap)
+    slot_row: dict[str, str] = {}
+    for node, _, _, _ in walk:
+        slot_row.setdefault(slot_of(node), holder[id(node)])
+    rule_by_row: dict[str, _Amount] = {}
+    for slot, amount in deltas.items():
+        rule_by_row.setdefault(slot_row.get(slot, MODEL_ROW), _Amount()).__iadd__(amount)
+
+    def subtree(source: Mapping[str, object], row: str, add, zero):
+        total = zero()
+        for r, value in source.items():
+            if r == row or row in chains.get(r, [MODEL_ROW]) or row == MODEL_ROW:
+                total = add(total, value)
+        return total
+
+    def amount_sum(a: _Amount, b: _Amount) -> _Amount:
+        out = _Amount()
+        out += a
+        out += b
+        return out
+
+    rows: list[RowResult] = []
+    for node, depth, mult, in_rg in walk:
+        rows.append(_row(node, depth, node_cost(node, phase, mult, in_rg),
+                         ev(node_cost(node, "forward", mult, in_rg).params), ev))
+    total_cost = model.cost(phase)
+    rows.append(_row(model.root, 0, total_cost, ev(model.cost("forward").params), ev, label="total"))
+    rows[-1].name = MODEL_ROW
+    for row in rows:
+        if row.name not in rowmap.matches:
+            continue
+        real = subtree(real_amounts, row.name, amount_sum, _Amount)
+        rule = subtree(rule_by_row, row.name, amount_sum, _Amount)
+        pw = Counter(real.pointwise)
+        pw.subtract(rule.pointwise)
+        row.matched = True
+        row.real_matmul, row.real_reconciled = real.matmul, real.matmul - rule.matmul
+        row.real_pointwise = {k: v for k, v in sorted(pw.items()) if v}
+        row.real_params = subtree(real_params, row.name, lambda a, b: a + b, int)
+    by_name = {r.name: r for r in rows[:-1]}
+    by_name[MODEL_ROW] = rows[-1]
+    result = PhaseResult(phase, rows)
+    for row in rows:
+        diffs = row.diffs(rtol)
+        if not row.matched:
+            continue
+        row.status = "PASS"
+        for kind, (a, b) in diffs.items():
+            agrees = next((anc for anc in chains.get(row.name, []) if kind not in by_name[anc].diffs(rtol)), None)
+            if agrees is None:
+                row.status = "FAIL"
+                result.failures.append((row.name or "total", kind, a, b))
+            else:
+                row.status = "moved" if row.status == "PASS" else row.status
+                result.moved.append((row.name, kind, a, b, agrees or "total"))
+    return result
+
+
+def _row(node: Node, depth: int, cost, params: int, ev, label: str | None = None) -> RowResult:
+    matmul = ev(sum(cost.matmul.values(), sympy.Integer(0)))
+    return RowResult(node.name, label or node.label, depth, False, matmul, params, _ints(cost.pointwise, ev))
+
+
+def rule_deltas(model: "Model", phases: tuple[str, ...], sdpa_facts: dict[str, dict[int, dict]], device: str,
+                values) -> tuple[dict[str, dict[str, _Amount]], list[Applied]]:
+    """The spec ops' named reconciliation rules (validate's), by slot and phase."""
+    return _reconciliations(list(model.walk()), phases, sdpa_facts, device, values)
+
+
+def op_of_row(model: "Model", row: str) -> OpNode | None:
+    """The op node named `row` (a matched attention layer carries its SDPA facts), if it is one."""
+    for node, _, _, _ in model.walk():
+        if node.name == row and isinstance(node, OpNode):
+            return node
+        if node.name == row and isinstance(node, PartNode):
+            return node.owner
+    return None

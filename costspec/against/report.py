@@ -1,0 +1,88 @@
+"""`validate --against` as a `costspec.results.Result` (printed by `costspec.export.render`)."""
+from __future__ import annotations
+
+from ..results import Column, Result, Row, Table
+from .check import AgainstResult, _what
+from .mapping import compact
+
+COLUMNS = [
+    Column("real_module", "real module", "text"),
+    Column("spec_matmul", "spec matmul", "count"),
+    Column("real_matmul", "real matmul", "count"),
+    Column("real_reconciled", "reconciled", "count"),
+    Column("spec_params", "spec params", "count"),
+    Column("real_params", "real params", "count"),
+    Column("pointwise", "pointwise", "text"),
+    Column("status", "result", "text"),
+]
+
+
+def _pointwise_cell(row) -> str | None:
+    if not row.matched:
+        return None
+    return "same" if row.spec_pointwise == row.real_pointwise else "differs"
+
+
+def to_result(result: AgainstResult) -> Result:
+    dims = " ".join(f"{k}={v}" for k, v in result.dims.items())
+    header = (f"{result.spec} | validate {result.pass_} --against {result.target} on {result.device} | {dims} | "
+              f"rtol {result.rtol:g}")
+    tables = []
+    matches = result.rowmap.matches
+    for phase, ph in result.phases.items():
+        rows = []
+        for r in ph.rows:
+            values = {"real_module": compact(matches[r.name].paths) if r.name in matches else None,
+                      "spec_matmul": r.spec_matmul, "real_matmul": r.real_matmul,
+                      "real_reconciled": r.real_reconciled, "spec_params": r.spec_params,
+                      "real_params": r.real_params, "pointwise": _pointwise_cell(r), "status": r.status,
+                      "spec_pointwise": r.spec_pointwise, "real_pointwise": r.real_pointwise}
+            rows.append(Row(r.name, r.label, r.depth, values))
+        total = rows.pop()
+        total.name, total.label = "", "total"
+        tables.append(Table(list(COLUMNS), rows, total, phase))
+    sections: dict[str, list[str]] = {
+        "real model": result.described,
+        "checked": ["matmul = matmul-class FLOPs (GEMM, conv, SDPA) under FlopCounterMode; pointwise = CUDA-core "
+                    "kinds and element counts of the aten ops executed; params = unique tensors (tied weights "
+                    "once), buffers apart. reconciled = real minus the named rules' deltas."],
+    }
+    diffs = []
+    for phase, ph in result.phases.items():
+        for r in ph.rows:
+            for kind, (a, b) in r.diffs(result.rtol).items():
+                diffs.append(f"{phase}: {r.name or 'total'}: {_what(kind, a, b)}")
+    sections["differences (spec vs real, after the rules)"] = diffs
+    sections["reconciliations (named rules of the spec's ops, real = spec + delta)"] = [
+        f"[{a.rule}] {a.row} ({a.phase}): " + ", ".join(
+            ([f"matmul {a.matmul:+,}"] if a.matmul else []) + [f"{k} {v:+,}" for k, v in a.pointwise.items()])
+        + f" -- {a.text}" for a in result.reconciliations]
+    sections["[scope-boundary] work the real model runs in another layer's modules (the enclosing row agrees)"] = [
+        f"{phase}: {row}: {_what(kind, a, b)}; agrees at {at}"
+        for phase, ph in result.phases.items() for row, kind, a, b, at in ph.moved]
+    sections["ignored by the spec (ignore:)"] = [
+        f"{e.pattern} ({', '.join(e.paths) or 'no module'}): {e.params:,} params; " + "; ".join(
+            f"{phase}: matmul {e.matmul.get(phase, 0):,}" + "".join(
+                f", {k} {v:,}" for k, v in sorted(e.pointwise.get(phase, {}).items()))
+            for phase in result.phases) + f" -- {e.reason}" for e in result.ignored]
+    sections["unmatched spec rows (compared inside the enclosing matched row)"] = result.rowmap.unmatched_rows
+    sections["unmatched real modules with parameters (compared inside the enclosing matched row)"] = \
+        result.rowmap.unmatched_real
+    buffers = sum(result.buffers.values())
+    sections["buffers (not parameters, not compared)"] = (
+        [f"{buffers:,} elements: " + ", ".join(f"{k} {v:,}" for k, v in list(result.buffers.items())[:8])
+         + (f", and {len(result.buffers) - 8} more" if len(result.buffers) > 8 else "")] if result.buffers else [])
+    reasons: dict[str, list[str]] = {}
+    for op, n, why in result.ignored_ops:
+        reasons.setdefault(why, []).append(f"{op} x{n}")
+    sections["aten ops ignored on purpose"] = [f"{', '.join(ops)} ({why})" for why, ops in reasons.items()]
+    sections["unknown aten ops"] = [f"{op} in {path or '(model)'} ({phase}, {n:,} elements)"
+                                    for phase, path, op, n in result.unknown]
+    sections["problems"] = result.problems
+    failures = result.failures()
+    verdict = "result: PASS" if not failures else f"result: FAIL ({len(failures)} differences no rule explains)"
+    meta = {"spec": result.spec, "target": result.target, "pass": result.pass_, "device": result.device,
+            "dims": result.dims, "rtol": result.rtol, "checked_against": "the real model", "ok": result.ok,
+            "failures": failures,
+            "matches": {row or "(model)": {"paths": m.paths, "how": m.how} for row, m in matches.items()}}
+    return Result(header, tables, sections, [verdict] + [f"FAIL: {f}" for f in failures], meta)
