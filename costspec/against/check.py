@@ -18,7 +18,8 @@ import sympy
 
 from ..errors import MismatchError, UsageError
 from ..validate import PASS_PHASES, Applied, _Amount
-from .compare import PhaseResult, compare_phase, op_of_row, rule_deltas
+from .constants import ConstantOps
+from .compare import MATMUL, PhaseResult, compare_phase, op_of_row, rule_deltas
 from .mapping import MODEL_ROW, RealModules, RowMap, build_mapping
 from .target import Target, first_tensor
 
@@ -34,6 +35,9 @@ class Ignored:
 
     pattern: str
     reason: str
+    regex: re.Pattern
+    kinds: tuple[str, ...] | None = None  # only these kinds ("matmul", pointwise kinds); None: everything
+    phase: str | None = None  # only this phase (forward or backward); None: both
     paths: list[str] = field(default_factory=list)  # the top-most real modules it matched
     matmul: dict[str, int] = field(default_factory=dict)  # phase -> FLOPs
     pointwise: dict[str, Counter] = field(default_factory=dict)  # phase -> kind -> elements
@@ -54,13 +58,14 @@ class AgainstResult:
     reconciliations: list[Applied]
     ignored: list[Ignored]
     ignored_ops: list[tuple[str, int, str]]
-    unknown: list[tuple[str, str, str, int]]  # phase, real path, aten op, elements
+    unknown: list[tuple[str, str, str, int]]  # phase, spec row, aten op, elements
     buffers: dict[str, int]  # real buffer path -> elements
+    constants: dict[str, tuple[int, int]]  # aten op -> (calls, elements) run on constants, not counted
     problems: list[str]
 
     def failures(self) -> list[str]:
         out = [f"{p}: {row}: {_what(kind, a, b)}" for p, ph in self.phases.items() for row, kind, a, b in ph.failures]
-        return out + [f"unknown aten op {op} in {path} ({phase})" for phase, path, op, _ in self.unknown] + self.problems
+        return out + self.problems  # unknown aten ops fail as their own kind ("unknown:aten.neg") in a row
 
     @property
     def ok(self) -> bool:
@@ -73,13 +78,14 @@ def _what(kind: str, spec: int, real: int) -> str:
     return f"{name}: spec {spec:,} {unit}, real {real:,} ({real - spec:+,})"
 
 
-def _ignore_patterns(model: "Model") -> list[tuple[re.Pattern, str, str]]:
+def _ignore_entries(model: "Model") -> list[Ignored]:
     out = []
     for entry in model.doc.data.get("ignore", []) or []:
         pattern = entry["module"]
         regex = re.compile("^" + ".".join("[^.]+" if part == "*" else re.escape(part)
                                           for part in pattern.split(".")) + "$")
-        out.append((regex, pattern, entry["reason"]))
+        kinds = tuple(entry["kinds"]) if "kinds" in entry else None
+        out.append(Ignored(pattern, entry["reason"], regex, kinds, entry.get("pass")))
     return out
 
 
@@ -91,37 +97,58 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
         raise UsageError(f"--against checks --pass forward or train, not {pass_!r}")
     import torch
 
+    from .. import runtime_count
     from ..runtime_count import OUTSIDE, measure
 
     module = target.module
     names = {id(m): p for p, m in module.named_modules()}
     called: list[str] = []
+    constants = ConstantOps(module)
+
+    def enter(_m, _a, _k):
+        constants.__enter__()  # innermost, inside the counters that measure() opens
+        return target.args, target.kwargs
+
+    def leave(_m, _i, out):
+        constants.__exit__(None, None, None)
+        return first_tensor(out)
+
     hooks = [
         torch.nn.modules.module.register_module_forward_pre_hook(
             lambda m, _i: called.append(names[id(m)]) if id(m) in names else None),
-        module.register_forward_pre_hook(lambda _m, _a, _k: (target.args, target.kwargs), with_kwargs=True),
-        module.register_forward_hook(lambda _m, _i, out: first_tensor(out)),
+        module.register_forward_pre_hook(enter, with_kwargs=True),
+        module.register_forward_hook(leave),
     ]
+    decomposed = _rmsnorm_classes(module)
     try:
         first = target.args[0] if target.args else next(iter(target.kwargs.values()), None)
         measured = measure(module, first, train=pass_ == "train")
     finally:
         for hook in hooks:
             hook.remove()
+        for cls in decomposed:
+            del runtime_count.DECOMPOSED[cls]
+    described = list(target.described) + [f"{cls.__name__}: counted as torch.nn.RMSNorm (one rmsnorm kind for its "
+                                           "pow / mean / add / rsqrt / mul ops)" for cls in decomposed]
     real = RealModules.of(module, called)
     rowmap = build_mapping(model, real, values)
-    patterns = _ignore_patterns(model)
-    ignored = [Ignored(p, why) for _, p, why in patterns]
+    entries = _ignore_entries(model)
 
-    def ignore_of(path: str) -> Ignored | None:
-        parts = path.split(".") if path else []
+    def ignore_of(path: str, phase: str | None = None, kind: str | None = None) -> Ignored | None:
+        """The ignore entry covering `path` (for `kind` in `phase`; None: the whole module)."""
+        parts = path.split(".") if path and path != OUTSIDE else []
         for k in range(1, len(parts) + 1):
             prefix = ".".join(parts[:k])
-            for (regex, _, _), entry in zip(patterns, ignored):
-                if regex.match(prefix):
-                    if prefix not in entry.paths:
-                        entry.paths.append(prefix)
-                    return entry
+            for entry in entries:
+                if not entry.regex.match(prefix):
+                    continue
+                if entry.kinds is not None and (kind is None or kind not in entry.kinds):
+                    continue
+                if entry.phase is not None and phase != entry.phase:
+                    continue
+                if prefix not in entry.paths:
+                    entry.paths.append(prefix)
+                return entry
         return None
 
     phases = PASS_PHASES[pass_]
@@ -129,18 +156,19 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
     facts: dict[str, dict[int, dict]] = {p: {} for p in phases}
     for phase in phases:
         for path, flops in measured.matmul[phase].items():
-            entry = ignore_of(path) if path != OUTSIDE else None
+            entry = ignore_of(path, phase, MATMUL)
             if entry is not None:
                 entry.matmul[phase] = entry.matmul.get(phase, 0) + flops
                 continue
             row = OUTSIDE_ROW if path == OUTSIDE else rowmap.row_of(path)
             amounts[phase].setdefault(row, _Amount()).add(flops, {})
         for path, kinds in measured.pointwise[phase].items():
-            entry = ignore_of(path)
-            if entry is not None:
-                entry.pointwise.setdefault(phase, Counter()).update(kinds)
-                continue
-            amounts[phase].setdefault(rowmap.row_of(path), _Amount()).add(0, kinds)
+            for kind, n in kinds.items():
+                entry = ignore_of(path, phase, kind)
+                if entry is not None:
+                    entry.pointwise.setdefault(phase, Counter())[kind] += n
+                else:
+                    amounts[phase].setdefault(rowmap.row_of(path), _Amount()).add(0, {kind: n})
         for path, calls in measured.sdpa[phase].items():
             op = op_of_row(model, rowmap.row_of(path))
             if op is not None:
@@ -157,15 +185,52 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
     deltas, applied = rule_deltas(model, phases, facts, device, values)
     results = {phase: compare_phase(model, values, rowmap, phase, amounts[phase], params, deltas[phase], rtol)
                for phase in phases}
-    problems = list(measured.problems) + [f"ignore: {e.pattern} matches no module of the real model"
-                                          for e in ignored if not e.paths]
+    problems = _row_problems(measured.problems, rowmap) + [f"ignore: {e.pattern} matches no module of the real model"
+                                                           for e in entries if not e.paths]
     return AgainstResult(
         spec=model.name, target=target.name, pass_=pass_, device=device,
-        dims={str(k): int(v) for k, v in values.items()}, rtol=rtol, described=target.described, rowmap=rowmap,
-        phases=results, reconciliations=applied, ignored=ignored,
+        dims={str(k): int(v) for k, v in values.items()}, rtol=rtol, described=described, rowmap=rowmap,
+        phases=results, reconciliations=applied, ignored=entries,
         ignored_ops=sorted(((op, n, why) for (op, why), n in measured.ignored.items()), key=lambda t: (-t[1], t[0])),
-        unknown=[(u.phase, u.module, u.op, u.elements) for u in measured.unknown],
-        buffers={name: b.numel() for name, b in module.named_buffers()}, problems=problems)
+        unknown=_unknown([u for u in measured.unknown if ignore_of(u.module, u.phase, f"unknown:{u.op}") is None],
+                         rowmap),
+        buffers={name: b.numel() for name, b in module.named_buffers()},
+        constants={op: (n, constants.elements[op]) for op, n in constants.ops.items()}, problems=problems)
+
+
+def _rmsnorm_classes(module) -> list[type]:
+    """RMSNorm classes of the real model (LlamaRMSNorm, ...) counted as torch.nn.RMSNorm is: their
+    pow / mean / add / rsqrt / mul ops as one rmsnorm kind (registered for this run only)."""
+    from .. import runtime_count
+
+    classes = sorted({type(m) for m in module.modules() if type(m).__name__.endswith("RMSNorm")
+                      and not any(issubclass(type(m), t) for t in runtime_count.DECOMPOSED)}, key=str)
+    for cls in classes:
+        runtime_count.DECOMPOSED[cls] = runtime_count.DECOMPOSED[runtime_count.torch.nn.RMSNorm]
+    return classes
+
+
+def _unknown(unknown, rowmap: RowMap) -> list[tuple[str, str, str, int]]:
+    """Unknown aten ops summed per (phase, row, op): one line for the 16 layers of a repeat."""
+    out: dict[tuple[str, str, str], int] = {}
+    for u in unknown:
+        key = (u.phase, rowmap.row_of(u.module) or "(model)", u.op)
+        out[key] = out.get(key, 0) + u.elements
+    return [(phase, row, op, n) for (phase, row, op), n in out.items()]
+
+
+def _row_problems(problems: list[str], rowmap: RowMap) -> list[str]:
+    """The counter's attribution problems that cross matched rows. A tensor read by sibling modules
+    (q, k and v projections of one input) keeps their backward scopes open together; when the
+    siblings lie in one matched row, the row's count (the sum over its paths) is still exact."""
+    out = []
+    for problem in problems:
+        paths = re.findall(r"'([^']*)'", problem) or [p.strip(" '") for p in re.findall(r"\[([^\]]*)\]", problem)
+                                                       for p in p.split(",")]
+        rows = {rowmap.row_of("" if p == "(model)" else p) for p in paths}
+        if len(rows) != 1 or not paths:
+            out.append(problem)
+    return out
 
 
 def check(result: AgainstResult) -> None:

@@ -23,6 +23,14 @@ def _pointwise_cell(row) -> str | None:
     return "same" if row.spec_pointwise == row.real_pointwise else "differs"
 
 
+def _ignored_line(e, phases: list[str]) -> str:
+    what = (" " + ",".join(e.kinds) if e.kinds else "") + (f" in {e.phase}" if e.phase else "")
+    ran = "; ".join(f"{phase}: matmul {e.matmul.get(phase, 0):,}" + "".join(
+        f", {k} {v:,}" for k, v in sorted(e.pointwise.get(phase, {}).items())) for phase in phases)
+    params = "" if e.kinds else f"{e.params:,} params; "
+    return f"{e.pattern}{what} ({compact(e.paths)}): {params}{ran} -- {e.reason}"
+
+
 def to_result(result: AgainstResult) -> Result:
     dims = " ".join(f"{k}={v}" for k, v in result.dims.items())
     header = (f"{result.spec} | validate {result.pass_} --against {result.target} on {result.device} | {dims} | "
@@ -60,11 +68,7 @@ def to_result(result: AgainstResult) -> Result:
     sections["[scope-boundary] work the real model runs in another layer's modules (the enclosing row agrees)"] = [
         f"{phase}: {row}: {_what(kind, a, b)}; agrees at {at}"
         for phase, ph in result.phases.items() for row, kind, a, b, at in ph.moved]
-    sections["ignored by the spec (ignore:)"] = [
-        f"{e.pattern} ({', '.join(e.paths) or 'no module'}): {e.params:,} params; " + "; ".join(
-            f"{phase}: matmul {e.matmul.get(phase, 0):,}" + "".join(
-                f", {k} {v:,}" for k, v in sorted(e.pointwise.get(phase, {}).items()))
-            for phase in result.phases) + f" -- {e.reason}" for e in result.ignored]
+    sections["ignored by the spec (ignore:)"] = [_ignored_line(e, list(result.phases)) for e in result.ignored]
     sections["unmatched spec rows (compared inside the enclosing matched row)"] = result.rowmap.unmatched_rows
     sections["unmatched real modules with parameters (compared inside the enclosing matched row)"] = \
         result.rowmap.unmatched_real
@@ -72,12 +76,14 @@ def to_result(result: AgainstResult) -> Result:
     sections["buffers (not parameters, not compared)"] = (
         [f"{buffers:,} elements: " + ", ".join(f"{k} {v:,}" for k, v in list(result.buffers.items())[:8])
          + (f", and {len(result.buffers) - 8} more" if len(result.buffers) > 8 else "")] if result.buffers else [])
+    sections["ops on constants (inputs from no model input or parameter: index grids, rotary tables), not counted"] = \
+        ([", ".join(f"{op} x{n} ({e:,} elements)" for op, (n, e) in sorted(result.constants.items()))]
+         if result.constants else [])
     reasons: dict[str, list[str]] = {}
     for op, n, why in result.ignored_ops:
         reasons.setdefault(why, []).append(f"{op} x{n}")
     sections["aten ops ignored on purpose"] = [f"{', '.join(ops)} ({why})" for why, ops in reasons.items()]
-    sections["unknown aten ops"] = [f"{op} in {path or '(model)'} ({phase}, {n:,} elements)"
-                                    for phase, path, op, n in result.unknown]
+    sections["unknown aten ops"] = [f"{op} in {row} ({phase}, {n:,} elements)" for phase, row, op, n in result.unknown]
     sections["problems"] = result.problems
     failures = result.failures()
     verdict = "result: PASS" if not failures else f"result: FAIL ({len(failures)} differences no rule explains)"

@@ -137,9 +137,10 @@ def _dim_kwargs(fn: Callable, dims: dict[str, int], target: str) -> dict[str, in
         return {}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return dict(dims)
-    named = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = {p.name for p in params if p.kind in kinds}
     missing = [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in dims
-               and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+               and p.kind in kinds]
     if missing:
         raise UsageError(f"--against {target}: the callable needs {', '.join(missing)}, which the spec does not "
                          f"define as dims ({', '.join(dims)})")
@@ -172,25 +173,25 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
                          f"{class_name!r}")
     config_cls = cls.config_class
     described = [f"transformers {transformers.__version__} {class_name} on {device}, no weights"]
-    if config_file is not None:
-        config = config_cls.from_dict(_read_config(config_file))
-        described.append(f"config: {config_file}")
-    else:
-        config = config_cls()
-        described.append(f"config: {config_cls.__name__}() defaults")
+    defaults = config_cls()
+    data = _read_config(config_file) if config_file is not None else {}
+    described.append(f"config: {config_file}" if config_file is not None
+                     else f"config: {config_cls.__name__}() defaults")
     ctor = _constructor_params(cls)
     kwargs: dict[str, Any] = {}
     for key, raw in sets.items():
         value = _value(raw)
-        if key in ctor:  # a constructor argument (e.g. ViTModel's add_pooling_layer), not a config key
+        if key in ctor and not hasattr(defaults, key):  # a constructor argument (ViTModel's add_pooling_layer)
             kwargs[key] = value
             described.append(f"{class_name}(..., {key}={value!r})")
-        elif hasattr(config, key):
-            setattr(config, key, value)
-            described.append(f"config.{key} = {value!r}")
+        elif hasattr(defaults, key):
+            data[key] = value
+            described.append(f"config {key}={value!r}")
         else:
             raise UsageError(f"--config-set {key}: {config_cls.__name__} has no key {key!r} and {class_name}() no "
                              f"argument of that name" + (f" (arguments: {', '.join(sorted(ctor))})" if ctor else ""))
+    # built from the keys (not set afterwards): derived keys such as head_dim follow hidden_size
+    config = config_cls(**data)
     torch = import_torch("costspec validate --against")
     with torch.device(device):
         module = cls(config, **kwargs)

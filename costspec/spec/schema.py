@@ -28,7 +28,13 @@ _IGNORE = {"type": "array", "minItems": 1,
                      "properties": {"module": {"type": "string", "pattern": r"^([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*$",
                                                "description": "a module path of the real model (* = any one name)"},
                                     "reason": {"type": "string", "minLength": 1,
-                                               "description": "why the spec leaves it out"}}},
+                                               "description": "why the spec leaves it out"},
+                                    "kinds": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                                              "description": "only this work (matmul, or pointwise kinds such as "
+                                                             "add or unknown:aten.neg); default: the whole module, "
+                                                             "parameters included"},
+                                    "pass": {"enum": ["forward", "backward"],
+                                             "description": "only in this pass; default: both"}}},
            "x-expected": "a list of {module, reason}",
            "description": "real modules the spec leaves out on purpose (validate --against lists what they ran)"}
 _ARGS = {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
