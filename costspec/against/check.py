@@ -182,9 +182,9 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
         elif n:
             params[rowmap.row_of(path)] = params.get(rowmap.row_of(path), 0) + n
     rowmap.unmatched_real = [p for p in rowmap.unmatched_real if ignore_of(p) is None]
-    deltas, applied = rule_deltas(model, phases, facts, device, values)
-    results = {phase: compare_phase(model, values, rowmap, phase, amounts[phase], params, deltas[phase], rtol)
-               for phase in phases}
+    applied = rule_deltas(model, phases, facts, device, values)
+    results = {phase: compare_phase(model, values, rowmap, phase, amounts[phase], params,
+                                    [a for a in applied if a.phase == phase], rtol) for phase in phases}
     problems = _row_problems(measured.problems, rowmap) + [f"ignore: {e.pattern} matches no module of the real model"
                                                            for e in entries if not e.paths]
     return AgainstResult(

@@ -46,6 +46,9 @@ class RowResult:
     real_params: int | None = None
     real_pointwise: dict[str, int] | None = None  # after the rules
     status: str = "-"  # PASS, FAIL, moved (scope-boundary), or - (not matched)
+    rules: list[str] = field(default_factory=list)  # the spec's rules that hold in the real model here
+    merged: bool = False  # the gradient-reduction rule was needed
+    compare_pointwise: tuple[dict[str, int], dict[str, int]] | None = None  # (spec, real) with kinds merged
 
     def diffs(self, rtol: float) -> dict[str, tuple[int, int]]:
         """quantity -> (spec, real) for every quantity that differs ({} when not matched)."""
@@ -57,8 +60,9 @@ class RowResult:
             out[MATMUL] = (self.spec_matmul, self.real_reconciled)
         if self.real_params != self.spec_params:
             out[PARAMS] = (self.spec_params, self.real_params)
-        for kind in sorted(set(self.spec_pointwise) | set(self.real_pointwise)):
-            a, b = self.spec_pointwise.get(kind, 0), self.real_pointwise.get(kind, 0)
+        spec, real = self.compare_pointwise or (self.spec_pointwise, self.real_pointwise)
+        for kind in sorted(set(spec) | set(real)):
+            a, b = spec.get(kind, 0), real.get(kind, 0)
             if a != b:
                 out[kind] = (a, b)
         return out
@@ -70,6 +74,7 @@ class PhaseResult:
     rows: list[RowResult]  # walk order; the last one is the total
     moved: list[tuple[str, str, int, int, str]] = field(default_factory=list)  # row, kind, spec, real, agrees at
     failures: list[tuple[str, str, int, int]] = field(default_factory=list)  # row, kind, spec, real
+    unseen: list[tuple[str, str]] = field(default_factory=list)  # (row, rule) the real model does not show
 
 
 def _ints(d: Mapping[str, sympy.Expr], ev) -> dict[str, int]:
@@ -96,53 +101,68 @@ def _chains(model: "Model", rowmap: RowMap) -> tuple[dict[str, list[str]], dict[
     return chains, holder, walk
 
 
+GRADIENT_REDUCTION = ("gradient-reduction", "bias_grad and scatter_add both add output-gradient elements into a "
+                      "parameter, one add per element: a table the real model reads by lookup (nn.Embedding of "
+                      "positions) where the spec adds it by broadcast (or the reverse) moves elements between the two")
+REDUCTION_KINDS = ("bias_grad", "scatter_add")
+
+
+def _merged(pointwise: Mapping[str, int]) -> dict[str, int]:
+    out = {k: v for k, v in pointwise.items() if k not in REDUCTION_KINDS}
+    total = sum(pointwise.get(k, 0) for k in REDUCTION_KINDS)
+    if total:
+        out["+".join(REDUCTION_KINDS)] = total
+    return out
+
+
 def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amounts: dict[str, _Amount],
-                  real_params: dict[str, int], deltas: dict[str, _Amount], rtol: float) -> PhaseResult:
+                  real_params: dict[str, int], applied: list[Applied], rtol: float) -> PhaseResult:
     """`real_amounts` / `real_params`: by matched row (work attributed to the row itself);
-    `deltas`: the reconciliation rules' amounts by validate slot."""
+    `applied`: the spec ops' reconciliation rules for this phase, by validate slot.
+
+    The rules describe how torch runs the spec's own module; a real model may run that piece
+    another way (a position table looked up, not broadcast). Per row, the largest set of rules
+    under which the row agrees is used (all of them when none does); rules left out are listed as
+    not seen in the real model, and the gradient-reduction rule is used only where it is needed."""
     ev = evaluator(values)
     chains, holder, walk = _chains(model, rowmap)
     slot_row: dict[str, str] = {}
     for node, _, _, _ in walk:
         slot_row.setdefault(slot_of(node), holder[id(node)])
-    rule_by_row: dict[str, _Amount] = {}
-    for slot, amount in deltas.items():
-        rule_by_row.setdefault(slot_row.get(slot, MODEL_ROW), _Amount()).__iadd__(amount)
+    rule_by_row: dict[str, dict[str, _Amount]] = {}
+    for a in applied:
+        amount = rule_by_row.setdefault(slot_row.get(a.row, MODEL_ROW), {}).setdefault(a.rule, _Amount())
+        amount.add(a.matmul, a.pointwise)
 
-    def subtree(source: Mapping[str, object], row: str, add, zero):
-        total = zero()
-        for r, value in source.items():
-            if r == row or row in chains.get(r, [MODEL_ROW]) or row == MODEL_ROW:
-                total = add(total, value)
-        return total
-
-    def amount_sum(a: _Amount, b: _Amount) -> _Amount:
-        out = _Amount()
-        out += a
-        out += b
-        return out
+    def in_subtree(r: str, row: str) -> bool:
+        return row == MODEL_ROW or r == row or row in chains.get(r, [MODEL_ROW])
 
     rows: list[RowResult] = []
     for node, depth, mult, in_rg in walk:
         rows.append(_row(node, depth, node_cost(node, phase, mult, in_rg),
                          ev(node_cost(node, "forward", mult, in_rg).params), ev))
-    total_cost = model.cost(phase)
-    rows.append(_row(model.root, 0, total_cost, ev(model.cost("forward").params), ev, label="total"))
+    rows.append(_row(model.root, 0, model.cost(phase), ev(model.cost("forward").params), ev, label="total"))
     rows[-1].name = MODEL_ROW
+    result = PhaseResult(phase, rows)
     for row in rows:
         if row.name not in rowmap.matches:
             continue
-        real = subtree(real_amounts, row.name, amount_sum, _Amount)
-        rule = subtree(rule_by_row, row.name, amount_sum, _Amount)
-        pw = Counter(real.pointwise)
-        pw.subtract(rule.pointwise)
+        real = _Amount()
+        for r, amount in real_amounts.items():
+            if in_subtree(r, row.name):
+                real += amount
+        rules: dict[str, _Amount] = {}
+        for r, by_rule in rule_by_row.items():
+            if in_subtree(r, row.name):
+                for rule, amount in by_rule.items():
+                    rules.setdefault(rule, _Amount()).__iadd__(amount)
         row.matched = True
-        row.real_matmul, row.real_reconciled = real.matmul, real.matmul - rule.matmul
-        row.real_pointwise = {k: v for k, v in sorted(pw.items()) if v}
-        row.real_params = subtree(real_params, row.name, lambda a, b: a + b, int)
+        row.real_matmul = real.matmul
+        row.real_params = sum(n for r, n in real_params.items() if in_subtree(r, row.name))
+        _fit(row, real, rules, rtol)
+        result.unseen += [(row.name, rule) for rule in rules if rule not in row.rules]
     by_name = {r.name: r for r in rows[:-1]}
     by_name[MODEL_ROW] = rows[-1]
-    result = PhaseResult(phase, rows)
     for row in rows:
         diffs = row.diffs(rtol)
         if not row.matched:
@@ -159,15 +179,45 @@ def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amoun
     return result
 
 
+def _fit(row: RowResult, real: _Amount, rules: dict[str, _Amount], rtol: float) -> None:
+    """Set the row's reconciled numbers under the largest set of rules that makes it agree."""
+    names = sorted(rules)
+    subsets = sorted((tuple(n for i, n in enumerate(names) if mask >> i & 1) for mask in range(2 ** len(names))),
+                     key=lambda t: -len(t))
+    chosen = None
+    for merge in (False, True):
+        for subset in subsets:
+            _apply(row, real, [rules[n] for n in subset], merge)
+            if not row.diffs(rtol):
+                chosen = (subset, merge)
+                break
+        if chosen:
+            break
+    subset, merge = chosen or (tuple(names), False)
+    _apply(row, real, [rules[n] for n in subset], merge)
+    row.rules, row.merged = list(subset), merge
+
+
+def _apply(row: RowResult, real: _Amount, deltas: list[_Amount], merge: bool) -> None:
+    pw = Counter(real.pointwise)
+    matmul = real.matmul
+    for d in deltas:
+        pw.subtract(d.pointwise)
+        matmul -= d.matmul
+    row.real_reconciled = matmul
+    row.real_pointwise = {k: v for k, v in sorted(pw.items()) if v}
+    row.compare_pointwise = (_merged(row.spec_pointwise), _merged(row.real_pointwise)) if merge else None
+
+
 def _row(node: Node, depth: int, cost, params: int, ev, label: str | None = None) -> RowResult:
     matmul = ev(sum(cost.matmul.values(), sympy.Integer(0)))
     return RowResult(node.name, label or node.label, depth, False, matmul, params, _ints(cost.pointwise, ev))
 
 
 def rule_deltas(model: "Model", phases: tuple[str, ...], sdpa_facts: dict[str, dict[int, dict]], device: str,
-                values) -> tuple[dict[str, dict[str, _Amount]], list[Applied]]:
+                values) -> list[Applied]:
     """The spec ops' named reconciliation rules (validate's), by slot and phase."""
-    return _reconciliations(list(model.walk()), phases, sdpa_facts, device, values)
+    return _reconciliations(list(model.walk()), phases, sdpa_facts, device, values)[1]
 
 
 def op_of_row(model: "Model", row: str) -> OpNode | None:

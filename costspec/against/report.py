@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..results import Column, Result, Row, Table
 from .check import AgainstResult, _what
+from .compare import GRADIENT_REDUCTION, REDUCTION_KINDS
 from .mapping import compact
 
 COLUMNS = [
@@ -21,6 +22,10 @@ def _pointwise_cell(row) -> str | None:
     if not row.matched:
         return None
     return "same" if row.spec_pointwise == row.real_pointwise else "differs"
+
+
+def _kinds(pointwise: dict[str, int]) -> str:
+    return ", ".join(f"{k} {pointwise.get(k, 0):,}" for k in REDUCTION_KINDS)
 
 
 def _ignored_line(e, phases: list[str]) -> str:
@@ -65,6 +70,11 @@ def to_result(result: AgainstResult) -> Result:
         f"[{a.rule}] {a.row} ({a.phase}): " + ", ".join(
             ([f"matmul {a.matmul:+,}"] if a.matmul else []) + [f"{k} {v:+,}" for k, v in a.pointwise.items()])
         + f" -- {a.text}" for a in result.reconciliations]
+    sections["rules the real model does not show (left out where the row agrees without them)"] = [
+        f"{phase}: {row or 'total'}: [{rule}]" for phase, ph in result.phases.items() for row, rule in ph.unseen]
+    sections[f"[{GRADIENT_REDUCTION[0]}] {GRADIENT_REDUCTION[1]}"] = [
+        f"{phase}: {r.name or 'total'}: spec " + _kinds(r.spec_pointwise) + "; real " + _kinds(r.real_pointwise or {})
+        for phase, ph in result.phases.items() for r in ph.rows if r.merged]
     sections["[scope-boundary] work the real model runs in another layer's modules (the enclosing row agrees)"] = [
         f"{phase}: {row}: {_what(kind, a, b)}; agrees at {at}"
         for phase, ph in result.phases.items() for row, kind, a, b, at in ph.moved]
