@@ -66,7 +66,7 @@ def to_result(result: AgainstResult) -> Result:
             for kind, (a, b) in r.diffs(result.rtol).items():
                 diffs.append(f"{phase}: {r.name or 'total'}: {_what(kind, a, b)}")
     sections["differences (spec vs real, after the rules)"] = diffs
-    sections["reconciliations (named rules of the spec's ops, real = spec + delta)"] = [
+    sections["reconciliations (named rules of the spec's ops and its ignore: extra entries, real = spec + delta)"] = [
         f"[{a.rule}] {a.row} ({a.phase}): " + ", ".join(
             ([f"matmul {a.matmul:+,}"] if a.matmul else []) + [f"{k} {v:+,}" for k, v in a.pointwise.items()])
         + f" -- {a.text}" for a in result.reconciliations]
@@ -78,7 +78,8 @@ def to_result(result: AgainstResult) -> Result:
     sections["[scope-boundary] work the real model runs in another layer's modules (the enclosing row agrees)"] = [
         f"{phase}: {row}: {_what(kind, a, b)}; agrees at {at}"
         for phase, ph in result.phases.items() for row, kind, a, b, at in ph.moved]
-    sections["ignored by the spec (ignore:)"] = [_ignored_line(e, list(result.phases)) for e in result.ignored]
+    sections["ignored by the spec (ignore:)"] = [_ignored_line(e, list(result.phases)) for e in result.ignored
+                                                 if e.extra is None]
     sections["unmatched spec rows (compared inside the enclosing matched row)"] = result.rowmap.unmatched_rows
     sections["unmatched real modules with parameters (compared inside the enclosing matched row)"] = \
         result.rowmap.unmatched_real
@@ -94,6 +95,8 @@ def to_result(result: AgainstResult) -> Result:
         reasons.setdefault(why, []).append(f"{op} x{n}")
     sections["aten ops ignored on purpose"] = [f"{', '.join(ops)} ({why})" for why, ops in reasons.items()]
     sections["unknown aten ops"] = [f"{op} in {row} ({phase}, {n:,} elements)" for phase, row, op, n in result.unknown]
+    sections["attribution notes (ops the counter could place in either of two agreeing rows)"] = \
+        result.attribution[:4] + ([f"and {len(result.attribution) - 4} more"] if len(result.attribution) > 4 else [])
     sections["problems"] = result.problems
     failures = result.failures()
     verdict = "result: PASS" if not failures else f"result: FAIL ({len(failures)} differences no rule explains)"

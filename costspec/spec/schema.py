@@ -33,6 +33,12 @@ _IGNORE = {"type": "array", "minItems": 1,
                                               "description": "only this work (matmul, or pointwise kinds such as "
                                                              "add or unknown:aten.neg); default: the whole module, "
                                                              "parameters included"},
+                                    "extra": {"type": "object", "minProperties": 1,
+                                              "additionalProperties": {"anyOf": [{"type": "integer"},
+                                                                                 {"type": "string"}]},
+                                              "description": "instead of leaving work out: the real model runs "
+                                                             "exactly this much more of each kind (an expression "
+                                                             "of the dims) in these modules, a named rule"},
                                     "pass": {"enum": ["forward", "backward"],
                                              "description": "only in this pass; default: both"}}},
            "x-expected": "a list of {module, reason}",
