@@ -162,11 +162,12 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
                     continue
                 if entry.phase is not None and phase != entry.phase:
                     continue
-                if prefix not in entry.paths:
-                    entry.paths.append(prefix)
                 return entry
         return None
 
+    for entry in entries:  # the top-most real modules each entry names
+        matched = [p for p in real.order if p and entry.regex.match(p)]
+        entry.paths = [p for p in matched if not any(q != p and real.under(q, p) for q in matched)]
     phases = PASS_PHASES[pass_]
     amounts: dict[str, dict[str, _Amount]] = {p: {} for p in phases}
     facts: dict[str, dict[int, dict]] = {p: {} for p in phases}
@@ -227,8 +228,7 @@ def _extra_rules(entries: list[Ignored], paths: list[str], rowmap: RowMap, phase
     for entry in entries:
         if entry.extra is None:
             continue
-        matched = [p for p in paths if entry.regex.match(p)]
-        entry.paths = matched
+        matched = entry.paths
         if not matched:
             continue
         rows = {rowmap.row_of(p) for p in matched}

@@ -31,7 +31,8 @@ def _kinds(pointwise: dict[str, int]) -> str:
 def _ignored_line(e, phases: list[str]) -> str:
     what = (" " + ",".join(e.kinds) if e.kinds else "") + (f" in {e.phase}" if e.phase else "")
     ran = "; ".join(f"{phase}: matmul {e.matmul.get(phase, 0):,}" + "".join(
-        f", {k} {v:,}" for k, v in sorted(e.pointwise.get(phase, {}).items())) for phase in phases)
+        f", {k} {v:,}" for k, v in sorted(e.pointwise.get(phase, {}).items())) for phase in phases
+        if e.phase in (None, phase)) or "not in this pass"
     params = "" if e.kinds else f"{e.params:,} params; "
     return f"{e.pattern}{what} ({compact(e.paths)}): {params}{ran} -- {e.reason}"
 
