@@ -186,16 +186,19 @@ class _Matcher:
                 self._take(path, cursor)
 
     def _auto_container(self, node: RepeatNode, times: int, base: str, cursor: list[int]) -> str | None:
-        """A module under `base` whose children 0..times-1 each hold their group's parameters."""
+        """A module under `base` with exactly the children 0..times-1: the first whose children each
+        hold their group's parameters, else the first at all (the rows then show what differs)."""
         per_index = [self.ev(group_of(node, i).forward().params) for i in range(times)]
+        candidates = []
         for path in self.real.order[cursor[0]:]:
             if path == base or not self.real.under(base, path) or not self._free(path, base):
                 continue
             kids = [f"{path}.{i}" if path else str(i) for i in range(times)]
-            if all(k in self.exists for k in kids) and f"{path}.{times}" not in self.exists \
-                    and [self.real.params[k] for k in kids] == per_index:
-                return path
-        return None
+            if all(k in self.exists for k in kids) and (f"{path}.{times}" if path else str(times)) not in self.exists:
+                if [self.real.params[k] for k in kids] == per_index:
+                    return path
+                candidates.append(path)
+        return candidates[0] if candidates else None
 
 
 def build_mapping(model: "Model", real: RealModules, values: Mapping[sympy.Symbol, sympy.Integer]) -> RowMap:

@@ -1,0 +1,142 @@
+"""Small real torch models for tests/test_against.py: what a user's own code would build.
+
+Each builder takes the spec's dims it needs as keyword arguments and returns an nn.Module; the
+check builds them on `meta`.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class _FcSigmoid(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.act = nn.Sigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+class ToyMLP(nn.Module):
+    """specs/toy_mlp.yaml as plain torch: N x [Linear(D, D) + sigmoid]."""
+
+    def __init__(self, d: int, n: int):
+        super().__init__()
+        self.layers = nn.ModuleList(_FcSigmoid(d) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def toy_mlp(D: int, N: int) -> nn.Module:
+    return ToyMLP(D, N)
+
+
+def toy_mlp_with_inputs(M: int, D: int, N: int):
+    """The same model with its own example input (a (module, inputs) pair)."""
+    return ToyMLP(D, N), torch.zeros(M, D)
+
+
+class ConvBN(nn.Module):
+    """conv -> BatchNorm2d -> ReLU (a spec writing the BatchNorm as layernorm2d has the same params)."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv = nn.Conv2d(3, c, 3, padding=1, bias=False)
+        self.norm = nn.BatchNorm2d(c)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.norm(self.conv(x)))
+
+
+def conv_bn(C: int) -> nn.Module:
+    return ConvBN(C)
+
+
+class _ProjectionBlock(nn.Module):
+    """out = conv3x3(x) + proj1x1(x): a residual block with a projection shortcut, 8 -> 16 channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, padding=1, bias=False)
+        self.proj = nn.Conv2d(8, 16, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) + self.proj(x)
+
+
+class ProjectionNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = _ProjectionBlock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+def projection_shortcut() -> nn.Module:
+    return ProjectionNet()
+
+
+class _Mlp(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(c, 4 * c), nn.GELU(), nn.Linear(4 * c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class _ScaledBlock(nn.Module):
+    """x + gamma * mlp(norm(x)): a residual branch with a layer scale (CaiT, DINOv2)."""
+
+    def __init__(self, c: int, layer_scale: bool):
+        super().__init__()
+        self.norm, self.mlp = nn.LayerNorm(c), _Mlp(c)
+        self.gamma = nn.Parameter(torch.ones(c)) if layer_scale else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.mlp(self.norm(x))
+        return x + (self.gamma * y if self.gamma is not None else y)
+
+
+class ScaledNet(nn.Module):
+    def __init__(self, c: int, depth: int, layer_scale: bool):
+        super().__init__()
+        self.blocks = nn.ModuleList(_ScaledBlock(c, layer_scale) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def layer_scale(C: int, L: int) -> nn.Module:
+    return ScaledNet(C, L, layer_scale=True)
+
+
+class ParallelNet(nn.Module):
+    """x + mlp1(norm1(x)) + mlp2(norm2(x)): one parallel residual (GPT-J style)."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.inp = nn.Linear(c, c)
+        self.norm1, self.mlp1 = nn.LayerNorm(c), _Mlp(c)
+        self.norm2, self.mlp2 = nn.LayerNorm(c), _Mlp(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        return x + self.mlp1(self.norm1(x)) + self.mlp2(self.norm2(x))
+
+
+def parallel_residual(C: int) -> nn.Module:
+    return ParallelNet(C)
+
+
+def not_a_module() -> int:
+    return 3
