@@ -404,6 +404,7 @@ def render_json(result: Validation) -> str:
     """Exact integers for every row and phase, and every rule / ignored / unknown op by name."""
     out = {
         "spec": result.spec, "pass": result.pass_, "device": result.device, "dims": result.dims, "rtol": result.rtol,
+        "checked_against": "the torch module costspec generates from this spec (self-consistency, not your model)",
         "ok": result.ok, "failures": result.failures(),
         "phases": {phase: [_row_json(r, result.rtol) for r in rows] for phase, rows in result.rows.items()},
         "reconciliations": [a.__dict__ for a in result.reconciliations],
