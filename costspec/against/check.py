@@ -84,7 +84,8 @@ def _ignore_entries(model: "Model") -> list[Ignored]:
     from ..expr import parse_expr
 
     out = []
-    for i, entry in enumerate(model.doc.data.get("ignore", []) or []):
+    data: Any = model.doc.data
+    for i, entry in enumerate(data.get("ignore", []) or []):
         pattern = entry["module"]
         regex = re.compile("^" + ".".join("[^.]+" if part == "*" else re.escape(part)
                                           for part in pattern.split(".")) + "$")
@@ -137,7 +138,7 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
     ]
     decomposed = _rmsnorm_classes(module)
     try:
-        first = target.args[0] if target.args else next(iter(target.kwargs.values()), None)
+        first: Any = target.args[0] if target.args else next(iter(target.kwargs.values()), None)
         measured = measure(module, first, train=pass_ == "train")
     finally:
         for hook in hooks:
@@ -155,23 +156,24 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
         parts = path.split(".") if path and path != OUTSIDE else []
         for k in range(1, len(parts) + 1):
             prefix = ".".join(parts[:k])
-            for entry in entries:
-                if entry.extra is not None or not entry.regex.match(prefix):
+            for candidate in entries:
+                if candidate.extra is not None or not candidate.regex.match(prefix):
                     continue
-                if entry.kinds is not None and (kind is None or kind not in entry.kinds):
+                if candidate.kinds is not None and (kind is None or kind not in candidate.kinds):
                     continue
-                if entry.phase is not None and phase != entry.phase:
+                if candidate.phase is not None and phase != candidate.phase:
                     continue
-                return entry
+                return candidate
         return None
 
-    for entry in entries:  # the top-most real modules each entry names
-        matched = [p for p in real.order if p and entry.regex.match(p)]
-        entry.paths = [p for p in matched if not any(q != p and real.under(q, p) for q in matched)]
+    for named in entries:  # the top-most real modules each entry names
+        matched = [p for p in real.order if p and named.regex.match(p)]
+        named.paths = [p for p in matched if not any(q != p and real.under(q, p) for q in matched)]
     phases = PASS_PHASES[pass_]
     amounts: dict[str, dict[str, _Amount]] = {p: {} for p in phases}
     facts: dict[str, dict[int, dict]] = {p: {} for p in phases}
     for phase in phases:
+        entry: Ignored | None
         for path, flops in measured.matmul[phase].items():
             entry = ignore_of(path, phase, MATMUL)
             if entry is not None:
@@ -193,9 +195,9 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
                 facts[phase].setdefault(id(op), {})["sdpa"] = how
     params: dict[str, int] = {}
     for path, n in real.own_params.items():
-        entry = ignore_of(path)
-        if entry is not None:
-            entry.params += n
+        owner = ignore_of(path)
+        if owner is not None:
+            owner.params += n
         elif n:
             params[rowmap.row_of(path)] = params.get(rowmap.row_of(path), 0) + n
     rowmap.unmatched_real = [p for p in rowmap.unmatched_real if ignore_of(p) is None]

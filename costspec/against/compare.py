@@ -168,14 +168,14 @@ def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amoun
         if not row.matched:
             continue
         row.status = "PASS"
-        for kind, (a, b) in diffs.items():
+        for kind, (spec_n, real_n) in diffs.items():
             agrees = next((anc for anc in chains.get(row.name, []) if kind not in by_name[anc].diffs(rtol)), None)
             if agrees is None:
                 row.status = "FAIL"
-                result.failures.append((row.name or "total", kind, a, b))
+                result.failures.append((row.name or "total", kind, spec_n, real_n))
             else:
                 row.status = "moved" if row.status == "PASS" else row.status
-                result.moved.append((row.name, kind, a, b, agrees or "total"))
+                result.moved.append((row.name, kind, spec_n, real_n, agrees or "total"))
     return result
 
 

@@ -167,11 +167,11 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
         import transformers
     except ImportError:
         raise MissingExtraError("transformers", "hf", "costspec validate --against hf:...") from None
-    cls = getattr(transformers, class_name, None)
+    cls: Any = getattr(transformers, class_name, None)
     if not (inspect.isclass(cls) and getattr(cls, "config_class", None) is not None):
         raise UsageError(f"--against hf:{class_name}: transformers {transformers.__version__} has no model class "
                          f"{class_name!r}")
-    config_cls = cls.config_class
+    config_cls: Any = getattr(cls, "config_class")
     described = [f"transformers {transformers.__version__} {class_name} on {device}, no weights"]
     defaults = config_cls()
     data = _read_config(config_file) if config_file is not None else {}
@@ -193,8 +193,9 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
     # built from the keys (not set afterwards): derived keys such as head_dim follow hidden_size
     config = config_cls(**data)
     torch = import_torch("costspec validate --against")
+    build: Any = cls
     with torch.device(device):
-        module = cls(config, **kwargs)
+        module = build(config, **kwargs)
     return module, None, described
 
 
