@@ -171,7 +171,8 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
     if not (inspect.isclass(cls) and getattr(cls, "config_class", None) is not None):
         raise UsageError(f"--against hf:{class_name}: transformers {transformers.__version__} has no model class "
                          f"{class_name!r}")
-    config_cls: Any = getattr(cls, "config_class")
+    model_cls: Any = cls  # a class now (mypy narrows it to type[object])
+    config_cls: Any = model_cls.config_class
     described = [f"transformers {transformers.__version__} {class_name} on {device}, no weights"]
     defaults = config_cls()
     data = _read_config(config_file) if config_file is not None else {}
@@ -193,9 +194,8 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
     # built from the keys (not set afterwards): derived keys such as head_dim follow hidden_size
     config = config_cls(**data)
     torch = import_torch("costspec validate --against")
-    build: Any = cls
     with torch.device(device):
-        module = build(config, **kwargs)
+        module = model_cls(config, **kwargs)
     return module, None, described
 
 
