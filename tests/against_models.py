@@ -140,3 +140,38 @@ def parallel_residual(C: int) -> nn.Module:
 
 def not_a_module() -> int:
     return 3
+
+
+class DeepEncoder(nn.Module):
+    """DeepSeek-OCR's DeepEncoder from transformers parts, as deepseek-ai/DeepSeek-OCR deepencoder.py
+    wires them: SAM ViT-B (SamVisionEncoder, its neck included) -> net_2, net_3 (stride-2 3x3 convs,
+    256 -> 512 -> 1024) -> the 16 x 16 grid as CLIP's patch embeddings (class token + positions;
+    CLIP's own patch conv is built but never runs) -> pre-LayerNorm -> CLIP ViT-L's 24 layers."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import CLIPVisionConfig, SamVisionConfig
+        from transformers.models.clip.modeling_clip import CLIPEncoder, CLIPVisionEmbeddings
+        from transformers.models.sam.modeling_sam import SamVisionEncoder
+
+        clip = CLIPVisionConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                                num_attention_heads=16, patch_size=14, image_size=224, hidden_act="quick_gelu")
+        clip._attn_implementation = "sdpa"  # what CLIPVisionModel picks; a bare config says eager
+        self.sam = SamVisionEncoder(SamVisionConfig())
+        self.net_2 = nn.Conv2d(256, 512, 3, 2, 1, bias=False)
+        self.net_3 = nn.Conv2d(512, 1024, 3, 2, 1, bias=False)
+        self.embeddings = CLIPVisionEmbeddings(clip)
+        self.pre_layrnorm = nn.LayerNorm(1024)
+        self.encoder = CLIPEncoder(clip)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = self.net_3(self.net_2(self.sam(x).last_hidden_state))  # (B, 1024, 16, 16)
+        patches = features.flatten(2).transpose(1, 2)
+        emb = self.embeddings
+        tokens = torch.cat([emb.class_embedding.expand(patches.shape[0], 1, -1), patches], dim=1)
+        tokens = tokens + emb.position_embedding(emb.position_ids)
+        return self.encoder(inputs_embeds=self.pre_layrnorm(tokens)).last_hidden_state
+
+
+def deepencoder() -> nn.Module:
+    return DeepEncoder()

@@ -284,6 +284,19 @@ def test_zoo_spec_matches_its_transformers_model(name, pass_):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pass_", ["forward", "train"])
+def test_deepencoder_matches_its_transformers_parts(pass_):
+    """DeepEncoder has no transformers class: tests/against_models.py wires SamVisionEncoder, the two
+    compressor convs and CLIP's embeddings and encoder as deepencoder.py does."""
+    pytest.importorskip("transformers")
+    _, result = against(ROOT / "specs/deepencoder.yaml", "against_models:deepencoder", pass_)
+    assert result.ok, failures_text(result)
+    (unused,) = [e for e in result.ignored if e.pattern == "embeddings.patch_embedding"]
+    assert unused.params == 1024 * 3 * 14 * 14 + 1024  # CLIP's patch conv, built but never run
+    assert unused.matmul.get("forward", 0) == 0
+
+
+@pytest.mark.slow
 def test_gpt2_default_activation_is_reported_by_name():
     """HF's default gelu_new runs the tanh GELU as python-level ops: --against names each kind."""
     pytest.importorskip("transformers")

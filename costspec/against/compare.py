@@ -144,23 +144,21 @@ def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amoun
     rows.append(_row(model.root, 0, model.cost(phase), ev(model.cost("forward").params), ev, label="total"))
     rows[-1].name = MODEL_ROW
     result = PhaseResult(phase, rows)
-    for row in rows:
+    decided: dict[tuple[str, str], bool] = {}  # (rule, row it lands in) -> applied, decided deepest first
+    for row in reversed(rows):  # pre-order reversed: a row after every row below it
         if row.name not in rowmap.matches:
             continue
         real = _Amount()
         for r, amount in real_amounts.items():
             if in_subtree(r, row.name):
                 real += amount
-        rules: dict[str, _Amount] = {}
-        for r, by_rule in rule_by_row.items():
-            if in_subtree(r, row.name):
-                for rule, amount in by_rule.items():
-                    rules.setdefault(rule, _Amount()).__iadd__(amount)
+        rules = {(rule, r): amount for r, by_rule in rule_by_row.items() if in_subtree(r, row.name)
+                 for rule, amount in by_rule.items()}
         row.matched = True
         row.real_matmul = real.matmul
         row.real_params = sum(n for r, n in real_params.items() if in_subtree(r, row.name))
-        _fit(row, real, rules, rtol)
-        result.unseen += [(row.name, rule) for rule in rules if rule not in row.rules]
+        _fit(row, real, rules, decided, rtol)
+    result.unseen = [(origin, rule) for (rule, origin), used in decided.items() if not used]
     by_name = {r.name: r for r in rows[:-1]}
     by_name[MODEL_ROW] = rows[-1]
     for row in rows:
@@ -179,23 +177,31 @@ def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amoun
     return result
 
 
-def _fit(row: RowResult, real: _Amount, rules: dict[str, _Amount], rtol: float) -> None:
-    """Set the row's reconciled numbers under the largest set of rules that makes it agree."""
-    names = sorted(rules)
-    subsets = sorted((tuple(n for i, n in enumerate(names) if mask >> i & 1) for mask in range(2 ** len(names))),
-                     key=lambda t: -len(t))
-    chosen = None
-    for merge in (False, True):
-        for subset in subsets:
-            _apply(row, real, [rules[n] for n in subset], merge)
-            if not row.diffs(rtol):
-                chosen = (subset, merge)
-                break
-        if chosen:
-            break
-    subset, merge = chosen or (tuple(names), False)
-    _apply(row, real, [rules[n] for n in subset], merge)
-    row.rules, row.merged = list(subset), merge
+def _fit(row: RowResult, real: _Amount, rules: dict[tuple[str, str], _Amount],
+         decided: dict[tuple[str, str], bool], rtol: float) -> None:
+    """Set the row's reconciled numbers under the largest set of its undecided rules (rules that land
+    in this row itself; those below were decided by their own rows) that makes it agree."""
+    def search(free: list[tuple[str, str]], fixed: list[_Amount]):
+        subsets = sorted((tuple(k for i, k in enumerate(free) if mask >> i & 1) for mask in range(2 ** len(free))),
+                         key=lambda t: -len(t))
+        for merge in (False, True):
+            for subset in subsets:
+                _apply(row, real, fixed + [rules[k] for k in subset], merge)
+                if not row.diffs(rtol):
+                    return subset, merge
+        return None
+
+    free = sorted(key for key in rules if key not in decided)
+    chosen = search(free, [amount for key, amount in rules.items() if decided.get(key)])
+    if chosen is None and len(rules) <= 8:  # a rule decided in a row where its work does not run: decide again
+        free = sorted(rules)
+        chosen = search(free, [])
+    subset, merge = chosen or (tuple(free), False)
+    _apply(row, real, [amount for key, amount in rules.items() if key not in free and decided.get(key)]
+           + [rules[k] for k in subset], merge)
+    for key in free:
+        decided[key] = key in subset
+    row.rules, row.merged = sorted({rule for (rule, _), used in decided.items() if used and (rule, _) in rules}), merge
 
 
 def _apply(row: RowResult, real: _Amount, deltas: list[_Amount], merge: bool) -> None:
