@@ -57,46 +57,56 @@ def to_result(result: AgainstResult) -> Result:
         tables.append(Table(list(COLUMNS), rows, total, phase))
     sections: dict[str, list[str]] = {
         "real model": result.described,
-        "checked": ["matmul = matmul-class FLOPs (GEMM, conv, SDPA) under FlopCounterMode; pointwise = CUDA-core "
-                    "kinds and element counts of the aten ops executed; params = unique tensors (tied weights "
-                    "once), buffers apart. reconciled = real minus the named rules' deltas."],
+        "checked": [
+            "the spec against the real model (not against the module costspec generates from the spec)",
+            "matmul = matmul-class FLOPs (GEMM, conv, SDPA) under FlopCounterMode; pointwise = CUDA-core kinds and "
+            "element counts of the aten ops executed; params = unique tensors (tied weights once), buffers apart",
+            "reconciled = real minus the deltas of the rules applied (the spec ops' reconciliation rules and its "
+            "ignore: extra entries: real = spec + delta)",
+            "rules the real model does not show: left out where a row agrees without them; "
+            f"{GRADIENT_REDUCTION[0]}: {GRADIENT_REDUCTION[1]}",
+            "scope-boundary: work the real model runs in another layer's modules, where the enclosing row agrees",
+            "unmatched rows and modules: compared inside the enclosing matched row (ultimately the total); "
+            "constants: ops whose inputs come from no model input or parameter (index grids, rotary tables), "
+            "run outside the counters",
+        ],
     }
     diffs = []
     for phase, ph in result.phases.items():
         for r in ph.rows:
             for kind, (a, b) in r.diffs(result.rtol).items():
                 diffs.append(f"{phase}: {r.name or 'total'}: {_what(kind, a, b)}")
-    sections["differences (spec vs real, after the rules)"] = diffs
-    sections["reconciliations (named rules of the spec's ops and its ignore: extra entries, real = spec + delta)"] = [
+    sections["differences"] = diffs
+    sections["rules applied"] = [
         f"[{a.rule}] {a.row} ({a.phase}): " + ", ".join(
             ([f"matmul {a.matmul:+,}"] if a.matmul else []) + [f"{k} {v:+,}" for k, v in a.pointwise.items()])
         + f" -- {a.text}" for a in result.reconciliations]
-    sections["rules the real model does not show (left out where the row agrees without them)"] = [
+    sections["rules the real model does not show"] = [
         f"{phase}: {row or 'total'}: [{rule}]" for phase, ph in result.phases.items() for row, rule in ph.unseen]
-    sections[f"[{GRADIENT_REDUCTION[0]}] {GRADIENT_REDUCTION[1]}"] = [
+    sections[GRADIENT_REDUCTION[0]] = [
         f"{phase}: {r.name or 'total'}: spec " + _kinds(r.spec_pointwise) + "; real " + _kinds(r.real_pointwise or {})
         for phase, ph in result.phases.items() for r in ph.rows if r.merged]
-    sections["[scope-boundary] work the real model runs in another layer's modules (the enclosing row agrees)"] = [
+    sections["scope-boundary"] = [
         f"{phase}: {row}: {_what(kind, a, b)}; agrees at {at}"
         for phase, ph in result.phases.items() for row, kind, a, b, at in ph.moved]
-    sections["ignored by the spec (ignore:)"] = [_ignored_line(e, list(result.phases)) for e in result.ignored
+    sections["ignored by the spec"] = [_ignored_line(e, list(result.phases)) for e in result.ignored
                                                  if e.extra is None]
-    sections["unmatched spec rows (compared inside the enclosing matched row)"] = result.rowmap.unmatched_rows
-    sections["unmatched real modules with parameters (compared inside the enclosing matched row)"] = \
+    sections["unmatched spec rows"] = result.rowmap.unmatched_rows
+    sections["unmatched real modules"] = \
         result.rowmap.unmatched_real
     buffers = sum(result.buffers.values())
-    sections["buffers (not parameters, not compared)"] = (
+    sections["buffers"] = (
         [f"{buffers:,} elements: " + ", ".join(f"{k} {v:,}" for k, v in list(result.buffers.items())[:8])
          + (f", and {len(result.buffers) - 8} more" if len(result.buffers) > 8 else "")] if result.buffers else [])
-    sections["ops on constants (inputs from no model input or parameter: index grids, rotary tables), not counted"] = \
+    sections["constants"] = \
         ([", ".join(f"{op} x{n} ({e:,} elements)" for op, (n, e) in sorted(result.constants.items()))]
          if result.constants else [])
     reasons: dict[str, list[str]] = {}
     for op, n, why in result.ignored_ops:
         reasons.setdefault(why, []).append(f"{op} x{n}")
-    sections["aten ops ignored on purpose"] = [f"{', '.join(ops)} ({why})" for why, ops in reasons.items()]
+    sections["aten ops ignored"] = [f"{', '.join(ops)} ({why})" for why, ops in reasons.items()]
     sections["unknown aten ops"] = [f"{op} in {row} ({phase}, {n:,} elements)" for phase, row, op, n in result.unknown]
-    sections["attribution notes (ops the counter could place in either of two agreeing rows)"] = \
+    sections["attribution notes"] = \
         result.attribution[:4] + ([f"and {len(result.attribution) - 4} more"] if len(result.attribution) > 4 else [])
     sections["problems"] = result.problems
     failures = result.failures()
@@ -104,5 +114,8 @@ def to_result(result: AgainstResult) -> Result:
     meta = {"spec": result.spec, "target": result.target, "pass": result.pass_, "device": result.device,
             "dims": result.dims, "rtol": result.rtol, "checked_against": "the real model", "ok": result.ok,
             "failures": failures,
-            "matches": {row or "(model)": {"paths": m.paths, "how": m.how} for row, m in matches.items()}}
+            "matches": {row or "(model)": {"paths": m.paths, "how": m.how} for row, m in matches.items()},
+            "pointwise": {phase: {r.name or "total": {"spec": r.spec_pointwise, "real": r.real_pointwise,
+                                                     "rules": r.rules}
+                                  for r in ph.rows if r.matched} for phase, ph in result.phases.items()}}
     return Result(header, tables, sections, [verdict] + [f"FAIL: {f}" for f in failures], meta)
