@@ -292,7 +292,7 @@ def test_deepencoder_matches_its_transformers_parts(pass_):
     _, result = against(ROOT / "specs/deepencoder.yaml", "against_models:deepencoder", pass_)
     assert result.ok, failures_text(result)
     (unused,) = [e for e in result.ignored if e.pattern == "embeddings.patch_embedding"]
-    assert unused.params == 1024 * 3 * 14 * 14 + 1024  # CLIP's patch conv, built but never run
+    assert unused.params == 1024 * 3 * 14 * 14  # CLIP's patch conv (no bias), built but never run
     assert unused.matmul.get("forward", 0) == 0
 
 
