@@ -23,9 +23,10 @@ _COUNT = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],
           "x-expected": "a non-negative integer or an expression string"}
 _LAYERS = {"type": "array", "items": {"$ref": "#/$defs/layer"}, "minItems": 1}
 _MODULE_PATH = r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$"
+_MODULE_PATTERN = r"^([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*$"
 _IGNORE = {"type": "array", "minItems": 1,
            "items": {"type": "object", "additionalProperties": False, "required": ["module", "reason"],
-                     "properties": {"module": {"type": "string", "pattern": r"^([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*$",
+                     "properties": {"module": {"type": "string", "pattern": _MODULE_PATTERN,
                                                "description": "a module path of the real model (* = any one name)"},
                                     "reason": {"type": "string", "minLength": 1,
                                                "description": "why the spec leaves it out"},
