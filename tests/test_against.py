@@ -306,6 +306,23 @@ def test_gpt2_default_activation_is_reported_by_name():
 
 
 @pytest.mark.slow
+def test_hf_config_file(tmp_path):
+    """--config config.json: a local Hugging Face config file (here ViT-B's), read without network."""
+    pytest.importorskip("transformers")
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "vit", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, '
+                      '"intermediate_size": 3072, "image_size": 224, "patch_size": 16}')
+    model = load(ROOT / "specs/vit_b.yaml")
+    values = model.bind()
+    real = load_target("hf:ViTModel", model, values, "meta", str(config), {"add_pooling_layer": "false"})
+    assert validate_against(model, values, real).ok
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UsageError, match="bad.json:1: not JSON"):
+        load_target("hf:ViTModel", model, values, "meta", str(bad))
+
+
+@pytest.mark.slow
 def test_hf_config_errors():
     pytest.importorskip("transformers")
     model = load(ROOT / "specs/vit_b.yaml")
