@@ -67,6 +67,11 @@ def _from_registry():
 SIMPLE, DECOMPOSED, FUSED = _from_registry()
 
 
+def decomposed_kinds(module) -> tuple[str, str] | None:
+    """(forward kind, backward kind) when `module`'s class (or a base class) is priced as one decomposed kind."""
+    return next((DECOMPOSED[c.__name__] for c in type(module).__mro__ if c.__name__ in DECOMPOSED), None)
+
+
 def _numel(value) -> int:
     if isinstance(value, (tuple, list)):
         value = value[0]
@@ -216,7 +221,7 @@ class PointwiseCounter(TorchDispatchMode):
         if category == "ignored":
             self.ignored[(name, IGNORED.get(name, _IGNORED_REASON))] += 1
             return out
-        decomposed = next((DECOMPOSED[c.__name__] for c in type(module).__mro__ if c.__name__ in DECOMPOSED), None)
+        decomposed = decomposed_kinds(module)
         if decomposed and category in ("pointwise", "unknown"):
             kind = decomposed[0 if self.phase == "forward" else 1]
             _, most = self.decomposed.get((self.phase, path), (kind, 0))

@@ -30,6 +30,7 @@ class Node:
 
     kind = "node"
     transparent = False  # rows of a transparent node (residual) show in its parent
+    source: tuple[str, ...] = ()  # the real model's module path(s) of this layer (`source:`, validate --against)
 
     def __init__(self, local: str, loc: Location, explicit: bool = False):
         self.local = local
@@ -366,6 +367,11 @@ class TreeBuilder:
                     exc.location, exc.expected))
                 failed = True
                 continue
+            if "source" in layer:  # the real model's counterpart (validate --against)
+                if node.transparent:
+                    raise SpecError("a residual has no source of its own", self.locate(path + (i, "source")),
+                                    "a source on the layers inside it")
+                node.source = (layer["source"],) if isinstance(layer["source"], str) else tuple(layer["source"])
             parent.children.append(node)
         return shape
 

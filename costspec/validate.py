@@ -195,9 +195,10 @@ def _runtime_facts(measured, phases, path_op: dict[str, OpNode]) -> dict[str, di
     return facts
 
 
-def _reconciliations(steps: list[Step], phases, runtime, device: Device,
+def _reconciliations(steps: list[Step], phases, runtime, device: Device | str,
                      values) -> tuple[dict[str, dict[str, _Amount]], list[Applied]]:
     """Every rule the ops declare, evaluated and summed per slot and phase."""
+    device = Device.parse(device, "--device")
     ev = evaluator(values)
     deltas: dict[str, dict[str, _Amount]] = {p: {} for p in phases}
     applied: list[Applied] = []
@@ -300,9 +301,8 @@ def check(result: Validation) -> None:
 # ----------------------------------------------------------------------------------------------
 # The printed result
 # ----------------------------------------------------------------------------------------------
-WHAT_IT_PROVES = ("validate compares the spec with the torch module costspec generates FROM THIS SPEC: a PASS "
-                  "proves the formulas and the generated module agree (the engine is self-consistent), not that "
-                  "the spec describes your model")
+WHAT_IT_PROVES = ("checked against: the torch module costspec generates from this spec (the engine's "
+                  "self-consistency), not your model; use --against to check the spec against your model")
 
 
 def to_result(v: Validation) -> Result:
@@ -327,17 +327,18 @@ def to_result(v: Validation) -> Result:
     }
     notes = [f"note: {n}" for n in v.notes] + [f"problem: {p}" for p in v.problems] + [
         "matmul = matmul-class FLOPs (GEMM, conv, SDPA) vs FlopCounterMode; pointwise = CUDA-core kinds and element "
-        "counts vs the aten ops executed (exact).", WHAT_IT_PROVES,
+        "counts vs the aten ops executed (exact).",
         "result: PASS" if not failures else f"result: FAIL ({len(failures)} mismatches)"]
     meta = {"spec": v.spec, "pass": str(v.pass_), "device": str(v.device), "dims": v.dims, "rtol": v.rtol,
-            "checks": "the spec against its own generated module (self-consistency)", "ok": v.ok,
+            "checked_against": "the torch module costspec generates from this spec (self-consistency, not your model)",
+            "ok": v.ok,
             "failures": failures,
             "reconciliations": [a.__dict__ for a in v.reconciliations],
             "ignored": [{"op": op, "calls": n, "reason": why} for op, n, why in v.ignored],
             "outside_model": {"reason": OUTSIDE_REASON, "ops": dict(v.outside)},
             "unknown": [{"phase": p, "row": r, "op": op, "elements": n} for p, r, op, n in v.unknown],
             "problems": v.problems}
-    header = f"{v.spec} | validate {v.pass_} on {v.device} | {dims} | rtol {v.rtol:g}"
+    header = f"{WHAT_IT_PROVES}\n{v.spec} | validate {v.pass_} on {v.device} | {dims} | rtol {v.rtol:g}"
     return Result(header, list(v.tables.values()), sections, notes, meta)
 
 

@@ -1,9 +1,19 @@
-"""`costspec validate`: analytic costs vs FlopCounterMode and the aten ops of the spec's torch module."""
+"""`costspec validate`: analytic costs vs FlopCounterMode and the aten ops of the spec's torch module,
+or (--against) of the user's real model."""
 from __future__ import annotations
 
 import click
 
 from . import cli, options
+
+def _config_sets(ctx, param, values) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        out[key.strip()] = value
+    return out
 
 
 @cli.command("validate")
@@ -13,19 +23,42 @@ from . import cli, options
 @options.validate_pass
 @options.device
 @options.rtol
-@options.output_format()
+@options.output_format("table", "json")
 @options.quiet
-def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet):
-    """Build SPEC's torch module, count it, and compare per layer with the spec's formulas (this checks
-    the engine against itself; exit 1 on any mismatch)."""
+@click.option("--against", "against", metavar="TARGET", default=None,
+              help="Check the spec against your real model: package.module:callable (takes the spec's dims as "
+                   "keyword arguments, returns an nn.Module or (module, inputs)) or hf:ModelClass (transformers, "
+                   "built on meta from its config, no weights).")
+@click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="With --against hf:ModelClass: a Hugging Face config.json (default: the class's default config).")
+@click.option("--config-set", "config_sets", multiple=True, callback=_config_sets, metavar="KEY=VALUE",
+              help="With --against hf:ModelClass: set a config key, or a constructor argument such as "
+                   "add_pooling_layer=false (repeatable).")
+def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, against, config, config_sets):
+    """Build SPEC's torch module (or, with --against, your real model), count it, and compare per layer;
+    exit 1 on any mismatch. Without --against this checks the engine against itself, not your model."""
     from ..export.render import render
     from ..model import load
     from ..progress import status
-    from ..validate import check, to_result, validate
 
     model = load(spec)
     values = model.bind(batch, sets)
-    with status(f"validate: building and counting {model.name} ({pass_}, {device})", quiet):
-        result = validate(model, values, pass_, device, rtol)
-    click.echo(render(to_result(result), fmt))
-    check(result)
+    if against is None:
+        options.require(config is None and not config_sets, "--config and --config-set need --against hf:ModelClass")
+        from ..validate import check, to_result, validate
+
+        with status(f"validate: building and counting {model.name} ({pass_}, {device})", quiet):
+            result = validate(model, values, pass_, device, rtol)
+        click.echo(render(to_result(result), fmt))
+        check(result)
+        return
+    from ..against.check import check as check_against
+    from ..against.check import validate_against
+    from ..against.report import to_result as against_result
+    from ..against.target import load_target
+
+    with status(f"validate: counting {against} against {model.name} ({pass_}, {device})", quiet):
+        target = load_target(against, model, values, device, config, config_sets)
+        outcome = validate_against(model, values, target, pass_, device, rtol)
+    click.echo(render(against_result(outcome), fmt))
+    check_against(outcome)

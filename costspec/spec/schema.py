@@ -22,6 +22,28 @@ _SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
 _COUNT = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],
           "x-expected": "a non-negative integer or an expression string"}
 _LAYERS = {"type": "array", "items": {"$ref": "#/$defs/layer"}, "minItems": 1}
+_MODULE_PATH = r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$"
+_MODULE_PATTERN = r"^([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*$"
+_IGNORE = {"type": "array", "minItems": 1,
+           "items": {"type": "object", "additionalProperties": False, "required": ["module", "reason"],
+                     "properties": {"module": {"type": "string", "pattern": _MODULE_PATTERN,
+                                               "description": "a module path of the real model (* = any one name)"},
+                                    "reason": {"type": "string", "minLength": 1,
+                                               "description": "why the spec leaves it out"},
+                                    "kinds": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                                              "description": "only this work (matmul, or pointwise kinds such as "
+                                                             "add or unknown:aten.neg); default: the whole module, "
+                                                             "parameters included"},
+                                    "extra": {"type": "object", "minProperties": 1,
+                                              "additionalProperties": {"anyOf": [{"type": "integer"},
+                                                                                 {"type": "string"}]},
+                                              "description": "instead of leaving work out: the real model runs "
+                                                             "exactly this much more of each kind (an expression "
+                                                             "of the dims) in these modules, a named rule"},
+                                    "pass": {"enum": ["forward", "backward"],
+                                             "description": "only in this pass; default: both"}}},
+           "x-expected": "a list of {module, reason}",
+           "description": "real modules the spec leaves out on purpose (validate --against lists what they ran)"}
 _ARGS = {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
          "additionalProperties": {"anyOf": [{"type": "integer"}, {"type": "number"}, {"type": "string"},
                                             {"type": "boolean"}]},
@@ -42,6 +64,11 @@ def build_schema() -> dict:
                  "x-expected": "a block name or a list of layers", "description": "the repeated layers"},
         "block": {"type": "string", "pattern": NAME_PATTERN, "description": "use a block from `blocks:`"},
         "args": _ARGS,
+        "source": {"anyOf": [{"type": "string", "pattern": _MODULE_PATH},
+                             {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": _MODULE_PATH}}],
+                   "x-expected": "a module path of the real model, or a list of them",
+                   "description": "the real model's module(s) this layer is (validate --against); relative to "
+                                  "the enclosing layer's source; a repeat's source holds its instances 0, 1, ..."},
         "at": {"type": "array", "minItems": 1, "description": "per-index variants of a repeat's body",
                "items": {"type": "object", "additionalProperties": False, "required": ["indices"],
                          "properties": {
@@ -83,6 +110,7 @@ def build_schema() -> dict:
             "blocks": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
                        "additionalProperties": {"$ref": "#/$defs/block"}},
             "layers": _LAYERS,
+            "ignore": _IGNORE,
         },
         "$defs": {
             "layer": {"type": "object", "additionalProperties": False, "minProperties": 1,

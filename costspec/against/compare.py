@@ -1,0 +1,237 @@
+"""The comparison of a spec with the real model's runtime counts, row by row.
+
+Per matched spec row (see `mapping`): the spec's matmul-class FLOPs, pointwise elements by kind
+and parameters against what the real module paths under that row measured, after the named
+reconciliation rules the spec's ops declare (`OpDef.reconcile`, as in plain `validate`).
+
+A difference in a row whose enclosing matched row (or the total) agrees on that quantity is work
+the real model runs in another layer's modules (a residual add inside the MLP module, the
+position add in the model's own forward): reported under the rule `scope-boundary` with its
+numbers. A difference the total still shows is a FAIL, named by row and kind.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
+
+import sympy
+
+from ..walk import node_cost, walk
+from ..torch_build import evaluator
+from ..tree import Node, OpNode, PartNode
+from ..validate import Applied, _Amount, _reconciliations
+from ..walk import slot_of
+from .mapping import MODEL_ROW, RowMap
+
+if TYPE_CHECKING:
+    from ..model import Model
+
+PARAMS = "params"
+MATMUL = "matmul"
+
+
+@dataclass
+class RowResult:
+    """One spec row in one phase: spec vs real (None when the row is not matched)."""
+
+    name: str
+    label: str
+    depth: int
+    matched: bool
+    spec_matmul: int
+    spec_params: int
+    spec_pointwise: dict[str, int]
+    real_matmul: int | None = None
+    real_reconciled: int | None = None
+    real_params: int | None = None
+    real_pointwise: dict[str, int] | None = None  # after the rules
+    status: str = "-"  # PASS, FAIL, moved (scope-boundary), or - (not matched)
+    rules: list[str] = field(default_factory=list)  # the spec's rules that hold in the real model here
+    merged: bool = False  # the gradient-reduction rule was needed
+    compare_pointwise: tuple[dict[str, int], dict[str, int]] | None = None  # (spec, real) with kinds merged
+
+    def diffs(self, rtol: float) -> dict[str, tuple[int, int]]:
+        """quantity -> (spec, real) for every quantity that differs ({} when not matched)."""
+        if not self.matched:
+            return {}
+        out: dict[str, tuple[int, int]] = {}
+        assert self.real_reconciled is not None and self.real_params is not None and self.real_pointwise is not None
+        if abs(self.real_reconciled - self.spec_matmul) > rtol * self.spec_matmul:
+            out[MATMUL] = (self.spec_matmul, self.real_reconciled)
+        if self.real_params != self.spec_params:
+            out[PARAMS] = (self.spec_params, self.real_params)
+        spec, real = self.compare_pointwise or (self.spec_pointwise, self.real_pointwise)
+        for kind in sorted(set(spec) | set(real)):
+            a, b = spec.get(kind, 0), real.get(kind, 0)
+            if a != b:
+                out[kind] = (a, b)
+        return out
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    rows: list[RowResult]  # walk order; the last one is the total
+    moved: list[tuple[str, str, int, int, str]] = field(default_factory=list)  # row, kind, spec, real, agrees at
+    failures: list[tuple[str, str, int, int]] = field(default_factory=list)  # row, kind, spec, real
+    unseen: list[tuple[str, str]] = field(default_factory=list)  # (row, rule) the real model does not show
+
+
+def _ints(d: Mapping[str, sympy.Expr], ev) -> dict[str, int]:
+    return {k: v for k, v in ((k, ev(e)) for k, e in sorted(d.items())) if v}
+
+
+def _chains(model: "Model", rowmap: RowMap) -> tuple[dict[str, list[str]], dict[int, str], list]:
+    """matched row -> its matched ancestors (nearest first, ending at the model row); id(node) ->
+    the matched row holding it (itself or its nearest matched ancestor); the walk."""
+    walk = list(walk(model.root))
+    chains: dict[str, list[str]] = {MODEL_ROW: []}
+    holder: dict[int, str] = {id(model.root): MODEL_ROW}
+    stack: list[tuple[int, str]] = []  # (depth, matched row) of the enclosing matched rows
+    for node, depth, _, _ in walk:
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        enclosing = stack[-1][1] if stack else MODEL_ROW
+        if node.name in rowmap.matches and node.name != enclosing:
+            chains[node.name] = [enclosing] + chains[enclosing]
+            stack.append((depth, node.name))
+            holder[id(node)] = node.name
+        else:
+            holder[id(node)] = enclosing
+    return chains, holder, walk
+
+
+GRADIENT_REDUCTION = ("gradient-reduction", "bias_grad and scatter_add both add output-gradient elements into a "
+                      "parameter, one add per element: a table the real model reads by lookup (nn.Embedding of "
+                      "positions) where the spec adds it by broadcast (or the reverse) moves elements between the two")
+REDUCTION_KINDS = ("bias_grad", "scatter_add")
+
+
+def _merged(pointwise: Mapping[str, int]) -> dict[str, int]:
+    out = {k: v for k, v in pointwise.items() if k not in REDUCTION_KINDS}
+    total = sum(pointwise.get(k, 0) for k in REDUCTION_KINDS)
+    if total:
+        out["+".join(REDUCTION_KINDS)] = total
+    return out
+
+
+def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amounts: dict[str, _Amount],
+                  real_params: dict[str, int], applied: list[Applied], rtol: float) -> PhaseResult:
+    """`real_amounts` / `real_params`: by matched row (work attributed to the row itself);
+    `applied`: the spec ops' reconciliation rules for this phase, by validate slot.
+
+    The rules describe how torch runs the spec's own module; a real model may run that piece
+    another way (a position table looked up, not broadcast). Per row, the largest set of rules
+    under which the row agrees is used (all of them when none does); rules left out are listed as
+    not seen in the real model, and the gradient-reduction rule is used only where it is needed."""
+    ev = evaluator(values)
+    chains, holder, walk = _chains(model, rowmap)
+    slot_row: dict[str, str] = {}
+    for node, _, _, _ in walk:
+        slot_row.setdefault(slot_of(node), holder[id(node)])
+    rule_by_row: dict[str, dict[str, _Amount]] = {}
+    for a in applied:
+        amount = rule_by_row.setdefault(slot_row.get(a.row, MODEL_ROW), {}).setdefault(a.rule, _Amount())
+        amount.add(a.matmul, a.pointwise)
+
+    def in_subtree(r: str, row: str) -> bool:
+        return row == MODEL_ROW or r == row or row in chains.get(r, [MODEL_ROW])
+
+    rows: list[RowResult] = []
+    for node, depth, mult, in_rg in walk:
+        rows.append(_row(node, depth, node_cost(node, phase, mult, in_rg),
+                         ev(node_cost(node, "forward", mult, in_rg).params), ev))
+    rows.append(_row(model.root, 0, model.cost(phase), ev(model.cost("forward").params), ev, label="total"))
+    rows[-1].name = MODEL_ROW
+    result = PhaseResult(phase, rows)
+    decided: dict[tuple[str, str], bool] = {}  # (rule, row it lands in) -> applied, decided deepest first
+    for row in reversed(rows):  # pre-order reversed: a row after every row below it
+        if row.name not in rowmap.matches:
+            continue
+        real = _Amount()
+        for r, amount in real_amounts.items():
+            if in_subtree(r, row.name):
+                real += amount
+        rules = {(rule, r): amount for r, by_rule in rule_by_row.items() if in_subtree(r, row.name)
+                 for rule, amount in by_rule.items()}
+        row.matched = True
+        row.real_matmul = real.matmul
+        row.real_params = sum(n for r, n in real_params.items() if in_subtree(r, row.name))
+        _fit(row, real, rules, decided, rtol)
+    result.unseen = [(origin, rule) for (rule, origin), used in decided.items() if not used]
+    by_name = {r.name: r for r in rows[:-1]}
+    by_name[MODEL_ROW] = rows[-1]
+    for row in rows:
+        diffs = row.diffs(rtol)
+        if not row.matched:
+            continue
+        row.status = "PASS"
+        for kind, (spec_n, real_n) in diffs.items():
+            agrees = next((anc for anc in chains.get(row.name, []) if kind not in by_name[anc].diffs(rtol)), None)
+            if agrees is None:
+                row.status = "FAIL"
+                result.failures.append((row.name or "total", kind, spec_n, real_n))
+            else:
+                row.status = "moved" if row.status == "PASS" else row.status
+                result.moved.append((row.name, kind, spec_n, real_n, agrees or "total"))
+    return result
+
+
+def _fit(row: RowResult, real: _Amount, rules: dict[tuple[str, str], _Amount],
+         decided: dict[tuple[str, str], bool], rtol: float) -> None:
+    """Set the row's reconciled numbers under the largest set of its undecided rules (rules that land
+    in this row itself; those below were decided by their own rows) that makes it agree."""
+    def search(free: list[tuple[str, str]], fixed: list[_Amount]):
+        subsets = sorted((tuple(k for i, k in enumerate(free) if mask >> i & 1) for mask in range(2 ** len(free))),
+                         key=lambda t: -len(t))
+        for merge in (False, True):
+            for subset in subsets:
+                _apply(row, real, fixed + [rules[k] for k in subset], merge)
+                if not row.diffs(rtol):
+                    return subset, merge
+        return None
+
+    free = sorted(key for key in rules if key not in decided)
+    chosen = search(free, [amount for key, amount in rules.items() if decided.get(key)])
+    if chosen is None and len(rules) <= 8:  # a rule decided in a row where its work does not run: decide again
+        free = sorted(rules)
+        chosen = search(free, [])
+    subset, merge = chosen or (tuple(free), False)
+    _apply(row, real, [amount for key, amount in rules.items() if key not in free and decided.get(key)]
+           + [rules[k] for k in subset], merge)
+    for key in free:
+        decided[key] = key in subset
+    row.rules, row.merged = sorted({rule for (rule, _), used in decided.items() if used and (rule, _) in rules}), merge
+
+
+def _apply(row: RowResult, real: _Amount, deltas: list[_Amount], merge: bool) -> None:
+    pw = Counter(real.pointwise)
+    matmul = real.matmul
+    for d in deltas:
+        pw.subtract(d.pointwise)
+        matmul -= d.matmul
+    row.real_reconciled = matmul
+    row.real_pointwise = {k: v for k, v in sorted(pw.items()) if v}
+    row.compare_pointwise = (_merged(row.spec_pointwise), _merged(row.real_pointwise)) if merge else None
+
+
+def _row(node: Node, depth: int, cost, params: int, ev, label: str | None = None) -> RowResult:
+    matmul = ev(sum(cost.matmul.values(), sympy.Integer(0)))
+    return RowResult(node.name, label or node.label, depth, False, matmul, params, _ints(cost.pointwise, ev))
+
+
+def rule_deltas(model: "Model", phases: tuple[str, ...], sdpa_facts: dict[str, dict[int, dict]], device: str,
+                values) -> list[Applied]:
+    """The spec ops' named reconciliation rules (validate's), by slot and phase."""
+    return _reconciliations(list(walk(model.root)), phases, sdpa_facts, device, values)[1]
+
+
+def op_of_row(model: "Model", row: str) -> OpNode | None:
+    """The op node named `row` (a matched attention layer carries its SDPA facts), if it is one."""
+    for node, _, _, _ in walk(model.root):
+        if node.name == row and isinstance(node, OpNode):
+            return node
+        if node.name == row and isinstance(node, PartNode):
+            return node.owner
+    return None
