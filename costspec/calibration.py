@@ -167,13 +167,13 @@ def executed_slot(terms: "SlotTerms", coeffs: PhaseCoefficients | None) -> Execu
             out.uncalibrated.add("rho")
         else:
             out.cuda += coeffs.rho * terms.gemm_outputs
-    for kind, flops in terms.pointwise_flops.items():
+    for kind, kind_flops in terms.pointwise_flops.items():
         if kind in coeffs.kappa:
-            out.cuda += (1 + coeffs.kappa[kind]) * flops
+            out.cuda += (1 + coeffs.kappa[kind]) * kind_flops
         elif kind in coeffs.fused:
             continue  # ran inside the matmul kernels: already in epsilon
         else:
-            out.cuda += flops
+            out.cuda += kind_flops
             out.uncalibrated.add(f"kappa[{kind}]")
     return out
 

@@ -65,7 +65,8 @@ class Dims:
                         expr = candidate
         return expr
 
-    def values(self, bindings: Mapping[str, int] | None = None, where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:
+    def values(self, bindings: Mapping[str, int] | None = None,
+               where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:
         """Symbol -> value for every dim: defaults, overridden by `bindings`, derived ones computed."""
         bindings = dict(bindings or {})
         for name in bindings:

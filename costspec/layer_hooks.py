@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, ContextManager, Protocol
 
 from .walk import node_of
 
@@ -47,7 +47,7 @@ def layer_paths(model: "Model", module: "torch.nn.Module") -> dict[str, str]:
     from torch import nn
 
     out: dict[str, str] = {}
-    nodes: dict[str, object] = {}
+    nodes: dict[str | None, object] = {}
     for path, sub in module.named_modules():
         node = node_of(model.root, path)
         nodes[path] = node
@@ -150,7 +150,7 @@ class LayerHooks:
 
 
 def step(module: "torch.nn.Module", x: "torch.Tensor", train: bool,
-         region: Callable[[str], object] | None = None) -> None:
+         region: Callable[[str], ContextManager[object]] | None = None) -> None:
     """One step as costspec profiles and times it: forward; for train, the loss out.float().sum()
     and its backward. Each phase runs inside `region(name)` (NVTX phase ranges) when given.
     Forward-only steps run under torch.no_grad()."""

@@ -4,7 +4,6 @@ torch: `torch_build`). Nothing in the package below the CLI imports this module 
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -66,7 +65,8 @@ class Model:
         return walk(self.root)
 
     # -- binding ----------------------------------------------------------------------------
-    def bind(self, batch: int | None = None, sets: Mapping[str, int] | None = None) -> dict[sympy.Symbol, sympy.Integer]:
+    def bind(self, batch: int | None = None,
+             sets: Mapping[str, int] | None = None) -> dict[sympy.Symbol, sympy.Integer]:
         """Dim values for `--batch` (binds B) and `--set NAME=VALUE`, checked against the constraints."""
         bindings = dict(sets or {})
         if batch is not None:

@@ -90,7 +90,9 @@ def total_bytes(node: Node, pass_: Pass | str, mult: sympy.Expr, grad: GradState
 # Estimates
 # ----------------------------------------------------------------------------------------------
 def _leaf_precision(node: Node):
-    return node.owner.precision if isinstance(node, PartNode) else node.precision
+    op = node.owner if isinstance(node, PartNode) else node
+    assert isinstance(op, OpNode)
+    return op.precision
 
 
 def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: Fusion | str = Fusion.DEFAULT,
@@ -114,7 +116,7 @@ def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: Fu
                                     * efficiency.cuda) if row.cuda_flops else 0.0,
                 "memory": nbytes / (gpu.bandwidth * efficiency.memory) if nbytes else 0.0,
             }
-            bound = max(terms, key=terms.get)
+            bound = max(terms, key=lambda k: terms[k])
             times[i] = terms[bound]
             bounds[i] = {bound: times[i]} if times[i] else {}
             # Add this leaf's time and bound to every enclosing row (rows are pre-order).

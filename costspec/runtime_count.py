@@ -187,7 +187,7 @@ class PointwiseCounter(TorchDispatchMode):
         super().__init__()
         self.tracker, self.modules, self.root = tracker, modules, root
         self.phase = "forward"
-        self.pointwise = {p: defaultdict(Counter) for p in PASSES}
+        self.pointwise: dict[str, dict[str, Counter]] = {p: defaultdict(Counter) for p in PASSES}
         self.fused: dict[str, dict[str, dict[str, Counter]]] = {p: defaultdict(lambda: defaultdict(Counter))
                                                                  for p in PASSES}
         self.decomposed: dict[tuple[str, str], tuple[str, int]] = {}
@@ -257,7 +257,7 @@ def measure(module: torch.nn.Module, x: torch.Tensor, train: bool) -> Measuremen
             out = module(x)
             loss = out.float().sum() if train else None
             forward = copy.deepcopy(fc.get_flop_counts())
-            if train and loss.requires_grad:  # a model without parameters has no backward at all
+            if loss is not None and loss.requires_grad:  # a model without parameters has no backward at all
                 counter.phase = "backward"
                 loss.backward()
         counter.finish()

@@ -232,6 +232,7 @@ class RepeatNode(Node):
 
     def first_group(self) -> GroupNode:
         for group in self.children:
+            assert isinstance(group, GroupNode)
             if group.indices is None or 0 in group.indices:
                 return group
         raise AssertionError("a repeat without a group holding index 0")
@@ -441,7 +442,8 @@ class TreeBuilder:
             raise SpecError(f"unknown block '{block}'", where, f"a block from blocks: ({known})")
         if block in env.blocks_stack:
             cycle = " -> ".join(env.blocks_stack[env.blocks_stack.index(block):] + (block,))
-            raise SpecError(f"blocks use each other in a cycle: {cycle}", where, "blocks that do not contain themselves")
+            raise SpecError(f"blocks use each other in a cycle: {cycle}", where,
+                            "blocks that do not contain themselves")
         spec = self.blocks[block]
         layers, params = (spec, {}) if isinstance(spec, list) else (spec["layers"], spec.get("params", {}))
         unknown = set(args) - set(params)
@@ -456,10 +458,11 @@ class TreeBuilder:
             ppath = path[:-1] + ("args", pname) if given else ("blocks", block, "params", pname)
             # Arguments are expressions in the caller's scope; defaults in the dims' scope.
             scope = env.names if given else self.dims.symbols
-            raw_params[pname] = raw if not isinstance(raw, str) or raw not in env.raw_params else env.raw_params[raw]
-            if isinstance(raw_params[pname], bool):
-                names[pname] = sympy.true if raw_params[pname] else sympy.false
-            elif isinstance(raw_params[pname], str) and not _looks_numeric(raw_params[pname], scope):
+            value = raw if not isinstance(raw, str) or raw not in env.raw_params else env.raw_params[raw]
+            raw_params[pname] = value
+            if isinstance(value, bool):
+                names[pname] = sympy.true if value else sympy.false
+            elif isinstance(value, str) and not _looks_numeric(value, scope):
                 pass  # a string parameter (e.g. an activation name), usable by choice attributes
             else:
                 names[pname] = parse_expr(raw_params[pname], scope, self.locate(ppath))
@@ -487,13 +490,16 @@ class TreeBuilder:
         for j, variant in enumerate(variants):
             overlap = taken & set(variant["indices"])
             if overlap:
-                raise SpecError(f"index {sorted(overlap)[0]} is in two variants", self.locate(path + ("at", j, "indices")))
+                raise SpecError(f"index {sorted(overlap)[0]} is in two variants",
+                                self.locate(path + ("at", j, "indices")))
             taken |= set(variant["indices"])
         if taken:
             largest = max(taken)
-            self.constraints.append(Constraint(sympy.Gt(times, largest), "variant index {i} is not below repeat count {n}",
+            self.constraints.append(Constraint(sympy.Gt(times, largest),
+                                               "variant index {i} is not below repeat count {n}",
                                                self.locate(path + ("at",)), {"i": sympy.Integer(largest), "n": times}))
-        groups = [(variant.get("name") or "[" + ",".join(map(str, variant["indices"])) + "]",
+        groups: list[tuple[str, tuple[int, ...] | None, dict, tuple]] = [
+                  (variant.get("name") or "[" + ",".join(map(str, variant["indices"])) + "]",
                    tuple(variant["indices"]), {**layer.get("args", {}), **variant.get("args", {})}, path + ("at", j))
                   for j, variant in enumerate(variants)]
         rest = times - len(taken)
@@ -516,6 +522,7 @@ class TreeBuilder:
                                 self.locate(path + ("body",)), "a body whose output can feed its input")
             out = group_out
             node.children.append(group)
+        assert out is not None  # a repeat has at least one group (variants, or the others)
         return node, out
 
 

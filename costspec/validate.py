@@ -115,6 +115,10 @@ class _Amount:
         self.matmul += matmul
         self.pointwise.update(pointwise)
 
+    def __iadd__(self, other: _Amount) -> _Amount:
+        self.add(other.matmul, other.pointwise)
+        return self
+
 
 def _ints(cost_matmul: Mapping, cost_pointwise: Mapping, values) -> tuple[int, dict[str, int]]:
     ev = evaluator(values)
@@ -261,7 +265,7 @@ def _check_row(name: str, label: str, depth: int, analytic: int, pointwise: dict
 def _table(model: Model, rows: list[RowLayout], phase: str, got: dict[str, _Amount], deltas: dict[str, _Amount],
            values, rtol: float) -> Table:
     def measured_of(slots) -> tuple[int, int, dict[str, int]]:
-        raw, rec, pw = 0, 0, Counter()
+        raw, rec, pw = 0, 0, Counter[str]()
         for slot in slots:
             g, d = got.get(slot, _Amount()), deltas.get(slot, _Amount())
             raw += g.matmul

@@ -176,6 +176,7 @@ def layout(root: Node, merge_own: bool = False) -> list[RowLayout]:
     for step in walk(root):
         node = step.node
         if merge_own and isinstance(node, PartNode) and is_own(node):
+            owner_parts = node.owner.children
             slot = slot_of(node)
             if slot in merged:
                 prev = rows[merged[slot]]
@@ -183,7 +184,7 @@ def layout(root: Node, merge_own: bool = False) -> list[RowLayout]:
                                                prev.steps + (step,))
                 continue
             merged[slot] = len(rows)
-            own = [p.local for p in node.owner.children if is_own(p)]
+            own = [p.local for p in owner_parts if isinstance(p, PartNode) and is_own(p)]
             rows.append(RowLayout(slot, "+".join(own), step.depth, "part", frozenset({slot}), (step,)))
             continue
         rows.append(RowLayout(node.name, node.label, step.depth, node.kind, frozenset(slots_under(node)), (step,)))

@@ -12,7 +12,7 @@ import costspec
 from costspec.export.latex import label_key, render_latex, tex_escape
 from costspec.formula import formulas
 
-from conftest import ROOT, SPECS
+from conftest import SPECS
 
 LABEL = re.compile(r"\\label\{([^}]*)\}")
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
 
-from ..errors import MismatchError, UsageError
+from ..errors import MismatchError
 from ..validate import Applied, _Amount
 from ..vocab import RUNNABLE_PASSES, FusedRun, Pass
 from .constants import ConstantOps
@@ -204,7 +204,7 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
     rowmap.unmatched_real = [p for p in rowmap.unmatched_real if ignore_of(p) is None]
     applied = rule_deltas(model, phases, facts, device, values) + _extra_rules(entries, real.order, rowmap, phases,
                                                                                values)
-    results = {phase: compare_phase(model, values, rowmap, phase, amounts[phase], params,
+    results: dict[str, PhaseResult] = {str(phase): compare_phase(model, values, rowmap, phase, amounts[phase], params,
                                     [a for a in applied if a.phase == phase], rtol) for phase in phases}
     problems, attribution = _row_problems(measured.problems, rowmap, results)
     problems += [f"ignore: {e.pattern} matches no module of the real model"

@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
-from ..walk import node_cost, walk
+from ..walk import node_cost, slot_of, walk
 from ..torch_build import evaluator
 from ..tree import Node, OpNode, PartNode
 from ..validate import Applied, _Amount, _reconciliations
-from ..walk import slot_of
 from .mapping import MODEL_ROW, RowMap
 
 if TYPE_CHECKING:
@@ -85,11 +84,11 @@ def _ints(d: Mapping[str, sympy.Expr], ev) -> dict[str, int]:
 def _chains(model: "Model", rowmap: RowMap) -> tuple[dict[str, list[str]], dict[int, str], list]:
     """matched row -> its matched ancestors (nearest first, ending at the model row); id(node) ->
     the matched row holding it (itself or its nearest matched ancestor); the walk."""
-    walk = list(walk(model.root))
+    steps = list(walk(model.root))
     chains: dict[str, list[str]] = {MODEL_ROW: []}
     holder: dict[int, str] = {id(model.root): MODEL_ROW}
     stack: list[tuple[int, str]] = []  # (depth, matched row) of the enclosing matched rows
-    for node, depth, _, _ in walk:
+    for node, depth, _, _ in steps:
         while stack and stack[-1][0] >= depth:
             stack.pop()
         enclosing = stack[-1][1] if stack else MODEL_ROW
@@ -99,7 +98,7 @@ def _chains(model: "Model", rowmap: RowMap) -> tuple[dict[str, list[str]], dict[
             holder[id(node)] = node.name
         else:
             holder[id(node)] = enclosing
-    return chains, holder, walk
+    return chains, holder, steps
 
 
 GRADIENT_REDUCTION = ("gradient-reduction", "bias_grad and scatter_add both add output-gradient elements into a "
@@ -126,9 +125,9 @@ def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amoun
     under which the row agrees is used (all of them when none does); rules left out are listed as
     not seen in the real model, and the gradient-reduction rule is used only where it is needed."""
     ev = evaluator(values)
-    chains, holder, walk = _chains(model, rowmap)
+    chains, holder, steps = _chains(model, rowmap)
     slot_row: dict[str, str] = {}
-    for node, _, _, _ in walk:
+    for node, _, _, _ in steps:
         slot_row.setdefault(slot_of(node), holder[id(node)])
     rule_by_row: dict[str, dict[str, _Amount]] = {}
     for a in applied:
@@ -139,7 +138,7 @@ def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amoun
         return row == MODEL_ROW or r == row or row in chains.get(r, [MODEL_ROW])
 
     rows: list[RowResult] = []
-    for node, depth, mult, in_rg in walk:
+    for node, depth, mult, in_rg in steps:
         rows.append(_row(node, depth, node_cost(node, phase, mult, in_rg),
                          ev(node_cost(node, "forward", mult, in_rg).params), ev))
     rows.append(_row(model.root, 0, model.cost(phase), ev(model.cost("forward").params), ev, label="total"))

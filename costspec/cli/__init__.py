@@ -21,7 +21,19 @@ def cli() -> None:
 
 def _register() -> None:
     # Explicit list (no discovery). Commands that need torch import it inside the command.
-    from . import check, eval_cmd, formula_cmd, gpus_cmd, latex_cmd, ncu_cmd, roofline_cmd, sweep_cmd, time_cmd, torch_cmd, validate_cmd  # noqa: F401
+    from . import (  # noqa: F401
+        check,
+        eval_cmd,
+        formula_cmd,
+        gpus_cmd,
+        latex_cmd,
+        ncu_cmd,
+        roofline_cmd,
+        sweep_cmd,
+        time_cmd,
+        torch_cmd,
+        validate_cmd,
+    )
     from . import init_cmd, report_cmd, zoo_cmd  # noqa: F401  (issue 18)
 
 

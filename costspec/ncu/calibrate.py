@@ -80,7 +80,7 @@ def _matmul_class(kernel: Kernel, classes: Sequence[str], terms: SlotTerms) -> s
     if len(classes) == 1:
         return classes[0]
     wanted = MATMUL_KERNEL_CLASSES.get(kernel.kclass)
-    return wanted if wanted in classes else max(classes, key=lambda c: terms.matmul[c])
+    return wanted if wanted is not None and wanted in classes else max(classes, key=lambda c: terms.matmul[c])
 
 
 def bucket_phase(measured: Measured, phase: str) -> PhaseBuckets:
@@ -131,18 +131,18 @@ def bucket_phase(measured: Measured, phase: str) -> PhaseBuckets:
             no_term.extend((k, f"pointwise kernel in '{name}', which has no pointwise work") for k in pointwise)
             continue
         if not pointwise and classes:
-            for kind, flops in kind_flops.items():
-                fused[kind].analytic += flops
+            for kind, priced in kind_flops.items():
+                fused[kind].analytic += priced
                 fused[kind].slots.add(name)
             continue
         slot_measured = Fraction(sum(k.flops for k in pointwise))
         slot_analytic = sum(kind_flops.values(), Fraction(0))
         if len(kind_flops) > 1:
             shared.append(name)
-        for kind, flops in kind_flops.items():
+        for kind, priced in kind_flops.items():
             b = kinds[kind]
-            b.measured += slot_measured * flops / slot_analytic
-            b.analytic += flops
+            b.measured += slot_measured * priced / slot_analytic
+            b.analytic += priced
             b.slots.add(name)
             for k in pointwise:
                 b.kernels[k.short] += 1
@@ -209,14 +209,14 @@ def _phase_dict(b: PhaseBuckets, c: PhaseCoefficients, table: Mapping) -> dict:
                     "note": "no kernel of its own in these slots: its work ran inside their matmul kernels "
                             "(epilogue) or split-K reduces, so epsilon and rho hold it; nothing is added on top"}
              for kind, m in sorted(b.fused.items()) if kind in c.fused}
-    no_term = Counter()
+    no_term: Counter[str] = Counter()
     for k, _ in b.no_term:
         no_term[k.short] += k.flops
-    outside = Counter()
+    outside: Counter[str] = Counter()
     for k in b.outside:
         outside[f"{k.short} [{' / '.join(k.stack) or 'no NVTX range'}]"] += k.flops
     recon = reconstruct(b, c)
-    out = {
+    out: dict[str, object] = {
         "epsilon": eps,
         "rho": rho,
         "kappa": kappa,

@@ -13,10 +13,8 @@ instruction count); `compare` reports, it does not judge: its exit code is 0.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 from ..calibration import Calibration, Executed, executed_slot
 from ..export.render import render
@@ -60,7 +58,7 @@ class Comparison:
         return {phase: list(t.all_rows()) for phase, t in self.tables.items()}
 
 
-def _measured_by_slot(kernels: list[Kernel]) -> dict[str, tuple[int, int, int]]:
+def _measured_by_slot(kernels: list[Kernel]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for k in kernels:
         key = k.slot if k.slot is not None else UNATTRIBUTED
@@ -68,7 +66,7 @@ def _measured_by_slot(kernels: list[Kernel]) -> dict[str, tuple[int, int, int]]:
         acc[0] += 1
         acc[1] += k.tensor
         acc[2] += k.cuda
-    return {s: tuple(v) for s, v in out.items()}
+    return out
 
 
 def compare(measured: Measured, calibration: Calibration | None = None) -> Comparison:
@@ -87,7 +85,7 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
         if calibration and coeffs is None:
             notes.append(f"{calibration.source} has no {phase} coefficients: {phase} residuals are uncalibrated")
         executed = {name: executed_slot(t, coeffs) for name, t in slots.items()} if calibration else {}
-        no_term_by_slot = Counter()
+        no_term_by_slot: Counter[str] = Counter()
         grouped: dict[tuple, list] = {}
         for k in measured.attribution.of(phase):
             if k.slot is not None and k.role == "splitk":
@@ -110,7 +108,7 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
             for slot in names:
                 if slot in got:
                     n, tc, cuda = n + got[slot][0], tc + got[slot][1], cuda + got[slot][2]
-            values = {"kernels": n, "no_term": sum(no_term_by_slot[s] for s in names),
+            values: dict[str, object] = {"kernels": n, "no_term": sum(no_term_by_slot[s] for s in names),
                       "tc_analytic": terms.tc, "tc_measured": tc, "tc_rel_diff": rel(tc, terms.tc),
                       "cuda_analytic": terms.cuda, "cuda_measured": cuda, "cuda_rel_diff": rel(cuda, terms.cuda),
                       "analytic": terms.tc + terms.cuda, "measured": tc + cuda}
@@ -119,8 +117,8 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
                 for slot in names:
                     if slot in executed:
                         done += executed[slot]
-                values["executed"] = done.total + sum(_no_term_flops(buckets, slot) for slot in names)
-                values["residual"] = tc + cuda - values["executed"]
+                executed_total = done.total + sum(_no_term_flops(buckets, slot) for slot in names)
+                values["executed"], values["residual"] = executed_total, tc + cuda - executed_total
             return Row(name, label, depth, values)
 
         phase_rows = [row(r.name, r.label, r.depth, r.slots) for r in layout]

@@ -66,7 +66,8 @@ def _merge_bindings(sidecars: Sequence[dict | None], batch: int | None, sets: Ma
     for sidecar in sidecars:
         for name, value in ((sidecar or {}).get("bind") or {}).items():
             if name in bind and bind[name] != value:
-                raise UsageError(f"the sidecars disagree on dim {name} ({bind[name]} vs {value}); pass --set {name}=...")
+                raise UsageError(f"the sidecars disagree on dim {name} ({bind[name]} vs {value}); "
+                                 f"pass --set {name}=...")
             bind[name] = int(value)
     bind.update(sets or {})
     if batch is not None:

@@ -40,16 +40,15 @@ The push/pop functions are injected (`Recorder`): `TorchNvtx` uses ``torch.cuda.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator, Protocol
 
 from ..layer_hooks import (BACKWARD_RANGE, FORWARD_RANGE, LOSS_RANGE, LayerHooks, LayerListener, layer_paths,
                            step)
 
 if TYPE_CHECKING:
-    import torch
 
-    from ..model import Model
+    pass
 
 
 

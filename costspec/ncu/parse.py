@@ -219,7 +219,10 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
 
     Supported format, as ncu 2021-2026 prints it after CSV unquoting::
 
-        4242  "<default domain>:toy:none:none:none:none:none:none"  "<default domain>:layers.0.fc:none:none:none:none:none:none"
+        4242  "<default domain>:toy:none:none:none:none:none:none"
+              "<default domain>:layers.0.fc:none:none:none:none:none:none"
+
+    (one line in the cell; broken here)
 
     A leading integer (the thread id, or the process id under ``--nvtx-push-pop-scope
     process``) is followed by one double-quoted entry per open range. Each entry is

@@ -9,7 +9,7 @@ pointwise kinds with the cost table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence, TypeAlias
 
 import sympy
 
@@ -19,15 +19,16 @@ from ..errors import Location, SpecError
 if TYPE_CHECKING:  # torch stays out of the import graph of eval/check
     import torch
 
-Expr = sympy.Expr
-Shape = tuple  # tuple of sympy expressions
+Expr: TypeAlias = sympy.Expr
+Shape: TypeAlias = tuple  # tuple of sympy expressions
 ZERO = sympy.Integer(0)
+ONE = sympy.Integer(1)
 
 
 # ----------------------------------------------------------------------------------------------
 # Work: engine-neutral, symbolic
 # ----------------------------------------------------------------------------------------------
-def _merge(a: Mapping[str, Expr], b: Mapping[str, Expr], k: Expr = sympy.Integer(1)) -> dict[str, Expr]:
+def _merge(a: Mapping[str, Expr], b: Mapping[str, Expr], k: Expr = ONE) -> dict[str, Expr]:
     out = dict(a)
     for key, value in b.items():
         out[key] = out.get(key, ZERO) + k * value

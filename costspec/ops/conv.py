@@ -19,7 +19,6 @@ from .base import (
     numel,
     pointwise,
     requires,
-    same_size,
 )
 from .registry import register_op
 
@@ -91,7 +90,8 @@ class Conv2d(OpDef):
     def constraints(self, call: OpCall):
         a = call.attrs
         cin = call.in_shape[1]
-        return [Constraint(sympy.Eq(sympy.Mod(cin, a.groups), 0), "input channels {cin} not divisible by groups {groups}",
+        return [Constraint(sympy.Eq(sympy.Mod(cin, a.groups), 0),
+                           "input channels {cin} not divisible by groups {groups}",
                            a.where("groups"), {"cin": cin, "groups": a.groups}),
                 Constraint(sympy.Eq(sympy.Mod(a.out, a.groups), 0), "out {out} not divisible by groups {groups}",
                            a.where("groups"), {"out": a.out, "groups": a.groups})]

@@ -1,12 +1,12 @@
 """Normalisations: `layernorm` (last dim), `layernorm2d` (channel dim of NCHW), `rmsnorm`."""
 from __future__ import annotations
 
-from .base import Attr, OpCall, OpDef, Part, Runtime, Work, numel, pointwise, requires
+from .base import Attr, OpCall, OpDef, Part, Runtime, numel, pointwise, requires
+from .registry import register_op
 
 # one native_layer_norm kernel per call, forward and backward (nn.LayerNorm, F.layer_norm)
 _LAYER_NORM_RUNTIME = Runtime(aten={"aten.native_layer_norm": "layernorm",
                                     "aten.native_layer_norm_backward": "layernorm_backward"})
-from .registry import register_op
 
 
 class _Norm(OpDef):

@@ -131,7 +131,8 @@ def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecErr
     if kind == "minimum":
         return SpecError(f"{_show(value)} is too small", where, expected or f"at least {error.validator_value}")
     if kind == "pattern":
-        return SpecError(f"bad name {_show(value)}", where, "a name of letters, digits and _, not starting with a digit")
+        return SpecError(f"bad name {_show(value)}", where,
+                         "a name of letters, digits and _, not starting with a digit")
     if kind == "minItems":
         return SpecError("empty list", where, f"at least {error.validator_value} item(s)")
     if kind in ("maxItems", "uniqueItems", "minLength", "minProperties"):
