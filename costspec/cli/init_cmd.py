@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli
+from . import cli, options
 
 
 @cli.command("init")
@@ -13,9 +13,15 @@ from . import cli
 @click.option("--schema", default=None, metavar="PATH_OR_URL",
               help="Schema reference for the `# yaml-language-server: $schema=` line (default: the copy shipped "
                    "with costspec, relative to the new file).")
-def init_command(name, output, schema):
+@options.output_format("table", "json")
+def init_command(name, output, schema, fmt):
     """Write NAME.yaml: a small transformer spec with comments, ready for `costspec eval`; never overwrites."""
     from ..starter import write_starter
 
     path = write_starter(name, output, schema)
-    click.echo(f"wrote {path}; try: costspec eval {path} --batch 8", err=True)
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps({"written": str(path), "next": f"costspec eval {path} --batch 8"}, indent=2))
+    else:
+        click.echo(f"wrote {path}; try: costspec eval {path} --batch 8", err=True)

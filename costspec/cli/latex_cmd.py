@@ -10,13 +10,21 @@ from . import cli, options
 @options.closed_forms
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), help="Write to FILE, not stdout.")
 @click.option("--standalone", is_flag=True, help="A complete document that pdflatex compiles.")
-def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone):
+@click.option("--format", "fmt", type=click.Choice(["latex", "json"]), default="latex", show_default=True,
+              help="latex: the align environment; json: each formula's LaTeX and sympy text (as `formula`).")
+def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone, fmt):
     """LaTeX formulas of SPEC: one row per top-level layer (every level with --per-layer), subtotals, total."""
     from ..export.latex import render_latex
     from ..formula import formulas
     from ..model import load
 
-    text = render_latex(formulas(load(spec), pass_, keep, expand, sets, depth=None if per_layer else 1), standalone)
+    result = formulas(load(spec), pass_, keep, expand, sets, depth=None if per_layer else 1)
+    if fmt == "json":
+        from ..export.formulas import render_json
+
+        text = render_json(result) + "\n"
+    else:
+        text = render_latex(result, standalone)
     if output:
         with open(output, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -33,7 +33,8 @@ def ncu_group() -> None:
 @click.option("--arch", default=None, help="Target compute capability for --print-command, e.g. 9.0 or 8.0.")
 @options.gpu(required=False)
 @click.option("--ncu", "ncu", default="ncu", show_default=True, help="The ncu executable.")
-def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arch, gpu, catalog, ncu):
+@options.output_format("table", "json")
+def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arch, gpu, catalog, ncu, fmt):
     """Profile one step of SPEC's torch module under ncu; writes OUT.csv and the sidecar OUT.json."""
     from ..model import load
     from ..ncu.run import PRINT_COMMAND_HINT, detect_gpu, execute, find_ncu, format_plan, plan_run, resolve_arch
@@ -48,11 +49,23 @@ def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arc
         out = f"{Path(spec).stem}.ncu.csv"
     plan = plan_run(spec, out, cc, batch, sets, pass_, dtype or str(model.precision), warmup, ncu)
     if print_command:
-        click.echo(format_plan(plan))
+        if fmt == "json":
+            import json
+
+            click.echo(json.dumps({"command": plan.command, "env": plan.env, "csv": str(plan.csv),
+                                   "report": str(plan.report), "sidecar": str(plan.sidecar),
+                                   "export_details": plan.export_details, "compute_capability": plan.cc}, indent=2))
+        else:
+            click.echo(format_plan(plan))
         return
     detect_gpu(PRINT_COMMAND_HINT)
     sidecar = execute(plan, find_ncu(ncu))
-    click.echo(f"wrote {plan.csv} ({sidecar['kernels']} kernels), {plan.sidecar}, {plan.report}")
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(sidecar, indent=2))
+    else:
+        click.echo(f"wrote {plan.csv} ({sidecar['kernels']} kernels), {plan.sidecar}, {plan.report}")
 
 
 @ncu_group.command("show")

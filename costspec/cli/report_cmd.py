@@ -24,8 +24,9 @@ from . import cli, options
               help="A `costspec ncu compare --format json` output to show as the Nsight Compute section.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="report.html")
+@options.output_format("table", "json")
 def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, efficiency, varies, validation, compare,
-                   quiet, output):
+                   quiet, output, fmt):
     """Write SPEC's costs as one HTML page (no network needed to view it: CSS, JS, SVG and MathML inline)."""
     from ..errors import UsageError
     from ..export.html_page import render_page
@@ -48,4 +49,10 @@ def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, effici
     page = render_page(data)
     with open(output, "w", encoding="utf-8") as f:
         f.write(page)
-    click.echo(f"wrote {output} ({len(page) / 1024:.0f} KiB): {len(data.report.rows)} layers", err=True)
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps({"written": output, "bytes": len(page.encode("utf-8")), "spec": model.name,
+                               "layers": len(data.report.rows)}, indent=2))
+    else:
+        click.echo(f"wrote {output} ({len(page) / 1024:.0f} KiB): {len(data.report.rows)} layers", err=True)

@@ -16,7 +16,9 @@ from . import cli, options
 @options.efficiency
 @click.option("--depth", type=click.IntRange(min=1), default=3, show_default=True, help="Tree levels to plot.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="roofline.png or .svg")
-def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency, depth, output):
+@click.option("--format", "fmt", type=click.Choice(["none", "table", "json", "csv", "markdown"]), default="none",
+              show_default=True, help="Also print the plotted rows (bytes, intensity, bound, time) in this format.")
+def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency, depth, output, fmt):
     """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof)."""
     from ..export.roofline_plot import plot_roofline
     from ..gpus import get_gpu
@@ -29,3 +31,8 @@ def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency,
     roof = estimate(model, report, values, get_gpu(gpu, catalog), fusion, efficiency)
     plot_roofline(report, roof, model.precision.dtype, output, depth)
     click.echo(f"wrote {output}: {len(report.rows)} layers, estimated {roof.time_s * 1e3:.4g} ms", err=True)
+    if fmt != "none":
+        from ..export.render import render
+        from ..export.report import eval_result
+
+        click.echo(render(eval_result(report, depth, roof), fmt))

@@ -77,7 +77,8 @@ def render_table(result: Result) -> str:
         rule = "  ".join("-" * w for w in widths)
         out = [head] + body
         for i, line in enumerate(out):
-            text = "  ".join([line[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(line[1:], widths[1:])])
+            cells = [c.ljust(w) if col.kind == "text" else c.rjust(w) for c, w, col in zip(line[1:], widths[1:], shown)]
+            text = "  ".join([line[0].ljust(widths[0])] + cells)
             lines.append(text.rstrip())
             if i == 0 or (table.total is not None and i == len(out) - 2):
                 lines.append(rule)
