@@ -9,6 +9,7 @@ import sympy
 from sympy.parsing.latex import parse_latex
 
 import costspec
+from costspec.walk import node_cost
 from costspec.export.latex import label_key, render_latex, tex_escape
 from costspec.formula import formulas
 
@@ -68,10 +69,10 @@ def check_round_trip(model, pass_, **options):
                 key("total"): (result.total, model.cost(pass_).flops, report.total),
                 key("params"): (result.params, model.cost("forward").params, forward.params)}
     rows = {r.name: r for r in report.rows}
-    engine = {node.name: costspec.model.node_cost(node, pass_, mult, rg) for node, _, mult, rg in model.walk()}
+    engine = {node.name: node_cost(node, pass_, mult, rg) for node, _, mult, rg in model.walk()}
     for row in result.rows:
         for section in ("tc", "cuda"):
-            number = getattr(rows[row.name], section)
+            number = getattr(rows[row.name], f"{section}_flops")
             expected[key(section, row.name)] = (getattr(row, section), getattr(engine[row.name], section), number)
     found = equations(render_latex(result))
     substituted = {d.symbol: d.value for d in result.symbols.dims if d.role == "substituted"}
