@@ -30,7 +30,8 @@ class Sdpa:
     sk: Expr
     d: Expr
     dv: Expr
-    gqa: bool = False  # kv < h: each k/v head serves h/kv query heads
+    gqa: bool = False  # kv may be < h: each k/v head serves h/kv query heads
+    grouped: Expr = sympy.Integer(1)  # 1 when kv < h, 0 when kv == h (see _Geom.grouped), with gqa
     causal: bool = False
     useful: bool = False  # causal_flops: useful -- matmuls over the unmasked pairs only
     bias: bool = False  # an additive float bias on every score (SAM's relative positions)
@@ -85,7 +86,7 @@ def sdpa_backward(a: Sdpa, backend: str) -> Work:
     if a.causal and backend == "flash":
         work = work + pointwise("select", a.scores)
     if a.gqa:
-        work = work + pointwise("bias_grad", a.b * a.h * a.sk * (a.d + a.dv))
+        work = work + pointwise("bias_grad", a.grouped * a.b * a.h * a.sk * (a.d + a.dv))
     return work
 
 
@@ -141,7 +142,7 @@ class Attention(OpDef):
         Attr("head_dim", "size", "per-head dim d (default C / heads)",
              default=lambda shape, a: a["dim"] / a["heads"]),
         Attr("kv_heads", "size", "key/value heads (grouped-query attention when fewer than heads; it must "
-             "divide heads). Default: heads", default=lambda shape, a: a["heads"]),
+             "divide heads; 1 = multi-query, heads = multi-head, so one dim can sweep MQA -> MHA). Default: heads", default=lambda shape, a: a["heads"]),
         Attr("qkv_bias", "bool", "bias on the q/k/v projections", default=True),
         Attr("proj_bias", "bool", "bias on the output projection", default=True),
         Attr("fused_qkv", "bool", "one (C -> (h + 2*kv_heads)*d) projection instead of three", default=True),
@@ -173,6 +174,20 @@ class Attention(OpDef):
     def _gqa(self, call: OpCall) -> bool:
         return same_size(call.attrs.kv_heads, call.attrs.heads) is not True
 
+    def _grouped(self, call: OpCall) -> Expr:
+        """1 when kv_heads < heads, 0 when they are equal (multi-head attention: no group sum).
+
+        NB: kv_heads may be a dim that a sweep takes from 1 (MQA) up to heads (MHA); with
+        0 <= heads - kv_heads < heads, ceiling((heads - kv_heads) / heads) is that indicator as a
+        plain expression (exact at every binding, no Piecewise in formulas).
+        """
+        a = call.attrs
+        if not self._gqa(call):
+            return sympy.Integer(0)
+        if same_size(a.kv_heads, a.heads) is False and sympy.sympify(a.heads - a.kv_heads).is_number:
+            return sympy.Integer(1)
+        return sympy.ceiling((a.heads - a.kv_heads) / a.heads)
+
     def _geom(self, call: OpCall) -> _Geom:
         a = call.attrs
         b, s, c = call.in_shape
@@ -186,7 +201,8 @@ class Attention(OpDef):
 
     def _sdpa(self, call: OpCall) -> Sdpa:
         a, g = call.attrs, self._geom(call)
-        return Sdpa(g.nb, g.h, g.kv, g.t, g.t, g.d, g.d, gqa=self._gqa(call), causal=a.causal,
+        return Sdpa(g.nb, g.h, g.kv, g.t, g.t, g.d, g.d, gqa=self._gqa(call), grouped=self._grouped(call),
+                    causal=a.causal,
                     useful=a.causal and a.causal_flops == "useful", bias=a.rel_pos)
 
     def output_shape(self, call: OpCall):
@@ -203,10 +219,10 @@ class Attention(OpDef):
                           a.where("heads"), {"dim": a.dim, "heads": a.heads})]
         out += same_size_constraint(call, "dim", a.dim, call.in_shape[-1], "the input's last dim")
         if self._gqa(call):
-            out.append(Constraint(sympy.Eq(sympy.Mod(a.heads, a.kv_heads), 0) & sympy.Lt(a.kv_heads, a.heads),
-                                  "kv_heads {kv} must divide heads {heads} and be fewer (leave kv_heads out for "
-                                  "multi-head attention)", a.where("kv_heads"), {"kv": a.kv_heads, "heads": a.heads},
-                                  "a proper divisor of heads"))
+            out.append(Constraint(sympy.Eq(sympy.Mod(a.heads, a.kv_heads), 0) & sympy.Le(a.kv_heads, a.heads),
+                                  "kv_heads {kv} must divide heads {heads} (from 1, multi-query, up to heads, "
+                                  "multi-head)", a.where("kv_heads"), {"kv": a.kv_heads, "heads": a.heads},
+                                  "a divisor of heads"))
         if self._windowed(call) or a.rel_pos:
             gh, gw = _pair(a.grid)
             s = call.in_shape[1]
@@ -386,7 +402,7 @@ class Attention(OpDef):
         if pass_ == "forward":
             sdpa = Traffic("sdpa", g.nq + 2 * g.nk + bias + extra, g.nq + extra)
         else:
-            grouped = 2 * g.nq if shape.gqa else ZERO
+            grouped = 2 * g.nq * shape.grouped if shape.gqa else ZERO
             sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nk + bias + grouped + extra,
                            g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO))
         out = [linear_traffic(n, g.m, k, o, bias_, pass_, input_grad) for n, k, o, bias_ in qkv]
@@ -410,5 +426,5 @@ class Attention(OpDef):
         a, g = call.attrs, self._geom(call)
         grid = tuple(ev(x) for x in _pair(a.grid)) if (self._windowed(call) or a.rel_pos) else None
         return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), a.qkv_bias, a.proj_bias, a.fused_qkv,
-                             kv_heads=ev(a.kv_heads), gqa=self._gqa(call), window=ev(a.window), grid=grid,
+                             kv_heads=ev(a.kv_heads), gqa=ev(a.kv_heads) != ev(a.heads), window=ev(a.window), grid=grid,
                              rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal)
