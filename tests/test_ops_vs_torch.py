@@ -90,6 +90,41 @@ def _conv2d(draw):
     return dims, shape, pre + [{"conv2d": attrs}]
 
 
+@case("conv1d")
+def _conv1d(draw):
+    cin = draw(st.sampled_from([2, 4, 6]))
+    groups = draw(st.sampled_from([g for g in (1, 2, cin) if cin % g == 0]))
+    attrs = {"out": groups * draw(st.integers(1, 3)), "kernel": draw(st.integers(1, 3)),
+             "stride": draw(st.integers(1, 2)), "padding": draw(st.integers(0, 1)), "dilation": draw(st.integers(1, 2)),
+             "groups": groups, "bias": draw(st.booleans())}
+    pre = [{"conv1d": {"out": cin, "kernel": 1}}] if draw(st.booleans()) else []
+    return {"B": draw(st.integers(1, 3))}, ["B", cin, draw(st.integers(5, 9))], pre + [{"conv1d": attrs}]
+
+
+@case("conv3d")
+def _conv3d(draw):
+    cin = draw(st.sampled_from([2, 4]))
+    groups = draw(st.sampled_from([1, 2]))
+    attrs = {"out": groups * draw(st.integers(1, 2)), "kernel": [draw(st.integers(1, 2)) for _ in range(3)],
+             "stride": draw(st.sampled_from([1, 2, [1, 2, 2]])), "padding": draw(st.integers(0, 1)),
+             "groups": groups, "bias": draw(st.booleans())}
+    pre = [{"conv3d": {"out": cin, "kernel": 1}}] if draw(st.booleans()) else []
+    shape = ["B", cin] + [draw(st.integers(2, 4)) for _ in range(3)]
+    return {"B": draw(st.integers(1, 2))}, shape, pre + [{"conv3d": attrs}]
+
+
+@case("conv_transpose2d")
+def _conv_transpose2d(draw):
+    dims, shape = _image(draw, draw(st.sampled_from([2, 4])))
+    groups = draw(st.sampled_from([1, 2]))
+    stride = draw(st.integers(1, 2))
+    attrs = {"out": groups * draw(st.integers(1, 3)), "kernel": [draw(st.integers(1, 3)), draw(st.integers(1, 3))],
+             "stride": stride, "padding": draw(st.integers(0, 1)), "output_padding": draw(st.integers(0, stride - 1)),
+             "groups": groups, "bias": draw(st.booleans())}
+    pre = [{"conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
+    return dims, shape, pre + [{"conv_transpose2d": attrs}]
+
+
 @case("patch_embed")
 def _patch_embed(draw):
     p = draw(st.integers(1, 3))

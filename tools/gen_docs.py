@@ -39,14 +39,14 @@ CLI_MD = ROOT / "docs" / "cli.md"
 
 # Sample uses: dims as symbols with small defaults (so every constraint holds), required attributes
 # named after what they are. An op is shown on the first input shape it accepts.
-SAMPLE_DIMS = {"B": 2, "S": 16, "C": 8, "H": 8, "W": 8, "M": 4, "K": 8, "N": 4, "F": 16, "h": 2, "p": 2, "D": 8,
+SAMPLE_DIMS = {"B": 2, "S": 16, "C": 8, "H": 8, "W": 8, "T": 4, "M": 4, "K": 8, "N": 4, "F": 16, "h": 2, "p": 2, "D": 8,
                "V": 32, "k": 3}
-SAMPLE_SHAPES = (["B", "S", "C"], ["B", "C", "H", "W"], ["M", "K"], ["B", "S"])
+SAMPLE_SHAPES = (["B", "S", "C"], ["B", "C", "H", "W"], ["M", "K"], ["B", "S"], ["B", "C", "T", "H", "W"])
 LEADING_SHAPES = (["B", "S"],)
 SAMPLE_ATTRS = {"out": "N", "hidden": "F", "heads": "h", "patch": "p", "dim": "D", "vocab": "V", "kernel": "k",
                 "shape": ["B", -1], "axis0": 1, "axis1": 2}
 SHAPE_NAMES = {"B": "batch", "S": "tokens", "C": "channels / width", "H": "height", "W": "width", "M": "rows",
-               "K": "input features"}
+               "K": "input features", "T": "frames"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -119,7 +119,28 @@ def _sample(op: OpDef):
 
 
 def _expr(e) -> str:
-    return str(sympy.factor(sympy.sympify(e))) if sympy.sympify(e).free_symbols else str(e)
+    e = sympy.sympify(e)
+    return str(_positive_factors(sympy.factor(e))) if e.free_symbols else str(e)
+
+
+def _positive_factors(e):
+    """factor() writes an output size H - k + 1 as (-H + k - 1) and lets the signs of two such factors
+    cancel; flip each such factor (and its power) so sizes read as they are, the sign kept in front."""
+    if not e.is_Mul:
+        return e
+    sign, args = 1, []
+    for arg in e.args:
+        base, exp = (arg.base, arg.exp) if arg.is_Pow else (arg, sympy.Integer(1))
+        if arg.is_Number and arg < 0:
+            sign, arg = -sign, -arg
+        elif base.is_Add and base.could_extract_minus_sign() and exp.is_Integer:
+            sign *= (-1) ** int(exp)
+            arg = sympy.Pow(-base, exp, evaluate=False) if exp != 1 else -base
+        if arg != 1:
+            args.append(arg)
+    if sign < 0:
+        args.insert(0, sympy.Integer(-1))
+    return sympy.Mul(*args, evaluate=False)
 
 
 def _work_lines(parts, with_params: bool) -> list[str]:
