@@ -61,6 +61,28 @@ SIMPLE: dict[str, str] = {
 # the largest element count among them (= numel of the input).
 DECOMPOSED: dict[type, tuple[str, str]] = {torch.nn.RMSNorm: ("rmsnorm", "rmsnorm_backward")}
 
+# -- op families of issue 14 (h14; the lead moves these into the op definitions) --------------------
+SIMPLE.update({
+    "aten.native_group_norm": "groupnorm", "aten.native_group_norm_backward": "groupnorm_backward",
+})
+# aten op -> (argument index of its `training` flag, kind when training, kind in eval mode)
+BATCH_NORM: dict[str, tuple[int, str, str]] = {
+    "aten.native_batch_norm": (5, "batchnorm", "batchnorm_eval"),
+    "aten._native_batch_norm_legit": (5, "batchnorm", "batchnorm_eval"),
+    "aten._native_batch_norm_legit_no_training": (-1, "batchnorm", "batchnorm_eval"),
+    "aten.native_batch_norm_backward": (7, "batchnorm_backward", "batchnorm_eval_backward"),
+}
+
+
+def _issue14(name: str, args, kwargs, out) -> list[tuple[str, int]] | None:
+    """(kind, elements) of the aten ops the issue-14 op modules emit beyond SIMPLE, or None."""
+    if name in BATCH_NORM:
+        index, train, eval_ = BATCH_NORM[name]
+        training = index >= 0 and bool(args[index])
+        return [(train if training else eval_, _numel(args[0]))]
+    return None
+
+
 _SDPA_WORDS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 
 
@@ -85,6 +107,9 @@ def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[st
         return ("sdpa-counted" if packet in flop_registry else "sdpa-uncounted"), []
     if name in IGNORED:
         return "ignored", []
+    issue14 = _issue14(name, args, kwargs, out)
+    if issue14 is not None:
+        return "pointwise", issue14
     if name in SIMPLE:
         return "pointwise", [(SIMPLE[name], _numel(args[0] if name.endswith("_backward") else out))]
     if name in ("aten.gelu", "aten.gelu_backward"):

@@ -345,6 +345,28 @@ class Transpose(nn.Module):
         return f"{self.axis0}, {self.axis1}"
 
 
+# -- op families of issue 14 (conv/norm/pool/scale/shape/moe) ---------------------------------------
+class BatchNorm(nn.Module):
+    """F.batch_norm with running-statistics buffers (one native_batch_norm kernel), in train mode (batch
+    statistics, running stats updated inside the kernel) or eval mode (running statistics). Unlike
+    nn.BatchNorm*d it keeps no num_batches_tracked counter, whose scalar += 1 is no work of the op."""
+
+    def __init__(self, channels: int, eps: float, affine: bool, train: bool):
+        super().__init__()
+        self.eps, self.train_stats = eps, train
+        self.weight = nn.Parameter(torch.ones(channels)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(channels)) if affine else None
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, C, ...)
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.train_stats,
+                            0.1, self.eps)
+
+    def extra_repr(self) -> str:
+        return "train" if self.train_stats else "eval"
+
+
 # ----------------------------------------------------------------------------------------------
 # Containers (torch_build): a scope runs its steps in order
 # ----------------------------------------------------------------------------------------------

@@ -184,6 +184,28 @@ CASES["rmsnorm"] = _norm("rmsnorm", 3)
 CASES["layernorm2d"] = _norm("layernorm2d", 4)
 
 
+@case("batchnorm")
+def _batchnorm(draw):
+    rank = draw(st.integers(2, 5))
+    shape = [draw(st.integers(1, 3)) for _ in range(rank)]
+    shape[0] = draw(st.integers(2, 3))  # train mode needs more than one value per channel
+    attrs = {"mode": draw(st.sampled_from(["train", "eval"])), "affine": draw(st.booleans())}
+    pre = [{"conv1d": {"out": shape[1], "kernel": 1}}] if rank == 3 else [{"linear": {"out": shape[-1]}}]
+    return {}, shape, (pre if draw(st.booleans()) else []) + [{"batchnorm": attrs}, {"flatten": {"start": 0}},
+                                                               {"linear": {"out": 2}}]
+
+
+@case("groupnorm")
+def _groupnorm(draw):
+    groups = draw(st.integers(1, 3))
+    shape = [draw(small), groups * draw(st.integers(1, 2))] + [draw(small) for _ in range(draw(st.integers(0, 2)))]
+    if shape[1] // groups == 1 and len(shape) == 2 or all(d == 1 for d in shape[2:]):  # > 1 value per group
+        shape.append(2)
+    attrs = {"groups": groups, "affine": draw(st.booleans())}
+    pre = [{"linear": {"out": shape[-1]}}] if draw(st.booleans()) else []
+    return {}, shape, pre + [{"groupnorm": attrs}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}]
+
+
 @case("flatten")
 def _flatten(draw):
     start = draw(st.integers(0, 2))
