@@ -74,12 +74,40 @@ BATCH_NORM: dict[str, tuple[int, str, str]] = {
 }
 
 
+# pooling: aten op -> kind; elements = output elements x the kernel's (the window elements)
+POOL_WINDOWS: dict[str, str] = {
+    "aten.max_pool2d_with_indices": "max_pool", "aten.max_pool1d": "max_pool", "aten.max_pool2d": "max_pool",
+    "aten.avg_pool2d": "avg_pool", "aten.avg_pool1d": "avg_pool",
+}
+SIMPLE.update({
+    "aten.max_pool2d_with_indices_backward": "max_pool_backward",  # elements of the output gradient
+})
+
+
+def _kernel_elements(value) -> int:
+    sizes = list(value) if isinstance(value, (list, tuple)) else [value]
+    out = 1
+    for size in sizes:
+        out *= int(size)
+    return out
+
+
 def _issue14(name: str, args, kwargs, out) -> list[tuple[str, int]] | None:
     """(kind, elements) of the aten ops the issue-14 op modules emit beyond SIMPLE, or None."""
     if name in BATCH_NORM:
         index, train, eval_ = BATCH_NORM[name]
         training = index >= 0 and bool(args[index])
         return [(train if training else eval_, _numel(args[0]))]
+    if name in POOL_WINDOWS:
+        return [(POOL_WINDOWS[name], _numel(out) * _kernel_elements(args[1]))]
+    if name == "aten.avg_pool2d_backward":  # the output gradient spread over each window
+        return [("avg_pool_backward", _numel(args[0]) * _kernel_elements(args[2]))]
+    if name == "aten._adaptive_avg_pool2d_backward":  # even windows: every input element gets one add
+        return [("avg_pool_backward", _numel(out))]
+    if name in ("aten._adaptive_avg_pool2d", "aten.mean"):  # every input element added once
+        return [("avg_pool" if name.endswith("pool2d") else "mean", _numel(args[0]))]
+    if name in ("aten.div", "aten.div_") and _is_scalar(args[1]):  # e.g. mean's backward: g / count
+        return [("scale", _numel(out))]
     return None
 
 

@@ -367,6 +367,21 @@ class BatchNorm(nn.Module):
         return "train" if self.train_stats else "eval"
 
 
+
+class Mean(nn.Module):
+    """x.mean(axes, keepdim) (the `mean` and `global_avg_pool` ops)."""
+
+    def __init__(self, axes: Sequence[int], keepdim: bool = False):
+        super().__init__()
+        self.axes, self.keepdim = tuple(axes), keepdim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(self.axes, keepdim=self.keepdim)
+
+    def extra_repr(self) -> str:
+        return f"{list(self.axes)}, keepdim={self.keepdim}"
+
+
 # ----------------------------------------------------------------------------------------------
 # Containers (torch_build): a scope runs its steps in order
 # ----------------------------------------------------------------------------------------------

@@ -125,6 +125,56 @@ def _conv_transpose2d(draw):
     return dims, shape, pre + [{"conv_transpose2d": attrs}]
 
 
+def _pool(name, spatial):
+    def draw_case(draw):
+        kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+        attrs = {"kernel": kernel[0] if spatial == 1 or draw(st.booleans()) else kernel}
+        kernel = [kernel[0]] * spatial if not isinstance(attrs["kernel"], list) else kernel
+        if draw(st.booleans()):
+            attrs["stride"] = draw(st.integers(1, 2))
+        attrs["padding"] = draw(st.integers(0, min(kernel) // 2))
+        shape = [draw(st.integers(1, 3)), draw(small)] + [draw(st.integers(3, 6)) for _ in range(spatial)]
+        pre = [{"conv1d" if spatial == 1 else "conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
+        return {}, shape, pre + [{name: attrs}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}]
+
+    return draw_case
+
+
+CASES["max_pool1d"] = _pool("max_pool1d", 1)
+CASES["max_pool2d"] = _pool("max_pool2d", 2)
+CASES["avg_pool1d"] = _pool("avg_pool1d", 1)
+CASES["avg_pool2d"] = _pool("avg_pool2d", 2)
+
+
+@case("adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(draw):
+    out = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    shape = ["B", draw(small), out[0] * draw(st.integers(1, 3)), out[1] * draw(st.integers(1, 3))]
+    dims = {"B": draw(st.integers(1, 3))}
+    if draw(st.booleans()):  # a symbolic output size (counted as pooling; 1 x 1 is reconciled as a mean)
+        dims.update(OH=out[0], OW=out[1])
+        out = ["OH", "OW"]
+    return dims, shape, with_grad(draw, [{"adaptive_avg_pool2d": {"size": out}}, {"flatten": {"start": 1}},
+                                         {"linear": {"out": 2}}])
+
+
+@case("global_avg_pool")
+def _global_avg_pool(draw):
+    shape = [draw(st.integers(1, 3)), draw(small)] + [draw(small) for _ in range(draw(st.integers(1, 3)))]
+    pre = [{"linear": {"out": shape[-1]}}] if draw(st.booleans()) else []
+    return {}, shape, pre + [{"global_avg_pool": {}}, {"linear": {"out": 2}}]
+
+
+@case("mean")
+def _mean(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(2, 4)))]
+    axes = draw(st.lists(st.integers(-len(shape), len(shape) - 1), min_size=1, max_size=len(shape) - 1,
+                         unique_by=lambda a: a % len(shape)))
+    keepdim = draw(st.booleans())
+    return {}, shape, with_grad(draw, [{"mean": {"axes": axes, "keepdim": keepdim}}, {"flatten": {"start": 0}},
+                                       {"linear": {"out": 2}}])
+
+
 @case("patch_embed")
 def _patch_embed(draw):
     p = draw(st.integers(1, 3))
