@@ -142,7 +142,8 @@ class Attention(OpDef):
         Attr("head_dim", "size", "per-head dim d (default C / heads)",
              default=lambda shape, a: a["dim"] / a["heads"]),
         Attr("kv_heads", "size", "key/value heads (grouped-query attention when fewer than heads; it must "
-             "divide heads; 1 = multi-query, heads = multi-head, so one dim can sweep MQA -> MHA). Default: heads", default=lambda shape, a: a["heads"]),
+             "divide heads; 1 = multi-query, heads = multi-head, so one dim can sweep MQA -> MHA). Default: heads",
+             default=lambda shape, a: a["heads"]),
         Attr("qkv_bias", "bool", "bias on the q/k/v projections", default=True),
         Attr("proj_bias", "bool", "bias on the output projection", default=True),
         Attr("fused_qkv", "bool", "one (C -> (h + 2*kv_heads)*d) projection instead of three", default=True),

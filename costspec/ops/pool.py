@@ -233,7 +233,8 @@ class AdaptiveAvgPool2d(OpDef):
         for size, o in zip(call.in_shape[2:], self._out(call)):
             out.append(Constraint(sympy.Eq(sympy.Mod(size, o), 0) & sympy.Ge(o, 1),
                                   "input size {size} is not a multiple of the output size {o}",
-                                  call.attrs.where("size"), {"size": size, "o": o}, "an output size that divides the input (even windows)"))
+                                  call.attrs.where("size"), {"size": size, "o": o},
+                                  "an output size that divides the input (even windows)"))
         return out
 
     def forward(self, call: OpCall):
