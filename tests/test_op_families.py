@@ -137,3 +137,23 @@ def test_pooling_errors():
         spec("- adaptive_avg_pool2d: {size: 3}", input_="[B, 4, 6, 10]")
     with pytest.raises(SpecError, match=r"global_avg_pool needs an input \[B, C, \.\.\.\]"):
         spec("- global_avg_pool: {}", input_="[B, 4]")
+
+
+# -- scale and layer scale ------------------------------------------------------------------------
+def test_gemma_embedding_scale_and_layer_scale():
+    model = spec("""\
+        - scale: {by: sqrt(C)}
+        - layer_scale: {}
+        """, dims="{B: 2, C: 16}", input_="[B, 3, C]")
+    n = 2 * 3 * 16
+    assert forward(model)[1] == {"scale": n, "mul": n}
+    assert params(model) == 16  # gamma only; the scale is a constant
+    module, _ = model.to_torch()
+    assert module.scale.factor == 4.0  # sqrt(16)
+    assert tuple(module.ls.gamma.shape) == (16,)
+    nchw = spec("- layer_scale: {axis: 1}", input_="[B, 4, 5, 6]")
+    assert params(nchw) == 4
+    with pytest.raises(SpecError, match=r"axis 3 is out of range for an input of rank 3"):
+        spec("- layer_scale: {axis: 3}")
+    with pytest.raises(SpecError, match=r"call of 'exp' is not allowed"):
+        spec("- scale: {by: exp(2)}")

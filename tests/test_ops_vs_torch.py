@@ -175,6 +175,20 @@ def _mean(draw):
                                        {"linear": {"out": 2}}])
 
 
+@case("scale")
+def _scale(draw):
+    by = draw(st.sampled_from([2, 0.5, "sqrt(C)", "1/sqrt(C)"]))
+    return {"C": 4}, [draw(small), draw(small), "C"], with_grad(draw, [{"scale": {"by": by}}, {"linear": {"out": 2}}])
+
+
+@case("layer_scale")
+def _layer_scale(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(1, 4)))]
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    return {}, shape, with_grad(draw, [{"layer_scale": {"axis": axis}}, {"flatten": {"start": 0}},
+                                       {"linear": {"out": 2}}])
+
+
 @case("patch_embed")
 def _patch_embed(draw):
     p = draw(st.integers(1, 3))
