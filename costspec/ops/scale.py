@@ -80,8 +80,8 @@ class LayerScale(OpDef):
         if pass_ != "backward" or _axis(call) != 0 or ev(n) != ev(self._channels(call)):
             return []
         return [Reconcile("broadcast-grad-size-1", "", pointwise("bias_grad", -n),
-                          "gamma covers every element (channels first, the other dims 1): autograd runs no reduction for "
-                          "dgamma; costspec counts one addition per element")]
+                          "gamma covers every element (channels first, the other dims 1): autograd runs no "
+                          "reduction for dgamma; costspec counts one addition per element")]
 
     def build(self, call: OpCall, ev):
         from ..torch_modules import LayerScale as TorchLayerScale
