@@ -291,6 +291,49 @@ def _transpose(draw):
                {"linear": {"out": 2}}])
 
 
+@case("permute")
+def _permute(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(1, 4)))]
+    order = draw(st.permutations(range(len(shape))))
+    return {}, shape, with_grad(draw, [{"permute": {"order": list(order)}}, {"flatten": {"start": 0}},
+                                       {"linear": {"out": 2}}])
+
+
+@case("slice")
+def _slice(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(1, 3)))]
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    size = shape[axis]
+    start = draw(st.integers(0, size - 1))
+    attrs = {"axis": axis, "start": start}
+    if draw(st.booleans()):
+        attrs["end"] = draw(st.integers(start + 1, size))
+    return {}, shape, with_grad(draw, [{"slice": attrs}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}])
+
+
+@case("chunk")
+def _chunk(draw):
+    chunks = draw(st.integers(1, 3))
+    shape = [draw(small), chunks * draw(st.integers(1, 3))]
+    attrs = {"chunks": chunks, "index": draw(st.integers(0, chunks - 1)), "axis": 1}
+    return {}, shape, with_grad(draw, [{"chunk": attrs}, {"linear": {"out": 2}}])
+
+
+@case("split")
+def _split(draw):
+    sizes = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    shape = [draw(small), sum(sizes)]
+    attrs = {"sizes": sizes, "index": draw(st.integers(0, len(sizes) - 1))}
+    return {}, shape, with_grad(draw, [{"split": attrs}, {"linear": {"out": 2}}])
+
+
+@case("pad")
+def _pad(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(1, 3)))]
+    pads = [draw(st.integers(0, 2)) for _ in range(2 * draw(st.integers(1, len(shape))))]
+    return {}, shape, with_grad(draw, [{"pad": {"pads": pads}}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}])
+
+
 @case("embedding")  # token ids are the model input: an embedding comes first
 def _embedding(draw):
     attrs = {"vocab": draw(small), "dim": draw(small), "segments": draw(st.integers(0, 2))}
