@@ -36,6 +36,7 @@ IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
     "aten.resize_",
 )}
 IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip")})
+IGNORED.update({"aten.scatter": "writes values at indices (top-k's backward), no arithmetic"})
 IGNORED.update({name: "gathers rows of a table, no arithmetic" for name in ("aten.embedding", "aten.index")})
 IGNORED.update({name: "allocates or fills memory, no arithmetic" for name in (
     "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
@@ -92,7 +93,7 @@ def _kernel_elements(value) -> int:
     return out
 
 
-def _issue14(name: str, args, kwargs, out) -> list[tuple[str, int]] | None:
+def _issue14(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] | None:
     """(kind, elements) of the aten ops the issue-14 op modules emit beyond SIMPLE, or None."""
     if name in BATCH_NORM:
         index, train, eval_ = BATCH_NORM[name]
@@ -106,8 +107,14 @@ def _issue14(name: str, args, kwargs, out) -> list[tuple[str, int]] | None:
         return [("avg_pool_backward", _numel(out))]
     if name in ("aten._adaptive_avg_pool2d", "aten.mean"):  # every input element added once
         return [("avg_pool" if name.endswith("pool2d") else "mean", _numel(args[0]))]
-    if name in ("aten.div", "aten.div_") and _is_scalar(args[1]):  # e.g. mean's backward: g / count
+    if name in ("aten.div", "aten.div_"):  # by a constant (mean's backward: g / count) or elementwise
+        return [("scale" if _is_scalar(args[1]) else "div", _numel(out))]
+    if name == "aten.neg":  # a multiplication by -1
         return [("scale", _numel(out))]
+    if name == "aten.topk":
+        return [("topk", _numel(args[0]))]
+    if name == "aten.sum" and phase == "forward":  # (in the backward, a broadcast gradient's sum: bias_grad)
+        return [("sum", _numel(args[0]))]
     return None
 
 
@@ -135,7 +142,7 @@ def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[st
         return ("sdpa-counted" if packet in flop_registry else "sdpa-uncounted"), []
     if name in IGNORED:
         return "ignored", []
-    issue14 = _issue14(name, args, kwargs, out)
+    issue14 = _issue14(name, args, kwargs, out, phase)
     if issue14 is not None:
         return "pointwise", issue14
     if name in SIMPLE:

@@ -456,6 +456,52 @@ class Pad(nn.Module):
         return str(self.pads)
 
 
+
+class MixtureOfExperts(nn.Module):
+    """Router (`router`: linear, softmax, top-k, renormalised), expert MLPs (`experts`), optional shared
+    MLP (`shared`), and each token's k expert outputs summed with their routing weights (the `moe` op).
+
+    Routing is deterministic and balanced (see costspec/ops/moe.py): the T*k (token, slot) rows are cut
+    into E contiguous blocks of floor/ceil(T*k/E) rows, expert e taking block e, at most `capacity` rows
+    of it (the rest dropped: zero output). The top-k scores still weight the outputs, so every op of a
+    real router runs; only the choice of rows is fixed.
+    """
+
+    def __init__(self, dim: int, experts: int, top_k: int, hidden: int, gated: bool, fn: str, bias: bool,
+                 renorm: bool, shared_hidden: int = 0, capacity: int | None = None):
+        super().__init__()
+        self.top_k, self.renorm, self.capacity = top_k, renorm, capacity
+        self.router = nn.Linear(dim, experts, bias=False)
+        mlp = GatedMlp if gated else Mlp
+        self.experts = nn.ModuleList(mlp(dim, hidden, dim, fn, bias) for _ in range(experts))
+        self.shared = mlp(dim, shared_hidden, dim, fn, bias) if shared_hidden else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])  # (T, C)
+        t, c = x2.shape
+        k, e = self.top_k, len(self.experts)
+        probs = torch.softmax(self.router(_alias(x2)), dim=-1)  # (T, E)
+        w, _ = probs.topk(k, dim=-1)  # (T, k)
+        if self.renorm:
+            w = w / w.sum(-1, keepdim=True)
+        slots = t * k
+        xs = x2 if k == 1 else x2[:, None, :].expand(t, k, c).reshape(slots, c)  # (T*k, C), token-major
+        bounds = [i * slots // e for i in range(e + 1)]
+        pieces = torch.split(xs, [bounds[i + 1] - bounds[i] for i in range(e)])
+        outs = []
+        for expert, piece in zip(self.experts, pieces):
+            kept = piece.shape[0] if self.capacity is None else min(piece.shape[0], self.capacity)
+            outs.append(expert(piece[:kept]))
+            if kept < piece.shape[0]:
+                outs.append(piece.new_zeros(piece.shape[0] - kept, c))  # dropped rows
+        ys = torch.cat(outs).view(t, k, c)  # (T, k, C)
+        out = (ys * w.unsqueeze(-1)).sum(1)  # (T, C)
+        if self.shared is not None:
+            out = out + self.shared(_alias(x2))
+        return out.reshape(shape)
+
+
 # ----------------------------------------------------------------------------------------------
 # Containers (torch_build): a scope runs its steps in order
 # ----------------------------------------------------------------------------------------------

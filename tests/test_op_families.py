@@ -190,3 +190,31 @@ def test_shape_op_errors():
         spec("- split: {sizes: [3, 6], index: 0}")
     with pytest.raises(SpecError, match=r"8 pads for an input of rank 3"):
         spec("- pad: {pads: [1, 1, 1, 1, 1, 1, 1, 1]}")
+
+
+# -- mixture of experts ---------------------------------------------------------------------------
+def test_mixtral_layer_params_active_params_and_balanced_expert_flops():
+    # Mixtral 8x7B's MoE layer: C = 4096, 8 SwiGLU experts of width 14336, top-2
+    model = spec("- moe: {experts: 8, top_k: 2, hidden: 14336}", dims="{B: 1, S: 16}", input_="[B, S, 4096]")
+    c, f, e, k, t = 4096, 14336, 8, 2, 16
+    expert = 3 * c * f
+    assert params(model) == c * e + e * expert
+    notes = [n for node in model.op_nodes() for n in node.op.notes(node.call)]
+    assert notes[0].startswith(f"{c * e + e * expert} parameters in total, {c * e + k * expert} active per token")
+    matmul, pointwise = forward(model)
+    rows = t * k  # balanced: every expert t*k/e = 4 rows, the experts together t*k
+    assert matmul == {"gemm": 2 * t * c * e + 2 * rows * c * f * 3}
+    assert pointwise["mul"] == rows * f + rows * c  # act(gate) * up, then each output times its weight
+    assert pointwise["topk"] == pointwise["softmax"] == t * e
+
+
+def test_moe_capacity_factor_drops_rows_beyond_capacity():
+    # T = 10 tokens, k = 2, E = 4: capacity ceil(0.5 * 20 / 4) = 3 rows per expert, R = min(20, 4 * 3) = 12
+    model = spec("- moe: {experts: 4, top_k: 2, hidden: 6, gated: false, capacity_factor: 0.5}",
+                 dims="{B: 1}", input_="[B, 10, 8]")
+    matmul, _ = forward(model)
+    assert matmul == {"gemm": 2 * 10 * 8 * 4 + 2 * 12 * 8 * 6 * 2}
+    shared = spec("- moe: {experts: 4, top_k: 1, hidden: 6, shared_experts: 2}", dims="{B: 1}", input_="[B, 10, 8]")
+    assert params(shared) == 8 * 4 + 4 * 3 * 8 * 6 + 3 * 8 * (2 * 6)  # shared: one MLP of width 2 * 6
+    with pytest.raises(SpecError, match=r"top_k 5 is more than the 4 experts"):
+        spec("- moe: {experts: 4, top_k: 5, hidden: 6}")

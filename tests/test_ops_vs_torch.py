@@ -334,6 +334,20 @@ def _pad(draw):
     return {}, shape, with_grad(draw, [{"pad": {"pads": pads}}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}])
 
 
+@case("moe")
+def _moe(draw):
+    experts = draw(st.integers(1, 4))
+    attrs = {"experts": experts, "top_k": draw(st.integers(1, experts)), "hidden": draw(small),
+             "gated": draw(st.booleans()), "fn": draw(st.sampled_from(["silu", "gelu", "relu"])),
+             "bias": draw(st.booleans()), "renorm": draw(st.booleans())}
+    if draw(st.booleans()):
+        attrs.update(shared_experts=draw(st.integers(1, 2)), shared_hidden=draw(small))
+    if draw(st.booleans()):
+        attrs["capacity_factor"] = draw(st.sampled_from([0.5, 1.0, 1.25]))
+    shape = [draw(small) for _ in range(draw(st.integers(1, 2)))] + [draw(small)]
+    return {}, shape, with_grad(draw, [{"moe": attrs}])
+
+
 @case("embedding")  # token ids are the model input: an embedding comes first
 def _embedding(draw):
     attrs = {"vocab": draw(small), "dim": draw(small), "segments": draw(st.integers(0, 2))}
