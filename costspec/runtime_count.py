@@ -36,7 +36,8 @@ IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
     "aten.resize_",
 )}
 IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip")})
-IGNORED.update({"aten.scatter": "writes values at indices (top-k's backward), no arithmetic"})
+IGNORED.update({"aten.scatter": "writes values at indices (top-k's backward), no arithmetic",
+                "aten.upsample_nearest2d": "gathers rows of a table, no arithmetic"})
 IGNORED.update({name: "gathers rows of a table, no arithmetic" for name in ("aten.embedding", "aten.index")})
 IGNORED.update({name: "allocates or fills memory, no arithmetic" for name in (
     "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
@@ -82,6 +83,8 @@ POOL_WINDOWS: dict[str, str] = {
 }
 SIMPLE.update({
     "aten.max_pool2d_with_indices_backward": "max_pool_backward",  # elements of the output gradient
+    "aten.upsample_nearest2d_backward": "scatter_add",  # each output gradient added into its source
+    "aten.upsample_bilinear2d": "bilinear", "aten.upsample_bilinear2d_backward": "bilinear_backward",
 })
 
 

@@ -6,6 +6,7 @@ counter maps to cost-table kinds; shape comments use the op's names (B, S, C, h,
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 import torch
@@ -123,6 +124,43 @@ class RelPosBias(nn.Module):
         return bias.reshape(b, h, s, s)
 
 
+class RelBiasTable(nn.Module):
+    """A learned relative-position bias (heads columns) gathered per (query, key) pair: T5's log-bucketed
+    distances ("t5", buckets, max_distance; bidirectional, as T5's encoder) or Swin's offsets in a
+    qh x qw window ("swin", qh, qw). The pair -> row index depends on positions only: a buffer."""
+
+    def __init__(self, heads: int, kind: str, a: int, b: int):
+        super().__init__()
+        if kind == "t5":
+            rows, self.tokens = a, None
+            self.buckets, self.max_distance = a, b
+        else:
+            rows, self.tokens = (2 * a - 1) * (2 * b - 1), a * b
+            coords = torch.stack(torch.meshgrid(torch.arange(a), torch.arange(b), indexing="ij")).flatten(1)
+            rel = coords[:, :, None] - coords[:, None, :]  # (2, t, t)
+            self.register_buffer("index", (rel[0] + a - 1) * (2 * b - 1) + rel[1] + b - 1, persistent=False)
+        self.table = nn.Parameter(torch.zeros(rows, heads))
+
+    def t5_index(self, s: int) -> torch.Tensor:
+        """T5's _relative_position_bucket (bidirectional) for s positions, as a (s, s) index."""
+        rel = torch.arange(s)[None, :] - torch.arange(s)[:, None]  # key - query
+        half = self.buckets // 2
+        bucket = (rel > 0).long() * half
+        n = rel.abs()
+        exact = half // 2
+        large = exact + (torch.log(n.float().clamp(min=1) / exact) / math.log(self.max_distance / exact)
+                         * (half - exact)).long()
+        return bucket + torch.where(n < exact, n, large.clamp(max=half - 1))
+
+    def set_tokens(self, s: int) -> None:
+        self.tokens = s
+        self.register_buffer("index", self.t5_index(s), persistent=False)
+
+    def forward(self) -> torch.Tensor:
+        bias = F.embedding(self.index, self.table)  # (t, t, heads): a gather
+        return bias.permute(2, 0, 1).unsqueeze(0)  # (1, heads, t, t)
+
+
 class TokenEmbedding(nn.Module):
     """Token ids -> table rows (F.embedding), plus BERT's segment embedding of the default all-zero
     segment ids (the `embedding` op)."""
@@ -186,23 +224,46 @@ class SelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int, head_dim: int, qkv_bias: bool = True, proj_bias: bool = True,
                  fused_qkv: bool = True, kv_heads: int | None = None, gqa: bool = False, window: int = 0,
                  grid: tuple[int, int] | None = None, rel_pos: bool = False, rope: bool = False,
-                 rope_len: int = 0, causal: bool = False):
+                 rope_len: int = 0, causal: bool = False, qkv_biases: tuple[bool, bool, bool] | None = None,
+                 rope_dims: int = 0, sliding_window: int = 0, queries: int = 0,
+                 rel_bias: tuple | None = None, unscaled: bool = False):
         super().__init__()
         self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
         self.kv_heads, self.gqa, self.causal = kv_heads or heads, gqa, causal
         self.window, self.grid = window, grid
+        self.rope_dims = rope_dims or head_dim
+        self.scale = 1.0 if unscaled else None
+        qb, kb, vb = qkv_biases or (qkv_bias,) * 3
         inner, kv_inner = heads * head_dim, self.kv_heads * head_dim
         self.split = (inner, kv_inner, kv_inner)
-        if fused_qkv:
-            self.qkv = nn.Linear(dim, inner + 2 * kv_inner, bias=qkv_bias)
+        if queries:  # learned query tokens; k and v (fused: `kv`) project the input
+            self.queries = nn.Parameter(torch.zeros(1, queries, dim))
+            self.q = nn.Linear(dim, inner, bias=qb)
+            if fused_qkv:
+                self.kv = nn.Linear(dim, 2 * kv_inner, bias=kb)
+            else:
+                self.k = nn.Linear(dim, kv_inner, bias=kb)
+                self.v = nn.Linear(dim, kv_inner, bias=vb)
+        elif fused_qkv:
+            self.qkv = nn.Linear(dim, inner + 2 * kv_inner, bias=qb)
         else:
-            self.q = nn.Linear(dim, inner, bias=qkv_bias)
-            self.k = nn.Linear(dim, kv_inner, bias=qkv_bias)
-            self.v = nn.Linear(dim, kv_inner, bias=qkv_bias)
+            self.q = nn.Linear(dim, inner, bias=qb)
+            self.k = nn.Linear(dim, kv_inner, bias=kb)
+            self.v = nn.Linear(dim, kv_inner, bias=vb)
         if rope:
-            self.rope = Rotary(head_dim, rope_len)
+            self.rope = Rotary(self.rope_dims, rope_len)
         if rel_pos:
             self.rel_pos = RelPosBias(head_dim, (window, window) if window else grid)
+        if rel_bias is not None:
+            self.rel_bias = RelBiasTable(heads, *rel_bias)
+            if rel_bias[0] == "t5":
+                self.rel_bias.set_tokens(rope_len)
+        if sliding_window:  # additive mask, built once: 0 for keys i-w+1..i, -inf elsewhere
+            i = torch.arange(rope_len)[:, None]
+            j = torch.arange(rope_len)[None, :]
+            allowed = (j <= i) & (i - j < sliding_window)
+            self.register_buffer("window_mask", torch.zeros(rope_len, rope_len).masked_fill(~allowed, float("-inf")),
+                                 persistent=False)
         self.proj = nn.Linear(inner, dim, bias=proj_bias)
 
     def _heads(self, t: torch.Tensor, heads: int) -> torch.Tensor:  # (B, S, heads*d) -> (B, heads, S, d)
@@ -213,7 +274,14 @@ class SelfAttention(nn.Module):
         b, s, c = x.shape
         if self.window:
             x, padded = window_partition(x.view(b, *self.grid, c), self.window)  # (B*nW, w*w, C)
-        if self.fused_qkv:
+        if hasattr(self, "queries"):
+            # k, v first: q's backward (created last, run first) then closes before theirs opens
+            if self.fused_qkv:
+                k, v = self.kv(x).split(self.split[1:], dim=-1)
+            else:
+                k, v = (lin(_alias(x)) for lin in (self.k, self.v))
+            q = self.q(self.queries.expand(b, -1, -1))  # (B, n, h*d)
+        elif self.fused_qkv:
             q, k, v = self.qkv(x).split(self.split, dim=-1)  # (B, S, h*d), (B, S, kv*d) x 2
         else:
             # x feeds three projections: each reads its own alias (see _alias); autograd sums their
@@ -223,10 +291,22 @@ class SelfAttention(nn.Module):
         if hasattr(self, "rope"):
             # q and k rotated in one call, as fused RoPE kernels do (and one tensor in and out gives the
             # module one backward scope; a two-output module's opens only once both gradients are ready)
-            q, k = self.rope(torch.cat([q, k], dim=1)).split((self.heads, self.kv_heads), dim=1)
+            qk = torch.cat([q, k], dim=1)
+            if self.rope_dims < self.head_dim:  # partial rotary: the first rope_dims dims, the rest pass
+                rot, rest = qk.split((self.rope_dims, self.head_dim - self.rope_dims), dim=-1)
+                qk = torch.cat([self.rope(rot), rest], dim=-1)
+            else:
+                qk = self.rope(qk)
+            q, k = qk.split((self.heads, self.kv_heads), dim=1)
         mask = self.rel_pos(_alias(q)) if hasattr(self, "rel_pos") else None  # (B, h, S, S)
+        if hasattr(self, "rel_bias"):
+            mask = self.rel_bias()  # (1, h, S, S), broadcast over the problems
+        causal = self.causal
+        if hasattr(self, "window_mask"):
+            mask, causal = self.window_mask, False
         extra = {"enable_gqa": True} if self.gqa else {}
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal, **extra)  # (B, h, S, d)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
+                                           **extra)  # (B, h, S, d)
         o = o.transpose(1, 2).reshape(o.shape[0], o.shape[2], self.heads * self.head_dim)  # (B, S, h*d)
         o = self.proj(o)  # (B, S, C)
         if self.window:

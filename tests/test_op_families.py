@@ -218,3 +218,64 @@ def test_moe_capacity_factor_drops_rows_beyond_capacity():
     assert params(shared) == 8 * 4 + 4 * 3 * 8 * 6 + 3 * 8 * (2 * 6)  # shared: one MLP of width 2 * 6
     with pytest.raises(SpecError, match=r"top_k 5 is more than the 4 experts"):
         spec("- moe: {experts: 4, top_k: 5, hidden: 6}")
+
+
+# -- attention options ----------------------------------------------------------------------------
+def test_sliding_window_counts_useful_pairs_and_refuses_the_2d_window_misuse():
+    # Mistral-style: S = 8 tokens, window 3, one head of dim 4 (C = 4)
+    useful = spec("- attention: {heads: 1, causal: true, sliding_window: 3, causal_flops: useful}",
+                  dims="{B: 1}", input_="[B, 8, 4]")
+    pairs = 3 * 4 // 2 + (8 - 3) * 3  # queries 0..2 see 1, 2, 3 keys; the other 5 see 3 each: 21
+    node = next(n for n, *_ in useful.walk() if n.name == "attn.sdpa")
+    assert int(node.forward().matmul["sdpa"].xreplace(useful.bind())) == 2 * pairs * (4 + 4)
+    executed = spec("- attention: {heads: 1, causal: true, sliding_window: 3}", dims="{B: 1}", input_="[B, 8, 4]")
+    node = next(n for n, *_ in executed.walk() if n.name == "attn.sdpa")
+    assert int(node.forward().matmul["sdpa"].xreplace(executed.bind())) == 2 * 8 * 8 * (4 + 4)
+    with pytest.raises(SpecError, match=r"window 4096 on a grid of height 1: .*sliding_window: 4096"):
+        spec("- attention: {heads: 1, window: 4096, grid: [1, S]}", dims="{B: 1, S: 8192}", input_="[B, S, 4]")
+    with pytest.raises(SpecError, match=r"sliding_window is a causal sliding window"):
+        spec("- attention: {heads: 1, sliding_window: 3}", input_="[B, 8, 4]")
+
+
+def test_learned_queries_pool_the_tokens():
+    # SigLIP's attention-pooling head core: 1 learned query over S = 196 tokens, C = 8, 2 heads
+    model = spec("- attention: {heads: 2, queries: 1, fused_qkv: true}", dims="{B: 2}", input_="[B, 196, 8]")
+    assert out_shape(model) == (2, 1, 8)
+    rows = {r.name: r for r in model.evaluate("forward").rows}
+    assert rows["attn.queries"].params == 8
+    gemm = {n.name: int(n.forward().matmul["gemm"].xreplace(model.bind())) for n, *_ in model.walk()
+            if n.name in ("attn.kv", "attn.q")}
+    assert gemm == {"attn.kv": 2 * 2 * 196 * 8 * 16, "attn.q": 2 * 2 * 1 * 8 * 8}  # k, v on B*S rows; q on B*n
+    sdpa = next(n for n, *_ in model.walk() if n.name == "attn.sdpa").forward().matmul["sdpa"]
+    assert int(sdpa.xreplace(model.bind())) == 2 * 2 * 2 * 1 * 196 * (4 + 4)  # B * h queries x 196 keys, QK^T and AV
+
+
+def test_relative_bias_tables_partial_rope_and_per_projection_bias():
+    t5 = spec("- attention: {heads: 2, rel_bias: t5, scale: none}", input_="[B, 6, 8]")
+    assert {r.name: r.params for r in t5.evaluate("forward").rows}["attn.rel_bias"] == 32 * 2  # buckets x heads
+    swin = spec("- attention: {heads: 2, window: 3, grid: [6, 6], rel_bias: swin}", input_="[B, 36, 8]")
+    assert {r.name: r.params for r in swin.evaluate("forward").rows}["attn.rel_bias"] == 5 * 5 * 2
+    partial = spec("- attention: {heads: 2, head_dim: 8, rope: true, rope_dims: 2}", input_="[B, 6, 16]")
+    rope = next(n for n, *_ in partial.walk() if n.name == "attn.rope").forward().pointwise
+    assert int(rope["add"].xreplace(partial.bind())) == 2 * (2 + 2) * 6 * 2  # B*(h+kv)*S*rope_dims
+    whisper = spec("- attention: {heads: 2, fused_qkv: false, k_bias: false}", input_="[B, 6, 8]")
+    rows = {r.name: r.params for r in whisper.evaluate("forward").rows}
+    assert (rows["attn.q"], rows["attn.k"], rows["attn.v"]) == (8 * 8 + 8, 8 * 8, 8 * 8 + 8)
+    with pytest.raises(SpecError, match=r"fused_qkv is one projection with one bias"):
+        spec("- attention: {heads: 2, k_bias: false}", input_="[B, 6, 8]")
+    with pytest.raises(SpecError, match=r"rope needs an even rope_dims of at most head_dim 4, got 3"):
+        spec("- attention: {heads: 2, rope: true, rope_dims: 3}", input_="[B, 6, 8]")
+    with pytest.raises(SpecError, match=r"rel_bias: swin is Swin's table"):
+        spec("- attention: {heads: 2, rel_bias: swin}", input_="[B, 36, 8]")
+
+
+# -- resampling -----------------------------------------------------------------------------------
+def test_upsample_nearest_is_free_and_bilinear_costs_per_output():
+    nearest = spec("- upsample: {scale: 2}", input_="[B, 4, 5, 6]")
+    assert out_shape(nearest) == (2, 4, 10, 12)
+    assert forward(nearest) == ({}, {})
+    bilinear = spec("- upsample: {mode: bilinear, size: [7, 9]}", input_="[B, 4, 5, 6]")
+    assert forward(bilinear)[1] == {"bilinear": 2 * 4 * 7 * 9}
+    assert int(bilinear.cost().cuda.xreplace(bilinear.bind())) == 7 * 2 * 4 * 7 * 9  # 4 mul + 3 add per output
+    with pytest.raises(SpecError, match=r"upsample needs exactly one of scale and size"):
+        spec("- upsample: {scale: 2, size: 4}", input_="[B, 4, 5, 6]")

@@ -62,15 +62,36 @@ def _attention(draw):
              "backend": draw(st.sampled_from(["flash", "math"])), "rope": rope}
     if kv != heads or draw(st.booleans()):
         attrs["kv_heads"] = kv  # grouped-query when kv < heads
-    layout = draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal"]))
+    if draw(st.booleans()):  # per-projection biases (fused_qkv needs q, k, v to agree)
+        qkv = draw(st.booleans())
+        attrs.update(q_bias=qkv if attrs["fused_qkv"] else draw(st.booleans()), o_bias=draw(st.booleans()))
+        attrs.update(k_bias=attrs["q_bias"] if attrs["fused_qkv"] else draw(st.booleans()))
+        attrs.update(v_bias=attrs["q_bias"] if attrs["fused_qkv"] else draw(st.booleans()))
+    if rope and draw(st.booleans()):
+        attrs["rope_dims"] = draw(st.sampled_from([r for r in range(2, head_dim + 1, 2)]))
+    if draw(st.booleans()):
+        attrs["scale"] = "none"
+    layout = draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal", "sliding", "queries",
+                                   "t5", "swin"]))
     grid = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
-    s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos") else draw(small)
+    s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos", "swin") else draw(small)
     if "window" in layout:  # windows that do not divide the grid pad it, as SAM does
-        attrs.update(window=draw(st.integers(1, 3)), grid=grid)
+        attrs.update(window=draw(st.integers(1, 3)) if min(grid) > 1 else 1, grid=grid)
     if "rel_pos" in layout:
         attrs.update(rel_pos=True, grid=grid)
     if layout == "causal":
         attrs.update(causal=True, causal_flops=draw(st.sampled_from(["executed", "useful"])))
+    if layout == "sliding":
+        attrs.update(causal=True, sliding_window=draw(st.integers(1, 4)),
+                     causal_flops=draw(st.sampled_from(["executed", "useful"])))
+    if layout == "queries":
+        attrs.update(queries=draw(st.integers(1, 3)), rope=False)
+        attrs.pop("rope_dims", None)
+    if layout == "t5":
+        attrs.update(rel_bias="t5", buckets=draw(st.integers(4, 8)), max_distance=draw(st.integers(3, 16)))
+    if layout == "swin":
+        s = grid[0] * grid[1]
+        attrs.update(rel_bias="swin", window=draw(st.integers(1, 3)) if min(grid) > 1 else 1, grid=grid)
     return {"B": draw(st.integers(1, 3))}, ["B", s, c], with_grad(draw, [{"attention": attrs}])
 
 
@@ -346,6 +367,18 @@ def _moe(draw):
         attrs["capacity_factor"] = draw(st.sampled_from([0.5, 1.0, 1.25]))
     shape = [draw(small) for _ in range(draw(st.integers(1, 2)))] + [draw(small)]
     return {}, shape, with_grad(draw, [{"moe": attrs}])
+
+
+@case("upsample")
+def _upsample(draw):
+    dims, shape = _image(draw)
+    attrs = {"mode": draw(st.sampled_from(["nearest", "bilinear"]))}
+    if draw(st.booleans()):
+        attrs["scale"] = draw(st.integers(1, 3))
+    else:
+        attrs["size"] = [draw(st.integers(1, 9)), draw(st.integers(1, 9))]
+    pre = [{"conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
+    return dims, shape, pre + [{"upsample": attrs}, {"conv2d": {"out": 2, "kernel": 1}}]
 
 
 @case("embedding")  # token ids are the model input: an embedding comes first

@@ -223,7 +223,7 @@ def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: str, i
 def _above_one(n):
     """1 when the size n > 1, 0 when n = 1, as an expression (n >= 1 a whole number): autograd sums a
     broadcast gradient over an axis only when it is longer than 1 (a token's k rows; w over C)."""
-    return sympy.ceiling((n - 1) / n)
+    return sympy.Min(1, n - 1)
 
 
 def _is_zero(value) -> bool:
