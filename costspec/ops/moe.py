@@ -172,7 +172,8 @@ class Moe(OpDef):
         active = c * a.experts + a.top_k * expert + shared
         cap = "" if not a.capacity_factor else f", capacity factor {a.capacity_factor} (rows beyond it dropped)"
         return [f"{sympy.sympify(total)} parameters in total, {sympy.sympify(active)} active per token "
-                f"(router, top_k = {a.top_k} of {a.experts} experts, shared experts)",
+                f"(router, top_k = {a.top_k} of {a.experts} experts"
+                + (", shared experts)" if not _is_zero(a.shared_experts) else ")"),
                 f"experts charged under balanced routing, T*top_k/experts tokens each{cap}"]
 
     # -- memory ---------------------------------------------------------------------------------
