@@ -37,7 +37,8 @@ IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
 )}
 IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip")})
 IGNORED.update({"aten.scatter": "writes values at indices (top-k's backward), no arithmetic",
-                "aten.upsample_nearest2d": "gathers rows of a table, no arithmetic"})
+                "aten.upsample_nearest2d": "gathers rows of a table, no arithmetic",
+                "aten.roll": _IGNORED_REASON})
 IGNORED.update({name: "gathers rows of a table, no arithmetic" for name in ("aten.embedding", "aten.index")})
 IGNORED.update({name: "allocates or fills memory, no arithmetic" for name in (
     "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",

@@ -74,6 +74,20 @@ def window_unpartition(x: torch.Tensor, window: int, padded: tuple[int, int], gr
     return x.reshape(b, h * w, -1)
 
 
+def shift_window_mask(grid: tuple[int, int], window: int, shift: int) -> torch.Tensor:
+    """Swin's attention mask for windows of a grid rolled by -shift: (windows, w*w, w*w), 0 between
+    tokens of one region of the unrolled grid, -100 between tokens of different regions."""
+    regions = torch.zeros(1, *grid, 1)
+    count = 0
+    for hs in (slice(0, -window), slice(-window, -shift), slice(-shift, None)):
+        for ws in (slice(0, -window), slice(-window, -shift), slice(-shift, None)):
+            regions[:, hs, ws, :] = count
+            count += 1
+    labels = window_partition(regions, window)[0].squeeze(-1)  # (windows, w*w)
+    diff = labels[:, None, :] - labels[:, :, None]
+    return torch.zeros_like(diff).masked_fill(diff != 0, -100.0)
+
+
 class Rotary(nn.Module):
     """Rotary position embedding (Su et al. 2021, as in Llama): x*cos + rotate_half(x)*sin on q and k,
     positions 0..S-1. rotate_half(x) = [-x2, x1] is computed as flip([x1, x2]) * [-1, 1], the sign
@@ -226,7 +240,7 @@ class SelfAttention(nn.Module):
                  grid: tuple[int, int] | None = None, rel_pos: bool = False, rope: bool = False,
                  rope_len: int = 0, causal: bool = False, qkv_biases: tuple[bool, bool, bool] | None = None,
                  rope_dims: int = 0, sliding_window: int = 0, queries: int = 0,
-                 rel_bias: tuple | None = None, unscaled: bool = False):
+                 rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0):
         super().__init__()
         self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
         self.kv_heads, self.gqa, self.causal = kv_heads or heads, gqa, causal
@@ -264,6 +278,9 @@ class SelfAttention(nn.Module):
             allowed = (j <= i) & (i - j < sliding_window)
             self.register_buffer("window_mask", torch.zeros(rope_len, rope_len).masked_fill(~allowed, float("-inf")),
                                  persistent=False)
+        self.shift = shift
+        if shift:  # Swin's mask: tokens of a shifted window see only those of their own region
+            self.register_buffer("shift_mask", shift_window_mask(grid, window, shift), persistent=False)
         self.proj = nn.Linear(inner, dim, bias=proj_bias)
 
     def _heads(self, t: torch.Tensor, heads: int) -> torch.Tensor:  # (B, S, heads*d) -> (B, heads, S, d)
@@ -273,7 +290,10 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, C)
         b, s, c = x.shape
         if self.window:
-            x, padded = window_partition(x.view(b, *self.grid, c), self.window)  # (B*nW, w*w, C)
+            x = x.view(b, *self.grid, c)
+            if self.shift:
+                x = torch.roll(x, (-self.shift, -self.shift), dims=(1, 2))
+            x, padded = window_partition(x, self.window)  # (B*nW, w*w, C)
         if hasattr(self, "queries"):
             # k, v first: q's backward (created last, run first) then closes before theirs opens
             if self.fused_qkv:
@@ -301,6 +321,9 @@ class SelfAttention(nn.Module):
         mask = self.rel_pos(_alias(q)) if hasattr(self, "rel_pos") else None  # (B, h, S, S)
         if hasattr(self, "rel_bias"):
             mask = self.rel_bias()  # (1, h, S, S), broadcast over the problems
+        if self.shift:  # (nW, t, t) per window, repeated over the batch: (B*nW, 1, t, t)
+            shifted = self.shift_mask.unsqueeze(0).expand(b, -1, -1, -1).reshape(-1, 1, *self.shift_mask.shape[1:])
+            mask = shifted if mask is None else shifted + mask  # + the bias table (1, h, t, t)
         causal = self.causal
         if hasattr(self, "window_mask"):
             mask, causal = self.window_mask, False
@@ -311,6 +334,8 @@ class SelfAttention(nn.Module):
         o = self.proj(o)  # (B, S, C)
         if self.window:
             o = window_unpartition(o, self.window, padded, self.grid, b)  # (B, H*W, C), padding cropped
+            if self.shift:
+                o = torch.roll(o.view(b, *self.grid, -1), (self.shift, self.shift), dims=(1, 2)).reshape(b, s, -1)
         return o
 
 

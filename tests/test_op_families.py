@@ -279,3 +279,23 @@ def test_upsample_nearest_is_free_and_bilinear_costs_per_output():
     assert int(bilinear.cost().cuda.xreplace(bilinear.bind())) == 7 * 2 * 4 * 7 * 9  # 4 mul + 3 add per output
     with pytest.raises(SpecError, match=r"upsample needs exactly one of scale and size"):
         spec("- upsample: {scale: 2, size: 4}", input_="[B, 4, 5, 6]")
+
+
+def test_swin_shifted_windows_mask_every_score_and_validate():
+    from costspec.validate import render_table, validate
+
+    model = spec("""\
+        - layernorm: {}
+        - attention: {heads: 2, window: 3, grid: [6, 6], shift: 1, rel_bias: swin}
+        """, input_="[B, 36, 8]")
+    node = next(n for n, *_ in model.walk() if n.name == "attn.sdpa")
+    scores = 2 * 4 * 2 * 9 * 9  # B * 4 windows, 2 heads, 9 x 9 scores per window
+    # flash: one add of the (shift mask + table) bias per score, and one add combining the two masks
+    assert int(node.forward().pointwise["add"].xreplace(model.bind())) == scores + scores
+    for device in ("meta", "cpu"):
+        result = validate(model, model.bind(), "train", device)
+        assert result.ok, render_table(result)
+    with pytest.raises(SpecError, match=r"shift 3 is not smaller than the window 3"):
+        spec("- attention: {heads: 2, window: 3, grid: [6, 6], shift: 3}", input_="[B, 36, 8]")
+    with pytest.raises(SpecError, match=r"shifted windows need the grid 6 x 7 divisible by the window 3"):
+        spec("- attention: {heads: 2, window: 3, grid: [6, 7], shift: 1}", input_="[B, 42, 8]")

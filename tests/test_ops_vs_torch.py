@@ -72,7 +72,7 @@ def _attention(draw):
     if draw(st.booleans()):
         attrs["scale"] = "none"
     layout = draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal", "sliding", "queries",
-                                   "t5", "swin"]))
+                                   "t5", "swin", "shifted"]))
     grid = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
     s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos", "swin") else draw(small)
     if "window" in layout:  # windows that do not divide the grid pad it, as SAM does
@@ -92,6 +92,13 @@ def _attention(draw):
     if layout == "swin":
         s = grid[0] * grid[1]
         attrs.update(rel_bias="swin", window=draw(st.integers(1, 3)) if min(grid) > 1 else 1, grid=grid)
+    if layout == "shifted":  # Swin's shifted windows: whole windows, 0 < shift < window
+        w = draw(st.integers(2, 3))
+        grid = [w * draw(st.integers(1, 2)), w * draw(st.integers(1, 2))]
+        s = grid[0] * grid[1]
+        attrs.update(window=w, grid=grid, shift=draw(st.integers(1, w - 1)))
+        if draw(st.booleans()):
+            attrs["rel_bias"] = "swin"
     return {"B": draw(st.integers(1, 3))}, ["B", s, c], with_grad(draw, [{"attention": attrs}])
 
 

@@ -206,6 +206,10 @@ class Attention(OpDef):
              "relative offsets in each window, Swin). The bucket / offset of each (query, key) pair depends on "
              "positions only and is computed once (a buffer); gathering the table is free, adding it is one add "
              "per score", default="none", choices=("none", "t5", "swin")),
+        Attr("shift", "count", "Swin's shifted windows: the grid is rolled by -shift on both axes before the "
+             "window partition (and back after), and an additive mask keeps each window's tokens to their own "
+             "region (one add per score); needs window (dividing the grid) and 0 < shift < window. 0: none",
+             default=0),
         Attr("buckets", "size", "rel_bias: t5 -- number of buckets (T5: 32)", default=32),
         Attr("max_distance", "size", "rel_bias: t5 -- distance of the last bucket (T5: 128)", default=128),
         Attr("scale", "choice", "score scale: default 1/sqrt(head_dim), or none (T5: no scaling). The kernels "
@@ -251,7 +255,8 @@ class Attention(OpDef):
         a, g = call.attrs, self._geom(call)
         return Sdpa(g.nb, g.h, g.kv, g.tq, g.t, g.d, g.d, gqa=self._gqa(call), grouped=self._grouped(call),
                     causal=a.causal, window=a.sliding_window,
-                    useful=a.causal and a.causal_flops == "useful", bias=a.rel_pos or a.rel_bias != "none")
+                    useful=a.causal and a.causal_flops == "useful",
+                    bias=a.rel_pos or a.rel_bias != "none" or not _is_zero(a.shift))
 
     def output_shape(self, call: OpCall):
         requires(self, call, 3, "tokens [B, S, C]")
@@ -300,6 +305,13 @@ class Attention(OpDef):
             if self._windowed(call) or a.rel_bias != "none":
                 raise call.fail("learned queries attend to all tokens: no window or rel_bias", "queries",
                                 "queries without window / rel_bias")
+        if not _is_zero(a.shift):
+            if not self._windowed(call) or a.rel_pos or a.causal:
+                raise call.fail("shift is Swin's shifted window: it needs window (and grid), without rel_pos or "
+                                "causal", "shift", "window: w, 0 < shift < w")
+            if sympy.sympify(a.shift - a.window).is_number and a.shift >= a.window:
+                raise call.fail(f"shift {a.shift} is not smaller than the window {a.window}", "shift",
+                                "0 < shift < window")
         if a.rel_bias == "swin" and not self._windowed(call):
             raise call.fail("rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)",
                             "rel_bias", "window: w with it")
@@ -327,6 +339,12 @@ class Attention(OpDef):
         if self._windowed(call) and not sympy.sympify(a.window).is_number:
             out.append(Constraint(sympy.Ge(a.window, 1), "window {w} must be at least 1 (0 means global attention)",
                                   a.where("window"), {"w": a.window}))
+        if not _is_zero(a.shift):  # Swin shifts a grid of whole windows
+            gh, gw = _pair(a.grid)
+            out.append(Constraint(sympy.Eq(sympy.Mod(gh, a.window), 0) & sympy.Eq(sympy.Mod(gw, a.window), 0)
+                                  & sympy.Lt(a.shift, a.window),
+                                  "shifted windows need the grid {gh} x {gw} divisible by the window {w} and shift "
+                                  "{s} < window", a.where("shift"), {"gh": gh, "gw": gw, "w": a.window, "s": a.shift}))
         if a.rel_bias == "t5":  # half the buckets per direction, half of those exact distances: at least one
             out.append(Constraint(sympy.Ge(a.buckets, 4) & sympy.Gt(a.max_distance, sympy.floor(a.buckets / 4)),
                                   "T5 buckets {n} and max_distance {m}: need buckets >= 4 and max_distance > buckets/4",
@@ -410,7 +428,10 @@ class Attention(OpDef):
             parts.append(Part("rel_pos", self._rel_pos_forward(g), self._rel_pos_params(g)))
         if a.rel_bias != "none":  # a table gather (no FLOPs); its add to the scores is in the SDPA
             parts.append(Part("rel_bias", Work(), self._rel_bias_table(call, g) * g.h))
-        parts.append(Part("sdpa", sdpa_forward(self._sdpa(call), a.backend), own=True))
+        sdpa = sdpa_forward(self._sdpa(call), a.backend)
+        if not _is_zero(a.shift) and a.rel_bias != "none":  # shift mask + bias table: one mask for the SDPA
+            sdpa = sdpa + pointwise("add", g.nb * g.h * g.t * g.t)
+        parts.append(Part("sdpa", sdpa, own=True))
         n, m, k, o, bias = proj
         parts.append(Part(n, linear_forward(m, k, o, bias), k * o + (o if bias else 0)))
         return parts
@@ -575,4 +596,4 @@ class Attention(OpDef):
                              rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal,
                              qkv_biases=(bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)),
                              rope_dims=ev(a.rope_dims) if a.rope else 0, sliding_window=ev(a.sliding_window),
-                             queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none")
+                             queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift))
