@@ -40,7 +40,7 @@ def transposed_conv_out(size, kernel, stride, padding, dilation, output_padding)
 
 def _conv_attrs(k: str, transposed: bool = False) -> tuple[Attr, ...]:
     """Attributes of a convolution whose per-dim sizes are of attribute kind `k` (size, pair, triple)."""
-    out = (
+    out: tuple[Attr, ...] = (
             Attr("out", "size", "output channels"),
         Attr("kernel", k, "kernel size" + ("" if k == "size" else " (int or one per spatial dim)")),
         Attr("stride", k, "stride", default=1),

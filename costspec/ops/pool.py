@@ -54,7 +54,7 @@ class _Pool(OpDef):
 
     def _window_elements(self, call: OpCall):
         kernel, _, _, out = self._geometry(call)
-        return numel(call.in_shape[:2]) * numel(out) * numel(kernel)
+        return numel((*call.in_shape[:2], *out, *kernel))
 
     def forward(self, call: OpCall):
         return [Part("", pointwise(self.reduce + "_pool", self._window_elements(call)))]
@@ -251,8 +251,9 @@ class AdaptiveAvgPool2d(OpDef):
         if self._global(call) or any(ev(o) != 1 for o in self._out(call)):
             return []
         n = numel(call.in_shape)
-        delta = (pointwise("mean", n) + pointwise("avg_pool", -n) if pass_ == "forward"
-                 else pointwise("scale", n) + pointwise("avg_pool_backward", -n))
+        minus = sympy.Mul(-1, n)
+        delta = (pointwise("mean", n) + pointwise("avg_pool", minus) if pass_ == "forward"
+                 else pointwise("scale", n) + pointwise("avg_pool_backward", minus))
         if pass_ == "backward" and not input_grad:
             return []
         return [Reconcile("adaptive-pool-1x1-is-mean", "", delta,

@@ -79,7 +79,7 @@ class LayerScale(OpDef):
         n = numel(call.in_shape)
         if pass_ != "backward" or _axis(call) != 0 or ev(n) != ev(self._channels(call)):
             return []
-        return [Reconcile("broadcast-grad-size-1", "", pointwise("bias_grad", -n),
+        return [Reconcile("broadcast-grad-size-1", "", pointwise("bias_grad", sympy.Mul(-1, n)),
                           "gamma covers every element (channels first, the other dims 1): autograd runs no "
                           "reduction for dgamma; costspec counts one addition per element")]
 
