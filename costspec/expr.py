@@ -73,8 +73,10 @@ def parse_expr(text: object, env: Mapping[str, sympy.Expr], where: Location | No
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         problem = exc.msg if isinstance(exc, SyntaxError) else "too complex or invalid"
-        raise ExpressionError(f"cannot parse expression {_quote(text)}: {problem}", where,
-                              "arithmetic on numbers and dim names") from None
+        expected = "arithmetic on numbers and dim names"
+        if text.count("(") != text.count(")"):  # `[B, min(S, 4)]`: YAML's flow list split it at the comma
+            expected += "; an unquoted comma in a YAML [...] or {...} splits a value there: quote the whole value"
+        raise ExpressionError(f"cannot parse expression {_quote(text)}: {problem}", where, expected) from None
     builder = _Builder(env, where, text)
     value = builder.build(tree.body, 0)
     for number in value.atoms(sympy.Rational):
