@@ -30,6 +30,7 @@ _FUNCTIONS = {
     "max": (sympy.Max, 2, None),
     "ceil": (sympy.ceiling, 1, 1),
     "floor": (sympy.floor, 1, 1),
+    "sqrt": (sympy.sqrt, 1, 1),
 }
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 _OPERATORS = {ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|",
@@ -72,8 +73,10 @@ def parse_expr(text: object, env: Mapping[str, sympy.Expr], where: Location | No
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         problem = exc.msg if isinstance(exc, SyntaxError) else "too complex or invalid"
-        raise ExpressionError(f"cannot parse expression {_quote(text)}: {problem}", where,
-                              "arithmetic on numbers and dim names") from None
+        expected = "arithmetic on numbers and dim names"
+        if text.count("(") != text.count(")"):  # `[B, min(S, 4)]`: YAML's flow list split it at the comma
+            expected += "; an unquoted comma in a YAML [...] or {...} splits a value there: quote the whole value"
+        raise ExpressionError(f"cannot parse expression {_quote(text)}: {problem}", where, expected) from None
     builder = _Builder(env, where, text)
     value = builder.build(tree.body, 0)
     for number in value.atoms(sympy.Rational):
@@ -120,6 +123,8 @@ def _degree(expr) -> int:
         return sum(_degree(a) for a in expr.args)
     if expr.is_Pow:
         exponent = expr.exp
+        if exponent.is_Rational and exponent.q == 2:  # sqrt(x) and its powers: counted as their ceiling
+            return _degree(expr.base) * ((abs(int(exponent.p)) + 1) // 2)
         return _degree(expr.base) * (abs(int(exponent)) if exponent.is_Integer else MAX_DEGREE + 1)
     return max((_degree(a) for a in expr.args), default=0)
 
@@ -216,9 +221,9 @@ class _Builder:
     def _Call(self, node: ast.Call, depth: int) -> sympy.Expr:
         if not isinstance(node.func, ast.Name):
             # `__import__('os').system(...)`, `(lambda: 1)()`: the callee itself is not allowed
-            raise self.fail(f"{_describe(node.func)} is not allowed", "a call of min, max, ceil or floor")
+            raise self.fail(f"{_describe(node.func)} is not allowed", "a call of min, max, ceil, floor or sqrt")
         if node.func.id not in _FUNCTIONS:
-            raise self.fail(f"call of '{node.func.id}' is not allowed", "a call of min, max, ceil or floor")
+            raise self.fail(f"call of '{node.func.id}' is not allowed", "a call of min, max, ceil, floor or sqrt")
         if node.keywords:
             raise self.fail(f"keyword arguments to {node.func.id}() are not allowed", "positional arguments")
         args = [self.build(arg, depth) for arg in node.args]  # a bad argument is reported as itself

@@ -39,6 +39,9 @@ IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
     "aten.resize_",
 )}
 IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip")})
+IGNORED.update({"aten.scatter": "writes values at indices (top-k's backward), no arithmetic",
+                "aten.upsample_nearest2d": "gathers rows of a table, no arithmetic",
+                "aten.roll": _IGNORED_REASON})
 IGNORED.update({name: "gathers rows of a table, no arithmetic" for name in ("aten.embedding", "aten.index")})
 IGNORED.update({name: "allocates or fills memory, no arithmetic" for name in (
     "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
@@ -72,6 +75,58 @@ def decomposed_kinds(module) -> tuple[str, str] | None:
     return next((DECOMPOSED[c.__name__] for c in type(module).__mro__ if c.__name__ in DECOMPOSED), None)
 
 
+# -- aten ops whose element count is computed from their arguments (a pooling window, a training flag):
+# PyTorch facts about these aten ops, used by the pooling, batchnorm, mean and moe modules ----------------
+# aten op -> (argument index of its `training` flag, kind when training, kind in eval mode)
+BATCH_NORM: dict[str, tuple[int, str, str]] = {
+    "aten.native_batch_norm": (5, "batchnorm", "batchnorm_eval"),
+    "aten._native_batch_norm_legit": (5, "batchnorm", "batchnorm_eval"),
+    "aten._native_batch_norm_legit_no_training": (-1, "batchnorm", "batchnorm_eval"),
+    "aten.native_batch_norm_backward": (7, "batchnorm_backward", "batchnorm_eval_backward"),
+}
+
+
+# pooling: aten op -> kind; elements = output elements x the kernel's (the window elements)
+POOL_WINDOWS: dict[str, str] = {
+    "aten.max_pool2d_with_indices": "max_pool", "aten.max_pool1d": "max_pool", "aten.max_pool2d": "max_pool",
+    "aten.avg_pool2d": "avg_pool", "aten.avg_pool1d": "avg_pool",
+}
+
+
+def _kernel_elements(value) -> int:
+    sizes = list(value) if isinstance(value, (list, tuple)) else [value]
+    out = 1
+    for size in sizes:
+        out *= int(size)
+    return out
+
+
+def _issue14(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] | None:
+    """(kind, elements) of the aten ops the issue-14 op modules emit beyond SIMPLE, or None."""
+    if name in BATCH_NORM:
+        index, train, eval_ = BATCH_NORM[name]
+        training = index >= 0 and bool(args[index])
+        return [(train if training else eval_, _numel(args[0]))]
+    if name in POOL_WINDOWS:
+        return [(POOL_WINDOWS[name], _numel(out) * _kernel_elements(args[1]))]
+    if name == "aten.avg_pool2d_backward":  # the output gradient spread over each window
+        return [("avg_pool_backward", _numel(args[0]) * _kernel_elements(args[2]))]
+    if name == "aten._adaptive_avg_pool2d_backward":  # even windows: every input element gets one add
+        return [("avg_pool_backward", _numel(out))]
+    if name in ("aten._adaptive_avg_pool2d", "aten.mean"):  # every input element added once
+        return [("avg_pool" if name.endswith("pool2d") else "mean", _numel(args[0]))]
+    if name in ("aten.div", "aten.div_"):  # by a constant (mean's backward: g / count) or elementwise
+        return [("scale" if _is_scalar(args[1]) else "div", _numel(out))]
+    if name == "aten.neg":  # a multiplication by -1
+        return [("scale", _numel(out))]
+    if name == "aten.topk":
+        return [("topk", _numel(args[0]))]
+    if name == "aten.sum" and phase == "forward":  # (in the backward, a broadcast gradient's sum: bias_grad)
+        return [("sum", _numel(args[0]))]
+    return None
+
+
+
 def _numel(value) -> int:
     if isinstance(value, (tuple, list)):
         value = value[0]
@@ -95,6 +150,9 @@ def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[st
             return f"fused:{key}", [(FusedRun.COUNTED if packet in flop_registry else FusedRun.UNCOUNTED, 1)]
     if name in IGNORED:
         return "ignored", []
+    issue14 = _issue14(name, args, kwargs, out, phase)
+    if issue14 is not None:
+        return "pointwise", issue14
     if name in ("aten.gelu", "aten.gelu_backward"):  # one aten op, two cost-table kinds by its argument
         approximate = kwargs.get("approximate", args[-1] if isinstance(args[-1], str) else "none")
         kind = "gelu_tanh" if approximate == "tanh" else "gelu"

@@ -6,6 +6,7 @@ counter maps to cost-table kinds; shape comments use the op's names (B, S, C, h,
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 import torch
@@ -73,6 +74,20 @@ def window_unpartition(x: torch.Tensor, window: int, padded: tuple[int, int], gr
     return x.reshape(b, h * w, -1)
 
 
+def shift_window_mask(grid: tuple[int, int], window: int, shift: int) -> torch.Tensor:
+    """Swin's attention mask for windows of a grid rolled by -shift: (windows, w*w, w*w), 0 between
+    tokens of one region of the unrolled grid, -100 between tokens of different regions."""
+    regions = torch.zeros(1, *grid, 1)
+    count = 0
+    for hs in (slice(0, -window), slice(-window, -shift), slice(-shift, None)):
+        for ws in (slice(0, -window), slice(-window, -shift), slice(-shift, None)):
+            regions[:, hs, ws, :] = count
+            count += 1
+    labels = window_partition(regions, window)[0].squeeze(-1)  # (windows, w*w)
+    diff = labels[:, None, :] - labels[:, :, None]
+    return torch.zeros_like(diff).masked_fill(diff != 0, -100.0)
+
+
 class Rotary(nn.Module):
     """Rotary position embedding (Su et al. 2021, as in Llama): x*cos + rotate_half(x)*sin on q and k,
     positions 0..S-1. rotate_half(x) = [-x2, x1] is computed as flip([x1, x2]) * [-1, 1], the sign
@@ -121,6 +136,43 @@ class RelPosBias(nn.Module):
         rel_w = rel_w.view(qw, bh, qh, -1).permute(1, 2, 0, 3)  # (B*h, q_h, q_w, k_w)
         bias = rel_h[:, :, :, :, None] + rel_w[:, :, :, None, :]  # (B*h, q_h, q_w, k_h, k_w)
         return bias.reshape(b, h, s, s)
+
+
+class RelBiasTable(nn.Module):
+    """A learned relative-position bias (heads columns) gathered per (query, key) pair: T5's log-bucketed
+    distances ("t5", buckets, max_distance; bidirectional, as T5's encoder) or Swin's offsets in a
+    qh x qw window ("swin", qh, qw). The pair -> row index depends on positions only: a buffer."""
+
+    def __init__(self, heads: int, kind: str, a: int, b: int):
+        super().__init__()
+        if kind == "t5":
+            rows, self.tokens = a, None
+            self.buckets, self.max_distance = a, b
+        else:
+            rows, self.tokens = (2 * a - 1) * (2 * b - 1), a * b
+            coords = torch.stack(torch.meshgrid(torch.arange(a), torch.arange(b), indexing="ij")).flatten(1)
+            rel = coords[:, :, None] - coords[:, None, :]  # (2, t, t)
+            self.register_buffer("index", (rel[0] + a - 1) * (2 * b - 1) + rel[1] + b - 1, persistent=False)
+        self.table = nn.Parameter(torch.zeros(rows, heads))
+
+    def t5_index(self, s: int) -> torch.Tensor:
+        """T5's _relative_position_bucket (bidirectional) for s positions, as a (s, s) index."""
+        rel = torch.arange(s)[None, :] - torch.arange(s)[:, None]  # key - query
+        half = self.buckets // 2
+        bucket = (rel > 0).long() * half
+        n = rel.abs()
+        exact = half // 2
+        large = exact + (torch.log(n.float().clamp(min=1) / exact) / math.log(self.max_distance / exact)
+                         * (half - exact)).long()
+        return bucket + torch.where(n < exact, n, large.clamp(max=half - 1))
+
+    def set_tokens(self, s: int) -> None:
+        self.tokens = s
+        self.register_buffer("index", self.t5_index(s), persistent=False)
+
+    def forward(self) -> torch.Tensor:
+        bias = F.embedding(self.index, self.table)  # (t, t, heads): a gather
+        return bias.permute(2, 0, 1).unsqueeze(0)  # (1, heads, t, t)
 
 
 class TokenEmbedding(nn.Module):
@@ -186,23 +238,49 @@ class SelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int, head_dim: int, qkv_bias: bool = True, proj_bias: bool = True,
                  fused_qkv: bool = True, kv_heads: int | None = None, gqa: bool = False, window: int = 0,
                  grid: tuple[int, int] | None = None, rel_pos: bool = False, rope: bool = False,
-                 rope_len: int = 0, causal: bool = False):
+                 rope_len: int = 0, causal: bool = False, qkv_biases: tuple[bool, bool, bool] | None = None,
+                 rope_dims: int = 0, sliding_window: int = 0, queries: int = 0,
+                 rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0):
         super().__init__()
         self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
         self.kv_heads, self.gqa, self.causal = kv_heads or heads, gqa, causal
         self.window, self.grid = window, grid
+        self.rope_dims = rope_dims or head_dim
+        self.scale = 1.0 if unscaled else None
+        qb, kb, vb = qkv_biases or (qkv_bias,) * 3
         inner, kv_inner = heads * head_dim, self.kv_heads * head_dim
         self.split = (inner, kv_inner, kv_inner)
-        if fused_qkv:
-            self.qkv = nn.Linear(dim, inner + 2 * kv_inner, bias=qkv_bias)
+        if queries:  # learned query tokens; k and v (fused: `kv`) project the input
+            self.queries = nn.Parameter(torch.zeros(1, queries, dim))
+            self.q = nn.Linear(dim, inner, bias=qb)
+            if fused_qkv:
+                self.kv = nn.Linear(dim, 2 * kv_inner, bias=kb)
+            else:
+                self.k = nn.Linear(dim, kv_inner, bias=kb)
+                self.v = nn.Linear(dim, kv_inner, bias=vb)
+        elif fused_qkv:
+            self.qkv = nn.Linear(dim, inner + 2 * kv_inner, bias=qb)
         else:
-            self.q = nn.Linear(dim, inner, bias=qkv_bias)
-            self.k = nn.Linear(dim, kv_inner, bias=qkv_bias)
-            self.v = nn.Linear(dim, kv_inner, bias=qkv_bias)
+            self.q = nn.Linear(dim, inner, bias=qb)
+            self.k = nn.Linear(dim, kv_inner, bias=kb)
+            self.v = nn.Linear(dim, kv_inner, bias=vb)
         if rope:
-            self.rope = Rotary(head_dim, rope_len)
+            self.rope = Rotary(self.rope_dims, rope_len)
         if rel_pos:
             self.rel_pos = RelPosBias(head_dim, (window, window) if window else grid)
+        if rel_bias is not None:
+            self.rel_bias = RelBiasTable(heads, *rel_bias)
+            if rel_bias[0] == "t5":
+                self.rel_bias.set_tokens(rope_len)
+        if sliding_window:  # additive mask, built once: 0 for keys i-w+1..i, -inf elsewhere
+            i = torch.arange(rope_len)[:, None]
+            j = torch.arange(rope_len)[None, :]
+            allowed = (j <= i) & (i - j < sliding_window)
+            self.register_buffer("window_mask", torch.zeros(rope_len, rope_len).masked_fill(~allowed, float("-inf")),
+                                 persistent=False)
+        self.shift = shift
+        if shift:  # Swin's mask: tokens of a shifted window see only those of their own region
+            self.register_buffer("shift_mask", shift_window_mask(grid, window, shift), persistent=False)
         self.proj = nn.Linear(inner, dim, bias=proj_bias)
 
     def _heads(self, t: torch.Tensor, heads: int) -> torch.Tensor:  # (B, S, heads*d) -> (B, heads, S, d)
@@ -212,8 +290,18 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, C)
         b, s, c = x.shape
         if self.window:
-            x, padded = window_partition(x.view(b, *self.grid, c), self.window)  # (B*nW, w*w, C)
-        if self.fused_qkv:
+            x = x.view(b, *self.grid, c)
+            if self.shift:
+                x = torch.roll(x, (-self.shift, -self.shift), dims=(1, 2))
+            x, padded = window_partition(x, self.window)  # (B*nW, w*w, C)
+        if hasattr(self, "queries"):
+            # k, v first: q's backward (created last, run first) then closes before theirs opens
+            if self.fused_qkv:
+                k, v = self.kv(x).split(self.split[1:], dim=-1)
+            else:
+                k, v = (lin(_alias(x)) for lin in (self.k, self.v))
+            q = self.q(self.queries.expand(b, -1, -1))  # (B, n, h*d)
+        elif self.fused_qkv:
             q, k, v = self.qkv(x).split(self.split, dim=-1)  # (B, S, h*d), (B, S, kv*d) x 2
         else:
             # x feeds three projections: each reads its own alias (see _alias); autograd sums their
@@ -223,14 +311,31 @@ class SelfAttention(nn.Module):
         if hasattr(self, "rope"):
             # q and k rotated in one call, as fused RoPE kernels do (and one tensor in and out gives the
             # module one backward scope; a two-output module's opens only once both gradients are ready)
-            q, k = self.rope(torch.cat([q, k], dim=1)).split((self.heads, self.kv_heads), dim=1)
+            qk = torch.cat([q, k], dim=1)
+            if self.rope_dims < self.head_dim:  # partial rotary: the first rope_dims dims, the rest pass
+                rot, rest = qk.split((self.rope_dims, self.head_dim - self.rope_dims), dim=-1)
+                qk = torch.cat([self.rope(rot), rest], dim=-1)
+            else:
+                qk = self.rope(qk)
+            q, k = qk.split((self.heads, self.kv_heads), dim=1)
         mask = self.rel_pos(_alias(q)) if hasattr(self, "rel_pos") else None  # (B, h, S, S)
+        if hasattr(self, "rel_bias"):
+            mask = self.rel_bias()  # (1, h, S, S), broadcast over the problems
+        if self.shift:  # (nW, t, t) per window, repeated over the batch: (B*nW, 1, t, t)
+            shifted = self.shift_mask.unsqueeze(0).expand(b, -1, -1, -1).reshape(-1, 1, *self.shift_mask.shape[1:])
+            mask = shifted if mask is None else shifted + mask  # + the bias table (1, h, t, t)
+        causal = self.causal
+        if hasattr(self, "window_mask"):
+            mask, causal = self.window_mask, False
         extra = {"enable_gqa": True} if self.gqa else {}
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal, **extra)  # (B, h, S, d)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
+                                           **extra)  # (B, h, S, d)
         o = o.transpose(1, 2).reshape(o.shape[0], o.shape[2], self.heads * self.head_dim)  # (B, S, h*d)
         o = self.proj(o)  # (B, S, C)
         if self.window:
             o = window_unpartition(o, self.window, padded, self.grid, b)  # (B, H*W, C), padding cropped
+            if self.shift:
+                o = torch.roll(o.view(b, *self.grid, -1), (self.shift, self.shift), dims=(1, 2)).reshape(b, s, -1)
         return o
 
 
@@ -339,6 +444,163 @@ class Transpose(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.axis0}, {self.axis1}"
+
+
+# -- op families of issue 14 (conv/norm/pool/scale/shape/moe) ---------------------------------------
+class BatchNorm(nn.Module):
+    """F.batch_norm with running-statistics buffers (one native_batch_norm kernel), in train mode (batch
+    statistics, running stats updated inside the kernel) or eval mode (running statistics). Unlike
+    nn.BatchNorm*d it keeps no num_batches_tracked counter, whose scalar += 1 is no work of the op."""
+
+    def __init__(self, channels: int, eps: float, affine: bool, train: bool):
+        super().__init__()
+        self.eps, self.train_stats = eps, train
+        self.weight = nn.Parameter(torch.ones(channels)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(channels)) if affine else None
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, C, ...)
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.train_stats,
+                            0.1, self.eps)
+
+    def extra_repr(self) -> str:
+        return "train" if self.train_stats else "eval"
+
+
+
+class Mean(nn.Module):
+    """x.mean(axes, keepdim) (the `mean` and `global_avg_pool` ops)."""
+
+    def __init__(self, axes: Sequence[int], keepdim: bool = False):
+        super().__init__()
+        self.axes, self.keepdim = tuple(axes), keepdim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(self.axes, keepdim=self.keepdim)
+
+    def extra_repr(self) -> str:
+        return f"{list(self.axes)}, keepdim={self.keepdim}"
+
+
+
+class Scale(nn.Module):
+    """x * c for a constant c (one aten.mul by a scalar)."""
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+    def extra_repr(self) -> str:
+        return repr(self.factor)
+
+
+class LayerScale(nn.Module):
+    """x * gamma with gamma (C,) over one axis, `trailing` dims after it (0: the last axis)."""
+
+    def __init__(self, channels: int, trailing: int = 0):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((channels,), 1e-5))
+        self.trailing = trailing
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma.view(-1, *([1] * self.trailing))
+
+
+
+class Permute(nn.Module):
+    """x.permute(order)."""
+
+    def __init__(self, order: Sequence[int]):
+        super().__init__()
+        self.order = tuple(order)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(self.order)
+
+    def extra_repr(self) -> str:
+        return str(list(self.order))
+
+
+class Narrow(nn.Module):
+    """One piece along an axis (negative): x[..., start:start+length] (`slice`), or piece `index` of
+    torch.split(x, sizes, axis) when `sizes` is given (`chunk`, `split`: the split op itself runs)."""
+
+    def __init__(self, axis: int, start: int, length: int, sizes: Sequence[int] | None = None, index: int = 0):
+        super().__init__()
+        self.axis, self.start, self.length, self.index = axis, start, length, index
+        self.sizes = list(sizes) if sizes is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sizes is not None:
+            return torch.split(x, self.sizes, dim=self.axis)[self.index]
+        return x.narrow(self.axis, self.start, self.length)
+
+    def extra_repr(self) -> str:
+        return f"axis={self.axis}, start={self.start}, length={self.length}"
+
+
+class Pad(nn.Module):
+    """F.pad(x, pads, value=value) (constant padding)."""
+
+    def __init__(self, pads: Sequence[int], value: float = 0.0):
+        super().__init__()
+        self.pads, self.value = list(pads), value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.pad(x, self.pads, value=self.value)
+
+    def extra_repr(self) -> str:
+        return str(self.pads)
+
+
+
+class MixtureOfExperts(nn.Module):
+    """Router (`router`: linear, softmax, top-k, renormalised), expert MLPs (`experts`), optional shared
+    MLP (`shared`), and each token's k expert outputs summed with their routing weights (the `moe` op).
+
+    Routing is deterministic and balanced (see costspec/ops/moe.py): the T*k (token, slot) rows are cut
+    into E contiguous blocks of floor/ceil(T*k/E) rows, expert e taking block e, at most `capacity` rows
+    of it (the rest dropped: zero output). The top-k scores still weight the outputs, so every op of a
+    real router runs; only the choice of rows is fixed.
+    """
+
+    def __init__(self, dim: int, experts: int, top_k: int, hidden: int, gated: bool, fn: str, bias: bool,
+                 renorm: bool, shared_hidden: int = 0, capacity: int | None = None):
+        super().__init__()
+        self.top_k, self.renorm, self.capacity = top_k, renorm, capacity
+        self.router = nn.Linear(dim, experts, bias=False)
+        mlp = GatedMlp if gated else Mlp
+        self.experts = nn.ModuleList(mlp(dim, hidden, dim, fn, bias) for _ in range(experts))
+        self.shared = mlp(dim, shared_hidden, dim, fn, bias) if shared_hidden else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])  # (T, C)
+        t, c = x2.shape
+        k, e = self.top_k, len(self.experts)
+        probs = torch.softmax(self.router(_alias(x2)), dim=-1)  # (T, E)
+        w, _ = probs.topk(k, dim=-1)  # (T, k)
+        if self.renorm:
+            w = w / w.sum(-1, keepdim=True)
+        slots = t * k
+        xs = x2 if k == 1 else x2[:, None, :].expand(t, k, c).reshape(slots, c)  # (T*k, C), token-major
+        bounds = [i * slots // e for i in range(e + 1)]
+        pieces = torch.split(xs, [bounds[i + 1] - bounds[i] for i in range(e)])
+        outs = []
+        for expert, piece in zip(self.experts, pieces):
+            kept = piece.shape[0] if self.capacity is None else min(piece.shape[0], self.capacity)
+            outs.append(expert(piece[:kept]))
+            if kept < piece.shape[0]:
+                outs.append(piece.new_zeros(piece.shape[0] - kept, c))  # dropped rows
+        ys = torch.cat(outs).view(t, k, c)  # (T, k, C)
+        out = (ys * w.unsqueeze(-1)).sum(1)  # (T, C)
+        if self.shared is not None:
+            out = out + self.shared(_alias(x2))
+        return out.reshape(shape)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -310,7 +310,7 @@ class TreeBuilder:
             elif callable(attr.default):
                 values[attr.name] = self.dims.canonical(sympy.sympify(attr.default(in_shape, values)))
             else:
-                values[attr.name] = sympy.Integer(attr.default) if attr.kind in ("size", "count", "pair") \
+                values[attr.name] = sympy.Integer(attr.default) if attr.kind in ("size", "count", "pair", "triple") \
                     else attr.default
         return Attrs(values, self.locate(path))
 
@@ -337,9 +337,20 @@ class TreeBuilder:
             return raw
         if attr.kind == "shape":
             return tuple(-1 if item == -1 else self._size(item, env, path + (i,)) for i, item in enumerate(raw))
-        if attr.kind == "pair" and isinstance(raw, list):
+        if attr.kind == "axes":
+            if not isinstance(raw, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in raw):
+                raise SpecError(f"{attr.name} must be a list of integer axes, got {raw!r}", where, "a list of integers")
+            return tuple(raw)
+        if attr.kind == "expr":  # any value of the dims (a constant factor such as sqrt(C)), not only integers
+            value = parse_expr(raw, env.names, where)
+            if not isinstance(value, sympy.Expr) or value.has(sympy.zoo, sympy.nan):
+                raise SpecError(f"{raw!r} is not a number or an expression of the dims", where, "an expression")
+            return self.dims.canonical(value)
+        if attr.kind == "counts":
             return tuple(self._count(item, env, path + (i,)) for i, item in enumerate(raw))
-        if attr.kind in ("pair", "count"):
+        if attr.kind in ("pair", "triple") and isinstance(raw, list):
+            return tuple(self._count(item, env, path + (i,)) for i, item in enumerate(raw))
+        if attr.kind in ("pair", "triple", "count"):
             return self._count(raw, env, path)
         return self._size(raw, env, path)
 

@@ -33,6 +33,14 @@ def test_ops_md_is_what_the_generator_writes():
         "docs/ops.md is stale: run `python tools/gen_docs.py` (a new op, attribute, docstring or cost-table entry)")
 
 
+def test_readme_op_list_is_what_the_generator_writes():
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    assert _gen_docs().readme_with_ops(readme) == readme, (
+        "README.md's op list is stale: run `python tools/gen_docs.py` (it is generated from the op registry)")
+    for name in OPS:
+        assert (f"`{name}`" in readme) == OPS[name].in_spec
+
+
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_every_registered_op_is_documented(op):
     assert f"## `{op}`" in _read("ops.md")

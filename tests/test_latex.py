@@ -20,7 +20,11 @@ LABEL = re.compile(r"\\label\{([^}]*)\}")
 
 @lru_cache(maxsize=None)
 def parse(rhs: str) -> sympy.Expr:
-    return parse_latex(rhs)  # needs antlr4-python3-runtime 4.11 (the `test` extra)
+    expr = parse_latex(rhs)  # needs antlr4-python3-runtime 4.11 (the `test` extra)
+    # \min / \max parse as undefined functions named min / max: read them as sympy's Min / Max
+    lattice = {"min": sympy.Min, "max": sympy.Max}
+    return expr.replace(lambda e: isinstance(e, sympy.core.function.AppliedUndef) and e.func.__name__ in lattice,
+                        lambda e: lattice[e.func.__name__](*e.args))
 
 
 def symbol_reader(dims):

@@ -62,15 +62,43 @@ def _attention(draw):
              "backend": draw(st.sampled_from(["flash", "math"])), "rope": rope}
     if kv != heads or draw(st.booleans()):
         attrs["kv_heads"] = kv  # grouped-query when kv < heads
-    layout = draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal"]))
+    if draw(st.booleans()):  # per-projection biases (fused_qkv needs q, k, v to agree)
+        qkv = draw(st.booleans())
+        attrs.update(q_bias=qkv if attrs["fused_qkv"] else draw(st.booleans()), o_bias=draw(st.booleans()))
+        attrs.update(k_bias=attrs["q_bias"] if attrs["fused_qkv"] else draw(st.booleans()))
+        attrs.update(v_bias=attrs["q_bias"] if attrs["fused_qkv"] else draw(st.booleans()))
+    if rope and draw(st.booleans()):
+        attrs["rope_dims"] = draw(st.sampled_from([r for r in range(2, head_dim + 1, 2)]))
+    if draw(st.booleans()):
+        attrs["scale"] = "none"
+    layout = draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal", "sliding", "queries",
+                                   "t5", "swin", "shifted"]))
     grid = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
-    s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos") else draw(small)
+    s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos", "swin") else draw(small)
     if "window" in layout:  # windows that do not divide the grid pad it, as SAM does
-        attrs.update(window=draw(st.integers(1, 3)), grid=grid)
+        attrs.update(window=draw(st.integers(1, 3)) if min(grid) > 1 else 1, grid=grid)
     if "rel_pos" in layout:
         attrs.update(rel_pos=True, grid=grid)
     if layout == "causal":
         attrs.update(causal=True, causal_flops=draw(st.sampled_from(["executed", "useful"])))
+    if layout == "sliding":
+        attrs.update(causal=True, sliding_window=draw(st.integers(1, 4)),
+                     causal_flops=draw(st.sampled_from(["executed", "useful"])))
+    if layout == "queries":
+        attrs.update(queries=draw(st.integers(1, 3)), rope=False)
+        attrs.pop("rope_dims", None)
+    if layout == "t5":
+        attrs.update(rel_bias="t5", buckets=draw(st.integers(4, 8)), max_distance=draw(st.integers(3, 16)))
+    if layout == "swin":
+        s = grid[0] * grid[1]
+        attrs.update(rel_bias="swin", window=draw(st.integers(1, 3)) if min(grid) > 1 else 1, grid=grid)
+    if layout == "shifted":  # Swin's shifted windows: whole windows, 0 < shift < window
+        w = draw(st.integers(2, 3))
+        grid = [w * draw(st.integers(1, 2)), w * draw(st.integers(1, 2))]
+        s = grid[0] * grid[1]
+        attrs.update(window=w, grid=grid, shift=draw(st.integers(1, w - 1)))
+        if draw(st.booleans()):
+            attrs["rel_bias"] = "swin"
     return {"B": draw(st.integers(1, 3))}, ["B", s, c], with_grad(draw, [{"attention": attrs}])
 
 
@@ -88,6 +116,105 @@ def _conv2d(draw):
              "groups": groups, "bias": draw(st.booleans())}
     pre = [{"conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
     return dims, shape, pre + [{"conv2d": attrs}]
+
+
+@case("conv1d")
+def _conv1d(draw):
+    cin = draw(st.sampled_from([2, 4, 6]))
+    groups = draw(st.sampled_from([g for g in (1, 2, cin) if cin % g == 0]))
+    attrs = {"out": groups * draw(st.integers(1, 3)), "kernel": draw(st.integers(1, 3)),
+             "stride": draw(st.integers(1, 2)), "padding": draw(st.integers(0, 1)), "dilation": draw(st.integers(1, 2)),
+             "groups": groups, "bias": draw(st.booleans())}
+    pre = [{"conv1d": {"out": cin, "kernel": 1}}] if draw(st.booleans()) else []
+    return {"B": draw(st.integers(1, 3))}, ["B", cin, draw(st.integers(5, 9))], pre + [{"conv1d": attrs}]
+
+
+@case("conv3d")
+def _conv3d(draw):
+    cin = draw(st.sampled_from([2, 4]))
+    groups = draw(st.sampled_from([1, 2]))
+    attrs = {"out": groups * draw(st.integers(1, 2)), "kernel": [draw(st.integers(1, 2)) for _ in range(3)],
+             "stride": draw(st.sampled_from([1, 2, [1, 2, 2]])), "padding": draw(st.integers(0, 1)),
+             "groups": groups, "bias": draw(st.booleans())}
+    pre = [{"conv3d": {"out": cin, "kernel": 1}}] if draw(st.booleans()) else []
+    shape = ["B", cin] + [draw(st.integers(2, 4)) for _ in range(3)]
+    return {"B": draw(st.integers(1, 2))}, shape, pre + [{"conv3d": attrs}]
+
+
+@case("conv_transpose2d")
+def _conv_transpose2d(draw):
+    dims, shape = _image(draw, draw(st.sampled_from([2, 4])))
+    groups = draw(st.sampled_from([1, 2]))
+    stride = draw(st.integers(1, 2))
+    attrs = {"out": groups * draw(st.integers(1, 3)), "kernel": [draw(st.integers(1, 3)), draw(st.integers(1, 3))],
+             "stride": stride, "padding": draw(st.integers(0, 1)), "output_padding": draw(st.integers(0, stride - 1)),
+             "groups": groups, "bias": draw(st.booleans())}
+    pre = [{"conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
+    return dims, shape, pre + [{"conv_transpose2d": attrs}]
+
+
+def _pool(name, spatial):
+    def draw_case(draw):
+        kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+        attrs = {"kernel": kernel[0] if spatial == 1 or draw(st.booleans()) else kernel}
+        kernel = [kernel[0]] * spatial if not isinstance(attrs["kernel"], list) else kernel
+        if draw(st.booleans()):
+            attrs["stride"] = draw(st.integers(1, 2))
+        attrs["padding"] = draw(st.integers(0, min(kernel) // 2))
+        shape = [draw(st.integers(1, 3)), draw(small)] + [draw(st.integers(3, 6)) for _ in range(spatial)]
+        pre = [{"conv1d" if spatial == 1 else "conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
+        return {}, shape, pre + [{name: attrs}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}]
+
+    return draw_case
+
+
+CASES["max_pool1d"] = _pool("max_pool1d", 1)
+CASES["max_pool2d"] = _pool("max_pool2d", 2)
+CASES["avg_pool1d"] = _pool("avg_pool1d", 1)
+CASES["avg_pool2d"] = _pool("avg_pool2d", 2)
+
+
+@case("adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(draw):
+    out = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    shape = ["B", draw(small), out[0] * draw(st.integers(1, 3)), out[1] * draw(st.integers(1, 3))]
+    dims = {"B": draw(st.integers(1, 3))}
+    if draw(st.booleans()):  # a symbolic output size (counted as pooling; 1 x 1 is reconciled as a mean)
+        dims.update(OH=out[0], OW=out[1])
+        out = ["OH", "OW"]
+    return dims, shape, with_grad(draw, [{"adaptive_avg_pool2d": {"size": out}}, {"flatten": {"start": 1}},
+                                         {"linear": {"out": 2}}])
+
+
+@case("global_avg_pool")
+def _global_avg_pool(draw):
+    shape = [draw(st.integers(1, 3)), draw(small)] + [draw(small) for _ in range(draw(st.integers(1, 3)))]
+    pre = [{"linear": {"out": shape[-1]}}] if draw(st.booleans()) else []
+    return {}, shape, pre + [{"global_avg_pool": {}}, {"linear": {"out": 2}}]
+
+
+@case("mean")
+def _mean(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(2, 4)))]
+    axes = draw(st.lists(st.integers(-len(shape), len(shape) - 1), min_size=1, max_size=len(shape) - 1,
+                         unique_by=lambda a: a % len(shape)))
+    keepdim = draw(st.booleans())
+    return {}, shape, with_grad(draw, [{"mean": {"axes": axes, "keepdim": keepdim}}, {"flatten": {"start": 0}},
+                                       {"linear": {"out": 2}}])
+
+
+@case("scale")
+def _scale(draw):
+    by = draw(st.sampled_from([2, 0.5, "sqrt(C)", "1/sqrt(C)"]))
+    return {"C": 4}, [draw(small), draw(small), "C"], with_grad(draw, [{"scale": {"by": by}}, {"linear": {"out": 2}}])
+
+
+@case("layer_scale")
+def _layer_scale(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(1, 4)))]
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    return {}, shape, with_grad(draw, [{"layer_scale": {"axis": axis}}, {"flatten": {"start": 0}},
+                                       {"linear": {"out": 2}}])
 
 
 @case("patch_embed")
@@ -149,6 +276,28 @@ CASES["rmsnorm"] = _norm("rmsnorm", 3)
 CASES["layernorm2d"] = _norm("layernorm2d", 4)
 
 
+@case("batchnorm")
+def _batchnorm(draw):
+    rank = draw(st.integers(2, 5))
+    shape = [draw(st.integers(1, 3)) for _ in range(rank)]
+    shape[0] = draw(st.integers(2, 3))  # train mode needs more than one value per channel
+    attrs = {"mode": draw(st.sampled_from(["train", "eval"])), "affine": draw(st.booleans())}
+    pre = [{"conv1d": {"out": shape[1], "kernel": 1}}] if rank == 3 else [{"linear": {"out": shape[-1]}}]
+    return {}, shape, (pre if draw(st.booleans()) else []) + [{"batchnorm": attrs}, {"flatten": {"start": 0}},
+                                                               {"linear": {"out": 2}}]
+
+
+@case("groupnorm")
+def _groupnorm(draw):
+    groups = draw(st.integers(1, 3))
+    shape = [draw(small), groups * draw(st.integers(1, 2))] + [draw(small) for _ in range(draw(st.integers(0, 2)))]
+    if shape[1] // groups == 1 and len(shape) == 2 or all(d == 1 for d in shape[2:]):  # > 1 value per group
+        shape.append(2)
+    attrs = {"groups": groups, "affine": draw(st.booleans())}
+    pre = [{"linear": {"out": shape[-1]}}] if draw(st.booleans()) else []
+    return {}, shape, pre + [{"groupnorm": attrs}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}]
+
+
 @case("flatten")
 def _flatten(draw):
     start = draw(st.integers(0, 2))
@@ -168,6 +317,75 @@ def _transpose(draw):
     return {}, [draw(small), draw(small), draw(small)], with_grad(
         draw, [{"transpose": {"axis0": draw(st.integers(-3, 2)), "axis1": draw(st.integers(-3, 2))}},
                {"linear": {"out": 2}}])
+
+
+@case("permute")
+def _permute(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(1, 4)))]
+    order = draw(st.permutations(range(len(shape))))
+    return {}, shape, with_grad(draw, [{"permute": {"order": list(order)}}, {"flatten": {"start": 0}},
+                                       {"linear": {"out": 2}}])
+
+
+@case("slice")
+def _slice(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(1, 3)))]
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    size = shape[axis]
+    start = draw(st.integers(0, size - 1))
+    attrs = {"axis": axis, "start": start}
+    if draw(st.booleans()):
+        attrs["end"] = draw(st.integers(start + 1, size))
+    return {}, shape, with_grad(draw, [{"slice": attrs}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}])
+
+
+@case("chunk")
+def _chunk(draw):
+    chunks = draw(st.integers(1, 3))
+    shape = [draw(small), chunks * draw(st.integers(1, 3))]
+    attrs = {"chunks": chunks, "index": draw(st.integers(0, chunks - 1)), "axis": 1}
+    return {}, shape, with_grad(draw, [{"chunk": attrs}, {"linear": {"out": 2}}])
+
+
+@case("split")
+def _split(draw):
+    sizes = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    shape = [draw(small), sum(sizes)]
+    attrs = {"sizes": sizes, "index": draw(st.integers(0, len(sizes) - 1))}
+    return {}, shape, with_grad(draw, [{"split": attrs}, {"linear": {"out": 2}}])
+
+
+@case("pad")
+def _pad(draw):
+    shape = [draw(small) for _ in range(draw(st.integers(1, 3)))]
+    pads = [draw(st.integers(0, 2)) for _ in range(2 * draw(st.integers(1, len(shape))))]
+    return {}, shape, with_grad(draw, [{"pad": {"pads": pads}}, {"flatten": {"start": 0}}, {"linear": {"out": 2}}])
+
+
+@case("moe")
+def _moe(draw):
+    experts = draw(st.integers(1, 4))
+    attrs = {"experts": experts, "top_k": draw(st.integers(1, experts)), "hidden": draw(small),
+             "gated": draw(st.booleans()), "fn": draw(st.sampled_from(["silu", "gelu", "relu"])),
+             "bias": draw(st.booleans()), "renorm": draw(st.booleans())}
+    if draw(st.booleans()):
+        attrs.update(shared_experts=draw(st.integers(1, 2)), shared_hidden=draw(small))
+    if draw(st.booleans()):
+        attrs["capacity_factor"] = draw(st.sampled_from([0.5, 1.0, 1.25]))
+    shape = [draw(small) for _ in range(draw(st.integers(1, 2)))] + [draw(small)]
+    return {}, shape, with_grad(draw, [{"moe": attrs}])
+
+
+@case("upsample")
+def _upsample(draw):
+    dims, shape = _image(draw)
+    attrs = {"mode": draw(st.sampled_from(["nearest", "bilinear"]))}
+    if draw(st.booleans()):
+        attrs["scale"] = draw(st.integers(1, 3))
+    else:
+        attrs["size"] = [draw(st.integers(1, 9)), draw(st.integers(1, 9))]
+    pre = [{"conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
+    return dims, shape, pre + [{"upsample": attrs}, {"conv2d": {"out": 2, "kernel": 1}}]
 
 
 @case("embedding")  # token ids are the model input: an embedding comes first

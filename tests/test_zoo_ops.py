@@ -112,6 +112,22 @@ def test_kv_heads_equal_to_heads_is_plain_multi_head_attention():
 def test_kv_heads_must_divide_heads():
     with pytest.raises(SpecError, match=r"kv_heads 3 must divide heads 4"):
         spec("- attention: {heads: 4, kv_heads: 3}")
+    with pytest.raises(SpecError, match=r"kv_heads 8 must divide heads 4"):
+        spec("- attention: {heads: 4, kv_heads: KV}", dims="{B: 2, S: 6, C: 8, KV: 8}")
+
+
+@pytest.mark.parametrize("kv", [1, 2, 4])
+def test_one_spec_sweeps_kv_heads_from_multi_query_to_multi_head(kv):
+    # KV is a dim: the group sum of dK and dV (B*h*S*2d elements) is there for KV < heads and gone at KV = heads
+    model = spec("""\
+        - layernorm: {}
+        - attention: {heads: 4, kv_heads: KV}
+        """, dims="{B: 2, S: 6, C: 8, KV: 1}")
+    b, s, h, d = 2, 6, 4, 2
+    backward = next(n for n, *_ in model.walk() if n.name == "attn.sdpa").backward(True).pointwise
+    assert int(backward["bias_grad"].xreplace(model.bind(sets={"KV": kv}))) == (b * h * s * 2 * d if kv < h else 0)
+    result = validate(model, model.bind(sets={"KV": kv}), "train", "meta")
+    assert result.ok, render_table(result)
 
 
 # -- causal counting ----------------------------------------------------------------------------

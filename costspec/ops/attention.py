@@ -1,7 +1,9 @@
 """`attention`: multi-head self-attention with SDPA (Vaswani et al. 2017), and the variants the
 zoo needs: windowed attention with SAM's padding and decomposed relative positions (Kirillov et
 al. 2023, Li et al. 2022 "ViTDet"), grouped-query attention (Ainslie et al. 2023), causal masking,
-rotary position embedding (Su et al. 2021).
+rotary position embedding (Su et al. 2021; partial, as GPT-NeoX), a causal sliding window (Mistral,
+Jiang et al. 2023), learned queries (attention pooling, SigLIP), relative-position bias tables (T5,
+Raffel et al. 2020; Swin, Liu et al. 2021).
 """
 from __future__ import annotations
 
@@ -35,6 +37,16 @@ from .base import (
 from .registry import register_op
 
 
+def _is_zero(value) -> bool:
+    return sympy.sympify(value) == 0
+
+
+def _above_one(n: Expr) -> Expr:
+    """1 when the size n > 1, 0 when n = 1 (a whole number >= 1), as an expression: autograd sums a
+    broadcast gradient over an axis only when that axis is longer than 1."""
+    return sympy.Min(1, n - 1)
+
+
 # ----------------------------------------------------------------------------------------------
 # SDPA
 # ----------------------------------------------------------------------------------------------
@@ -50,10 +62,12 @@ class Sdpa:
     sk: Expr
     d: Expr
     dv: Expr
-    gqa: bool = False  # kv < h: each k/v head serves h/kv query heads
+    gqa: bool = False  # kv may be < h: each k/v head serves h/kv query heads
+    grouped: Expr = sympy.Integer(1)  # 1 when kv < h, 0 when kv == h (see _Geom.grouped), with gqa
     causal: bool = False
     useful: bool = False  # causal_flops: useful -- matmuls over the unmasked pairs only
     bias: bool = False  # an additive float bias on every score (SAM's relative positions)
+    window: Expr = sympy.Integer(0)  # causal sliding window (Mistral): query i sees keys i-w+1..i; 0 = none
 
     @property
     def scores(self) -> Expr:
@@ -63,6 +77,9 @@ class Sdpa:
     def pairs(self) -> Expr:
         """(query, key) pairs the matmuls are counted over, per problem and head: all sq*sk, or for
         causal_flops: useful the sq*(sq+1)/2 of self-attention's lower triangle (diagonal included)."""
+        if self.causal and self.useful and not _is_zero(self.window):
+            m = sympy.Min(self.sq, self.window)  # queries 0..m-1 see i+1 keys, the rest w each
+            return m * (m + 1) / 2 + (self.sq - m) * self.window
         if self.causal and self.useful:
             return self.sq * (self.sq + 1) / 2
         return self.sq * self.sk
@@ -82,7 +99,9 @@ def sdpa_forward(a: Sdpa, backend: str) -> Work:
     """
     work = Work({"sdpa": FLOPS_PER_MAC * a.b * a.h * a.pairs * (a.d + a.dv)}) + pointwise("softmax", a.scores)
     work = work + pointwise("scale", a.scores if backend == "flash" else a.b * a.h * (a.sq + a.sk) * a.d)
-    if a.causal:
+    if a.causal and not _is_zero(a.window):  # flash masks in registers; math adds a mask built once (a buffer)
+        work = work + pointwise("select" if backend == "flash" else "add", a.scores)
+    elif a.causal:
         work = work + (pointwise("select", a.scores) if backend == "flash"
                        else pointwise("select", 2 * a.sq * a.sk) + pointwise("add", a.scores))
     if a.bias:
@@ -105,7 +124,7 @@ def sdpa_backward(a: Sdpa, backend: str) -> Work:
     if a.causal and backend == "flash":
         work = work + pointwise("select", a.scores)
     if a.gqa:
-        work = work + pointwise("bias_grad", a.b * a.h * a.sk * (a.d + a.dv))
+        work = work + pointwise("bias_grad", a.grouped * a.b * a.h * a.sk * (a.d + a.dv))
     return work
 
 
@@ -125,10 +144,12 @@ class _Geom:
     t: Expr  # tokens per attention problem (S, or window^2)
     qh: Expr  # token grid of one attention problem (relative positions)
     qw: Expr
+    tq: Expr  # queries per attention problem (t, or the learned queries)
+    mq: Expr  # rows the q and output projections run on (m, or B * learned queries)
 
     @property
     def nq(self) -> Expr:  # elements of q (and of O)
-        return self.nb * self.h * self.t * self.d
+        return self.nb * self.h * self.tq * self.d
 
     @property
     def nk(self) -> Expr:  # elements of k (and of v)
@@ -137,10 +158,6 @@ class _Geom:
 
 def _pair(value):
     return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
-
-
-def _is_zero(value) -> bool:
-    return sympy.sympify(value) == 0
 
 
 @register_op
@@ -152,7 +169,9 @@ class Attention(OpDef):
     doc = ("Multi-head self-attention on [B, S, C]: fused (or separate) q/k/v projections, "
            "scaled_dot_product_attention (QK^T, scale, softmax, AV), output projection. Options: "
            "windowed attention on a token grid (SAM's padding), SAM's decomposed relative position "
-           "bias, grouped-query k/v heads, causal masking, rotary position embedding.")
+           "bias, grouped-query k/v heads (kv_heads from 1 up to heads), causal masking, a 1-D causal sliding "
+           "window, rotary position embedding (full or partial), learned queries, T5 / Swin relative-position "
+           "bias tables, per-projection biases, no score scale.")
     default_name = "attn"
     runtime = Runtime(
         # PyTorch's math SDPA builds a causal mask with tril + where (one select per element)
@@ -168,9 +187,16 @@ class Attention(OpDef):
         Attr("head_dim", "size", "per-head dim d (default C / heads)",
              default=lambda shape, a: a["dim"] / a["heads"]),
         Attr("kv_heads", "size", "key/value heads (grouped-query attention when fewer than heads; it must "
-             "divide heads). Default: heads", default=lambda shape, a: a["heads"]),
+             "divide heads; 1 = multi-query, heads = multi-head, so one dim can sweep MQA -> MHA). Default: heads",
+             default=lambda shape, a: a["heads"]),
         Attr("qkv_bias", "bool", "bias on the q/k/v projections", default=True),
         Attr("proj_bias", "bool", "bias on the output projection", default=True),
+        Attr("q_bias", "bool", "bias on the q projection (default: qkv_bias)", default=lambda shape, a: a["qkv_bias"]),
+        Attr("k_bias", "bool", "bias on the k projection (default: qkv_bias; Whisper has none)",
+             default=lambda shape, a: a["qkv_bias"]),
+        Attr("v_bias", "bool", "bias on the v projection (default: qkv_bias)", default=lambda shape, a: a["qkv_bias"]),
+        Attr("o_bias", "bool", "bias on the output projection (default: proj_bias)",
+             default=lambda shape, a: a["proj_bias"]),
         Attr("fused_qkv", "bool", "one (C -> (h + 2*kv_heads)*d) projection instead of three", default=True),
         Attr("backend", "choice", "SDPA kernel family the cost follows: flash (GPU default: the backward "
              "recomputes QK^T) or math (PyTorch's decomposition, as on meta tensors)",
@@ -186,11 +212,36 @@ class Attention(OpDef):
              "a broadcast add give a bias added to every score", default=False),
         Attr("rope", "bool", "rotary position embedding on q and k (x*cos + rotate_half(x)*sin: 2 mul + 1 add "
              "per element), positions 0..S-1 of the attention sequence", default=False),
+        Attr("rope_dims", "size", "partial rotary: rotate the first n dims of each head only (GPT-NeoX, Phi: "
+             "head_dim/4 or a fraction of it), the rest pass through. Default: all head_dim dims",
+             default=lambda shape, a: a["head_dim"]),
         Attr("causal", "bool", "causal mask: query i attends to keys 0..i", default=False),
         Attr("causal_flops", "choice", "how causal attention's QK^T and AV are counted: executed (default; the "
              "full S x S scores, as FlopCounterMode and PyTorch's math kernel count them) or useful (the "
              "S*(S+1)/2 unmasked pairs only; validate names the difference to FlopCounterMode)",
              default="executed", choices=("executed", "useful")),
+        Attr("sliding_window", "count", "1-D causal sliding window w over the sequence (Mistral): query i attends "
+             "to keys i-w+1..i; needs causal: true. Counted as causal is (causal_flops: executed, the default: the "
+             "full S x S scores a masked kernel computes; useful: the min(S,w)*(min(S,w)+1)/2 + (S-min(S,w))*w "
+             "unmasked pairs). 0 (default): none. Not `window`, which is SAM's 2-D w x w window on a token grid",
+             default=0),
+        Attr("queries", "count", "learned queries n: n learned query tokens (parameters) attend to the input's "
+             "tokens, output [B, n, C] (SigLIP's attention-pooling head); q and the output projection run on "
+             "B*n rows, k and v on B*S (fused_qkv fuses k and v). 0 (default): self-attention", default=0),
+        Attr("rel_bias", "choice", "a learned relative-position bias added to every score: t5 (a per-layer table "
+             "of `buckets` x heads over T5's log-bucketed distances) or swin (a (2w-1)^2 x heads table over the "
+             "relative offsets in each window, Swin). The bucket / offset of each (query, key) pair depends on "
+             "positions only and is computed once (a buffer); gathering the table is free, adding it is one add "
+             "per score", default="none", choices=("none", "t5", "swin")),
+        Attr("shift", "count", "Swin's shifted windows: the grid is rolled by -shift on both axes before the "
+             "window partition (and back after), and an additive mask keeps each window's tokens to their own "
+             "region (one add per score); needs window (dividing the grid) and 0 < shift < window. 0: none",
+             default=0),
+        Attr("buckets", "size", "rel_bias: t5 -- number of buckets (T5: 32)", default=32),
+        Attr("max_distance", "size", "rel_bias: t5 -- distance of the last bucket (T5: 128)", default=128),
+        Attr("scale", "choice", "score scale: default 1/sqrt(head_dim), or none (T5: no scaling). The kernels "
+             "still multiply by the scale (1), so the cost is the same", default="default",
+             choices=("default", "none")),
     )
 
     # -- shapes -------------------------------------------------------------------------------
@@ -200,6 +251,20 @@ class Attention(OpDef):
     def _gqa(self, call: OpCall) -> bool:
         return same_size(call.attrs.kv_heads, call.attrs.heads) is not True
 
+    def _grouped(self, call: OpCall) -> Expr:
+        """1 when kv_heads < heads, 0 when they are equal (multi-head attention: no group sum).
+
+        NB: kv_heads may be a dim that a sweep takes from 1 (MQA) up to heads (MHA); with whole
+        0 <= heads - kv_heads, min(1, heads - kv_heads) is that indicator as a plain expression
+        (exact at every binding, no Piecewise in formulas).
+        """
+        a = call.attrs
+        if not self._gqa(call):
+            return sympy.Integer(0)
+        if same_size(a.kv_heads, a.heads) is False and sympy.sympify(a.heads - a.kv_heads).is_number:
+            return sympy.Integer(1)
+        return sympy.Min(1, a.heads - a.kv_heads)
+
     def _geom(self, call: OpCall) -> _Geom:
         a = call.attrs
         b, s, c = call.in_shape
@@ -208,21 +273,79 @@ class Attention(OpDef):
         if self._windowed(call):
             w = a.window
             nwin = sympy.ceiling(gh / w) * sympy.ceiling(gw / w)  # windows of the padded grid
-            return _Geom(b, s, c, h, kv, d, b * nwin * w * w, b * nwin, w * w, w, w)
-        return _Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw)
+            return _Geom(b, s, c, h, kv, d, b * nwin * w * w, b * nwin, w * w, w, w, w * w, b * nwin * w * w)
+        if not _is_zero(a.queries):
+            return _Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, a.queries, b * a.queries)
+        return _Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, s, b * s)
 
     def _sdpa(self, call: OpCall) -> Sdpa:
         a, g = call.attrs, self._geom(call)
-        return Sdpa(g.nb, g.h, g.kv, g.t, g.t, g.d, g.d, gqa=self._gqa(call), causal=a.causal,
-                    useful=a.causal and a.causal_flops == "useful", bias=a.rel_pos)
+        return Sdpa(g.nb, g.h, g.kv, g.tq, g.t, g.d, g.d, gqa=self._gqa(call), grouped=self._grouped(call),
+                    causal=a.causal, window=a.sliding_window,
+                    useful=a.causal and a.causal_flops == "useful",
+                    bias=a.rel_pos or a.rel_bias != "none" or not _is_zero(a.shift))
 
     def output_shape(self, call: OpCall):
         requires(self, call, 3, "tokens [B, S, C]")
-        if call.attrs.causal and call.attrs.rel_pos:
+        a = call.attrs
+        if a.causal and (a.rel_pos or a.rel_bias != "none"):
+            which = "rel_pos" if a.rel_pos else "rel_bias"
             raise call.fail("causal attention with a relative position bias is not supported (SDPA takes "
-                            "either is_causal or an additive mask)", "rel_pos", "causal or rel_pos, not both")
-        same_size_constraint(call, "dim", call.attrs.dim, call.in_shape[-1], "the input's last dim")
+                            "either is_causal or an additive mask)", which, f"causal or {which}, not both")
+        if a.rel_pos and a.rel_bias != "none":
+            raise call.fail("rel_pos and rel_bias are two position biases: choose one", "rel_bias", "one of them")
+        self._check_window_use(call)
+        self._check_options(call)
+        same_size_constraint(call, "dim", a.dim, call.in_shape[-1], "the input's last dim")
+        if not _is_zero(a.queries):
+            return (call.in_shape[0], a.queries, call.in_shape[2])
         return call.in_shape
+
+    def _check_window_use(self, call: OpCall) -> None:
+        """`window` is SAM's 2-D window: on a grid one token high or wide (`{window: 4096, grid: [1, S]}`,
+        meant as Mistral's 1-D sliding window) it pads that side to w and charges w x w windows of padding."""
+        a = call.attrs
+        if not self._windowed(call):
+            return
+        for side, size in zip(("height", "width"), _pair(a.grid)):
+            too_big = sympy.sympify(a.window - size)
+            if sympy.sympify(size) == 1 and too_big.is_number and too_big > 0:
+                raise call.fail(f"window {a.window} on a grid of {side} 1: `window` is SAM's 2-D "
+                                "w x w window on a token grid (the grid is padded to whole windows); for 1-D "
+                                f"sliding-window attention over the sequence write sliding_window: {a.window} "
+                                "(with causal: true)", "window", "a window no larger than the grid, or sliding_window")
+
+    def _check_options(self, call: OpCall) -> None:
+        a = call.attrs
+        if not _is_zero(a.sliding_window):
+            if not a.causal:
+                raise call.fail("sliding_window is a causal sliding window (Mistral): set causal: true",
+                                "sliding_window", "causal: true with it")
+            if self._windowed(call):
+                raise call.fail("sliding_window (1-D, over the sequence) and window (2-D, on a grid) exclude each "
+                                "other", "sliding_window", "one of them")
+        if not _is_zero(a.queries):
+            for attr in ("rope", "rel_pos", "causal"):
+                if getattr(a, attr):
+                    raise call.fail(f"learned queries do not take {attr} (the queries have no positions)", attr,
+                                    f"queries without {attr}")
+            if self._windowed(call) or a.rel_bias != "none":
+                raise call.fail("learned queries attend to all tokens: no window or rel_bias", "queries",
+                                "queries without window / rel_bias")
+        if not _is_zero(a.shift):
+            if not self._windowed(call) or a.rel_pos or a.causal:
+                raise call.fail("shift is Swin's shifted window: it needs window (and grid), without rel_pos or "
+                                "causal", "shift", "window: w, 0 < shift < w")
+            if sympy.sympify(a.shift - a.window).is_number and a.shift >= a.window:
+                raise call.fail(f"shift {a.shift} is not smaller than the window {a.window}", "shift",
+                                "0 < shift < window")
+        if a.rel_bias == "swin" and not self._windowed(call):
+            raise call.fail("rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)",
+                            "rel_bias", "window: w with it")
+        q, k, v = (bool(x) for x in (a.q_bias, a.k_bias, a.v_bias))
+        if a.fused_qkv and _is_zero(a.queries) and not q == k == v:
+            raise call.fail("fused_qkv is one projection with one bias: q_bias, k_bias and v_bias must agree "
+                            "(set fused_qkv: false for a bias on some of them)", "fused_qkv", "fused_qkv: false")
 
     def constraints(self, call: OpCall):
         a = call.attrs
@@ -230,10 +353,10 @@ class Attention(OpDef):
                           a.where("heads"), {"dim": a.dim, "heads": a.heads})]
         out += same_size_constraint(call, "dim", a.dim, call.in_shape[-1], "the input's last dim")
         if self._gqa(call):
-            out.append(Constraint(sympy.Eq(sympy.Mod(a.heads, a.kv_heads), 0) & sympy.Lt(a.kv_heads, a.heads),
-                                  "kv_heads {kv} must divide heads {heads} and be fewer (leave kv_heads out for "
-                                  "multi-head attention)", a.where("kv_heads"), {"kv": a.kv_heads, "heads": a.heads},
-                                  "a proper divisor of heads"))
+            out.append(Constraint(sympy.Eq(sympy.Mod(a.heads, a.kv_heads), 0) & sympy.Le(a.kv_heads, a.heads),
+                                  "kv_heads {kv} must divide heads {heads} (from 1, multi-query, up to heads, "
+                                  "multi-head)", a.where("kv_heads"), {"kv": a.kv_heads, "heads": a.heads},
+                                  "a divisor of heads"))
         if self._windowed(call) or a.rel_pos:
             gh, gw = _pair(a.grid)
             s = call.in_shape[1]
@@ -243,9 +366,23 @@ class Attention(OpDef):
         if self._windowed(call) and not sympy.sympify(a.window).is_number:
             out.append(Constraint(sympy.Ge(a.window, 1), "window {w} must be at least 1 (0 means global attention)",
                                   a.where("window"), {"w": a.window}))
-        if a.rope:
+        if not _is_zero(a.shift):  # Swin shifts a grid of whole windows
+            gh, gw = _pair(a.grid)
+            out.append(Constraint(sympy.Eq(sympy.Mod(gh, a.window), 0) & sympy.Eq(sympy.Mod(gw, a.window), 0)
+                                  & sympy.Lt(a.shift, a.window),
+                                  "shifted windows need the grid {gh} x {gw} divisible by the window {w} and shift "
+                                  "{s} < window", a.where("shift"), {"gh": gh, "gw": gw, "w": a.window, "s": a.shift}))
+        if a.rel_bias == "t5":  # half the buckets per direction, half of those exact distances: at least one
+            out.append(Constraint(sympy.Ge(a.buckets, 4) & sympy.Gt(a.max_distance, sympy.floor(a.buckets / 4)),
+                                  "T5 buckets {n} and max_distance {m}: need buckets >= 4 and max_distance > buckets/4",
+                                  a.where("buckets"), {"n": a.buckets, "m": a.max_distance}))
+        if a.rope and same_size(a.rope_dims, a.head_dim):
             out.append(Constraint(sympy.Eq(sympy.Mod(a.head_dim, 2), 0), "rope needs an even head_dim, got {d}",
                                   a.where("rope"), {"d": a.head_dim}))
+        elif a.rope:
+            out.append(Constraint(sympy.Eq(sympy.Mod(a.rope_dims, 2), 0) & sympy.Le(a.rope_dims, a.head_dim),
+                                  "rope needs an even rope_dims of at most head_dim {d}, got {n}", a.where("rope_dims"),
+                                  {"d": a.head_dim, "n": a.rope_dims}))
         return out
 
     def notes(self, call: OpCall):
@@ -260,18 +397,31 @@ class Attention(OpDef):
 
     # -- work ---------------------------------------------------------------------------------
     def _projections(self, call: OpCall):
-        """(part name, in, out, bias) for each projection, in execution order around the SDPA."""
+        """(part name, rows, in, out, bias) for each projection, in execution order around the SDPA."""
         a, g = call.attrs, self._geom(call)
         inner, kv_inner = g.h * g.d, g.kv * g.d
-        qkv = ([("qkv", g.c, inner + 2 * kv_inner, a.qkv_bias)] if a.fused_qkv
-               else [("q", g.c, inner, a.qkv_bias), ("k", g.c, kv_inner, a.qkv_bias), ("v", g.c, kv_inner, a.qkv_bias)])
-        return qkv, ("proj", inner, g.c, a.proj_bias)
+        qb, kb, vb = bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)
+        if not _is_zero(a.queries):
+            q = ("q", g.mq, g.c, inner, qb)
+            kv = ([("kv", g.m, g.c, 2 * kv_inner, kb)] if a.fused_qkv
+                  else [("k", g.m, g.c, kv_inner, kb), ("v", g.m, g.c, kv_inner, vb)])
+            qkv = [q] + kv
+        elif a.fused_qkv:
+            qkv = [("qkv", g.m, g.c, inner + 2 * kv_inner, qb)]
+        else:
+            qkv = [("q", g.m, g.c, inner, qb), ("k", g.m, g.c, kv_inner, kb), ("v", g.m, g.c, kv_inner, vb)]
+        return qkv, ("proj", g.mq, inner, g.c, bool(a.o_bias))
 
-    def _rope_work(self, g: _Geom) -> Work:
-        """x*cos + rotate_half(x)*sin on q and k (forward), g*cos + rotate_half^T(g*sin) (backward):
-        2 mul + 1 add per element either way."""
-        n = g.nq + g.nk
+    def _rope_work(self, call: OpCall, g: _Geom) -> Work:
+        """x*cos + rotate_half(x)*sin on the rotated dims of q and k (forward), g*cos + rotate_half^T(g*sin)
+        (backward): 2 mul + 1 add per rotated element either way (partial rotary: rope_dims of head_dim)."""
+        n = g.nb * (g.h + g.kv) * g.t * call.attrs.rope_dims
         return pointwise("mul", 2 * n) + pointwise("add", n)
+
+    def _rel_bias_table(self, call: OpCall, g: _Geom) -> Expr:
+        """Rows of the rel_bias table (one column per head): T5's buckets, or Swin's (2w-1)^2 offsets."""
+        a = call.attrs
+        return a.buckets if a.rel_bias == "t5" else (2 * g.qh - 1) * (2 * g.qw - 1)
 
     def _rel_pos_params(self, g: _Geom) -> Expr:
         return (2 * g.qh - 1) * g.d + (2 * g.qw - 1) * g.d
@@ -295,32 +445,50 @@ class Attention(OpDef):
     def forward(self, call: OpCall):
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
-        parts = [Part(n, linear_forward(g.m, k, o, bias), k * o + (o if bias else 0)) for n, k, o, bias in qkv]
+        parts = []
+        if not _is_zero(a.queries):  # the learned query tokens: parameters, no work
+            parts.append(Part("queries", Work(), a.queries * g.c, own=True))
+        parts += [Part(n, linear_forward(m, k, o, bias), k * o + (o if bias else 0)) for n, m, k, o, bias in qkv]
         if a.rope:
-            parts.append(Part("rope", self._rope_work(g)))
+            parts.append(Part("rope", self._rope_work(call, g)))
         if a.rel_pos:
             parts.append(Part("rel_pos", self._rel_pos_forward(g), self._rel_pos_params(g)))
-        parts.append(Part("sdpa", sdpa_forward(self._sdpa(call), a.backend), own=True))
-        n, k, o, bias = proj
-        parts.append(Part(n, linear_forward(g.m, k, o, bias), k * o + (o if bias else 0)))
+        if a.rel_bias != "none":  # a table gather (no FLOPs); its add to the scores is in the SDPA
+            parts.append(Part("rel_bias", Work(), self._rel_bias_table(call, g) * g.h))
+        sdpa = sdpa_forward(self._sdpa(call), a.backend)
+        if not _is_zero(a.shift) and a.rel_bias != "none":  # shift mask + bias table: one mask for the SDPA
+            sdpa = sdpa + pointwise("add", g.nb * g.h * g.t * g.t)
+        parts.append(Part("sdpa", sdpa, own=True))
+        n, m, k, o, bias = proj
+        parts.append(Part(n, linear_forward(m, k, o, bias), k * o + (o if bias else 0)))
         return parts
 
     def backward(self, call: OpCall, input_grad: bool):
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
-        parts = [Part(n, linear_backward(g.m, k, o, bias, input_grad)) for n, k, o, bias in qkv]
+        queries = not _is_zero(a.queries)
+        parts = []
+        if queries:  # d(queries) = the batch sum of the q projection's dX (no sum at B = 1)
+            parts.append(Part("queries", pointwise("bias_grad", _above_one(g.b) * g.mq * g.c), own=True))
+        parts += [Part(n, linear_backward(m, k, o, bias, input_grad or (queries and n == "q")))
+                  for n, m, k, o, bias in qkv]
         if a.rope:
-            parts.append(Part("rope", self._rope_work(g)))
+            parts.append(Part("rope", self._rope_work(call, g)))
         if a.rel_pos:
             parts.append(Part("rel_pos", self._rel_pos_backward(g)))
+        if a.rel_bias != "none":  # the gathered table's gradient added into its rows
+            parts.append(Part("rel_bias", pointwise("scatter_add", g.h * g.t * g.t)))
         sdpa = sdpa_backward(self._sdpa(call), a.backend)
-        if not a.fused_qkv and input_grad:  # dX of the q, k, v projections summed: 2 adds per element
-            sdpa = sdpa + pointwise("add", 2 * g.m * g.c)
+        readers = len([p for p in qkv if p[0] != "q"]) if queries else len(qkv)  # projections reading x
+        if readers > 1 and input_grad:  # dX of the projections reading x summed: one add per extra reader
+            sdpa = sdpa + pointwise("add", (readers - 1) * g.m * g.c)
         if a.rel_pos:  # q feeds the SDPA and the relative positions: their dq summed
             sdpa = sdpa + pointwise("add", g.nq)
+        if a.rel_bias != "none":  # the bias, broadcast over the nb problems, gets their gradients summed
+            sdpa = sdpa + pointwise("bias_grad", _above_one(g.nb) * g.nb * g.h * g.t * g.t)
         parts.append(Part("sdpa", sdpa, own=True))
-        n, k, o, bias = proj
-        parts.append(Part(n, linear_backward(g.m, k, o, bias, True)))
+        n, m, k, o, bias = proj
+        parts.append(Part(n, linear_backward(m, k, o, bias, True)))
         return parts
 
     def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
@@ -328,12 +496,12 @@ class Attention(OpDef):
         of each, and the gathered tables' gradients)."""
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
-        out = {n: linear_outputs(g.m, k, o, pass_, input_grad) for n, k, o, _ in qkv}
+        out = {n: linear_outputs(rows, k, o, pass_, input_grad) for n, rows, k, o, _ in qkv}
         if a.rel_pos:
             out["rel_pos"] = (g.nb * g.h * g.t * (g.qh + g.qw) if pass_ == "forward"
                               else 2 * g.nq + (g.qh * g.qh + g.qw * g.qw) * g.d)
-        n, k, o, _ = proj
-        out[n] = linear_outputs(g.m, k, o, pass_, True)
+        n, rows, k, o, _ = proj
+        out[n] = linear_outputs(rows, k, o, pass_, True)
         return out
 
     # -- validation ---------------------------------------------------------------------------
@@ -415,24 +583,33 @@ class Attention(OpDef):
         scores and probabilities are written and read back (b*h*S^2 each). GQA's backward writes dK
         and dV per query head and reads them back for the group sum. RoPE reads and writes q and k
         (plus its cos/sin tables); the relative positions read q and the tables, write rel_h and rel_w
-        and read them back into the bias."""
+        and read them back into the bias; a rel_bias table is gathered into a bias per (query, key)
+        pair of one problem (written once, read per score by the SDPA). Learned queries are read once."""
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
         shape = self._sdpa(call)
         scores = shape.scores
         unfused = fusion == "none" or a.backend == "math"
         extra = 3 * scores if unfused else ZERO
-        bias = scores if a.rel_pos else ZERO
+        bias = scores if a.rel_pos or a.rel_bias != "none" else ZERO
         if pass_ == "forward":
             sdpa = Traffic("sdpa", g.nq + 2 * g.nk + bias + extra, g.nq + extra)
         else:
-            grouped = 2 * g.nq if shape.gqa else ZERO
+            grouped = 2 * g.nq * shape.grouped if shape.gqa else ZERO
             sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nk + bias + grouped + extra,
                            g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO))
-        out = [linear_traffic(n, g.m, k, o, bias_, pass_, input_grad) for n, k, o, bias_ in qkv]
+        queries = not _is_zero(a.queries)
+        out = [linear_traffic(n, m, k, o, bias_, pass_, input_grad or (queries and n == "q"))
+               for n, m, k, o, bias_ in qkv]
+        if queries:
+            out.insert(0, Traffic("queries", ZERO, ZERO) if pass_ == "forward" else
+                       Traffic("queries", g.mq * g.c, a.queries * g.c))
         if a.rope:
-            n, tables = g.nq + g.nk, 2 * g.t * g.d
+            n, tables = (g.nq + g.nk) * a.rope_dims / g.d, 2 * g.t * a.rope_dims
             out.append(Traffic("rope", n + tables, n))
+        if a.rel_bias != "none":
+            table, pairs = self._rel_bias_table(call, g) * g.h, g.h * g.t * g.t
+            out.append(Traffic("rel_bias", table, pairs) if pass_ == "forward" else Traffic("rel_bias", pairs, table))
         if a.rel_pos:
             rel = g.nb * g.h * g.t * (g.qh + g.qw)  # rel_h and rel_w
             gathered = (g.qh * g.qh + g.qw * g.qw) * g.d
@@ -440,8 +617,8 @@ class Attention(OpDef):
                 out.append(Traffic("rel_pos", g.nq + gathered + rel, rel + scores))
             else:
                 out.append(Traffic("rel_pos", scores + rel + g.nq + gathered, rel + g.nq + self._rel_pos_params(g)))
-        n, k, o, bias_ = proj
-        return out + [sdpa, linear_traffic(n, g.m, k, o, bias_, pass_, True)]
+        n, m, k, o, bias_ = proj
+        return out + [sdpa, linear_traffic(n, m, k, o, bias_, pass_, True)]
 
     # -- torch --------------------------------------------------------------------------------
     def build(self, call: OpCall, ev):
@@ -449,23 +626,32 @@ class Attention(OpDef):
 
         a, g = call.attrs, self._geom(call)
         grid = tuple(ev(x) for x in _pair(a.grid)) if (self._windowed(call) or a.rel_pos) else None
-        return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), a.qkv_bias, a.proj_bias, a.fused_qkv,
-                             kv_heads=ev(a.kv_heads), gqa=self._gqa(call), window=ev(a.window), grid=grid,
-                             rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal)
+        rel_bias = None
+        if a.rel_bias == "t5":
+            rel_bias = ("t5", ev(a.buckets), ev(a.max_distance))
+        elif a.rel_bias == "swin":
+            rel_bias = ("swin", ev(g.qh), ev(g.qw))
+        return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), bool(a.q_bias), bool(a.o_bias), a.fused_qkv,
+                             kv_heads=ev(a.kv_heads), gqa=ev(a.kv_heads) != ev(a.heads), window=ev(a.window), grid=grid,
+                             rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal,
+                             qkv_biases=(bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)),
+                             rope_dims=ev(a.rope_dims) if a.rope else 0, sliding_window=ev(a.sliding_window),
+                             queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift))
 
     def gemms(self, call: OpCall) -> list[Gemm]:
-        """Projections as GEMMs on the (padded) tokens; SDPA's QK^T (t x d @ d x t) and AV (t x t @ t x d)
-        per problem and query head, whose only leading dim a fused kernel exposes is the head dim d (the
-        scores stay on chip); the relative positions' two einsums as batched matmuls q @ R^T with
-        n = the grid side Hq (rel_h) or Wq (rel_w)."""
+        """Projections as GEMMs on their rows (the (padded) tokens, or the learned queries); SDPA's QK^T
+        (sq x d @ d x sk) and AV (sq x sk @ sk x dv) per problem and query head, whose only leading dim a
+        fused kernel exposes is the head dim d (the scores stay on chip); the relative positions' two
+        einsums as batched matmuls q @ R^T with n = the grid side Hq (rel_h) or Wq (rel_w)."""
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
-        out = [Gemm(n, g.m, o, k) for n, k, o, _ in qkv]
+        out = [Gemm(n, rows, o, k) for n, rows, k, o, _ in qkv]
         if a.rel_pos:
             out += [Gemm("rel_pos", g.nb * g.h * g.qw, g.qh, g.d, g.qh),
                     Gemm("rel_pos", g.nb * g.h * g.qh, g.qw, g.d, g.qw)]
-        problems = g.nb * g.h
-        out += [Gemm("sdpa", g.t, g.t, g.d, problems, "sdpa", ("k",)),
-                Gemm("sdpa", g.t, g.d, g.t, problems, "sdpa", ("n",))]
-        n, k, o, _ = proj
-        return out + [Gemm(n, g.m, o, k)]
+        sd = self._sdpa(call)
+        problems = sd.b * sd.h
+        out += [Gemm("sdpa", sd.sq, sd.sk, sd.d, problems, "sdpa", ("k",)),
+                Gemm("sdpa", sd.sq, sd.dv, sd.sk, problems, "sdpa", ("n",))]
+        n, rows, k, o, _ = proj
+        return out + [Gemm(n, rows, o, k)]

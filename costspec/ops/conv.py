@@ -1,30 +1,13 @@
-"""`conv2d` and `patch_embed` (a stride=patch conv flattened to tokens)."""
+"""Convolutions: `conv1d`, `conv2d`, `conv3d`, `conv_transpose2d`, and `patch_embed` (a stride=patch
+conv flattened to tokens)."""
 from __future__ import annotations
 
 import sympy
 
 from ..conventions import FLOPS_PER_MAC
-from .base import (
-    CONV_RUNTIME,
-    ZERO,
-    Attr,
-    Constraint,
-    Gemm,
-    OpCall,
-    OpDef,
-    Part,
-    Reconcile,
-    Traffic,
-    Work,
-    numel,
-    pointwise,
-    requires,
-)
+from .base import (CONV_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Reconcile, Traffic, Work, numel,
+                   pointwise, requires)
 from .registry import register_op
-
-
-def _pair(value):
-    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
 
 
 def conv_out(size, kernel, stride, padding, dilation):
@@ -47,6 +30,32 @@ def conv_backward(b, cin, cout, hout, wout, kh, kw, groups, bias, input_grad) ->
     return work + pointwise("bias_grad", outputs) if bias else work
 
 
+def _spatial(value, n: int) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,) * n
+
+
+def transposed_conv_out(size, kernel, stride, padding, dilation, output_padding):
+    """(size - 1)*s - 2p + d(k-1) + output_padding + 1, as nn.ConvTranspose2d computes it."""
+    return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+
+
+def _conv_attrs(k: str, transposed: bool = False) -> tuple[Attr, ...]:
+    """Attributes of a convolution whose per-dim sizes are of attribute kind `k` (size, pair, triple)."""
+    out: tuple[Attr, ...] = (
+            Attr("out", "size", "output channels"),
+        Attr("kernel", k, "kernel size" + ("" if k == "size" else " (int or one per spatial dim)")),
+        Attr("stride", k, "stride", default=1),
+        Attr("padding", "count" if k == "size" else k, "zero padding on each side", default=0),
+        Attr("dilation", k, "dilation", default=1),
+        Attr("groups", "size", "channel groups (depthwise: groups = channels)", default=1),
+        Attr("bias", "bool", "add a learned bias", default=True),
+    )
+    if transposed:
+        out += (Attr("output_padding", k if k != "size" else "count", "extra size added to one side of the "
+                     "output (nn.ConvTranspose's output_padding; smaller than stride or dilation)", default=0),)
+    return out
+
+
 def conv_outputs(outputs, weight, inputs, pass_: str, input_grad: bool):
     """Conv output elements: the output forward; dW (the weight, bias excluded) and dX (the input) backward."""
     if pass_ == "forward":
@@ -54,94 +63,166 @@ def conv_outputs(outputs, weight, inputs, pass_: str, input_grad: bool):
     return weight + (inputs if input_grad else ZERO)
 
 
+class _ConvNd(OpDef):
+    """A convolution over `spatial` trailing dims of [B, C, *spatial] (nn.Conv1d/2d/3d, or transposed).
+
+    Work counts 2 FLOPs per multiply-add the kernel executes: B*Cout*prod(out)*(Cin/g)*prod(k) for a
+    convolution; B*Cin*prod(in)*(Cout/g)*prod(k) for a transposed one (each input element is scattered
+    through the kernel, as FlopCounterMode counts it).
+    """
+
+    spatial: int = 2
+    transposed: bool = False
+    size_kind = "pair"
+    layout = "NCHW"
+    runtime = CONV_RUNTIME
+
+    def _geometry(self, call: OpCall):
+        """(b, cin, in sizes, out sizes, kernel sizes)."""
+        a, n = call.attrs, self.spatial
+        b, cin, *sizes = call.in_shape
+        kernel, stride, padding, dilation = (_spatial(v, n) for v in (a.kernel, a.stride, a.padding, a.dilation))
+        if self.transposed:
+            extra = _spatial(a.output_padding, n)
+            out = tuple(transposed_conv_out(*g) for g in zip(sizes, kernel, stride, padding, dilation, extra))
+        else:
+            out = tuple(conv_out(*g) for g in zip(sizes, kernel, stride, padding, dilation))
+        return b, cin, tuple(sizes), out, kernel
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, self.spatial + 2, f"an {self.layout} input")
+        b, _, _, out, _ = self._geometry(call)
+        names = ("length",) if self.spatial == 1 else ("depth", "height", "width")[-self.spatial:]
+        for name, size in zip(names, out):
+            if size.is_number and size < 1:
+                raise call.fail(f"output {name} would be {size}", "kernel", "a kernel no larger than the padded input")
+        return (b, call.attrs.out, *out)
+
+    def constraints(self, call: OpCall):
+        a = call.attrs
+        cin = call.in_shape[1]
+        out = [Constraint(sympy.Eq(sympy.Mod(cin, a.groups), 0),
+                          "input channels {cin} not divisible by groups {groups}", a.where("groups"),
+                          {"cin": cin, "groups": a.groups}),
+               Constraint(sympy.Eq(sympy.Mod(a.out, a.groups), 0), "out {out} not divisible by groups {groups}",
+                          a.where("groups"), {"out": a.out, "groups": a.groups})]
+        if self.transposed:
+            n = self.spatial
+            for extra, s, d in zip(_spatial(a.output_padding, n), _spatial(a.stride, n), _spatial(a.dilation, n)):
+                if not (sympy.sympify(extra) == 0):
+                    out.append(Constraint(sympy.Lt(extra, sympy.Max(s, d)), "output_padding {p} must be smaller than "
+                                          "stride {s} or dilation {d}", a.where("output_padding"),
+                                          {"p": extra, "s": s, "d": d}))
+        return out
+
+    def _macs(self, call: OpCall):
+        a = call.attrs
+        b, cin, sizes, out, kernel = self._geometry(call)
+        if self.transposed:
+            return b * cin * numel(sizes) * (a.out / a.groups) * numel(kernel)
+        return b * a.out * numel(out) * (cin / a.groups) * numel(kernel)
+
+    def _outputs(self, call: OpCall):
+        b, _, _, out, _ = self._geometry(call)
+        return b * call.attrs.out * numel(out)
+
+    def forward(self, call: OpCall):
+        a = call.attrs
+        _, cin, _, _, kernel = self._geometry(call)
+        params = (cin * a.out / a.groups) * numel(kernel) + (a.out if a.bias else 0)
+        work = Work({"conv": FLOPS_PER_MAC * self._macs(call)})
+        return [Part("", work + pointwise("bias_add", self._outputs(call)) if a.bias else work, params)]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        """dW (same MACs as forward), dX only when needed (same MACs again), db = sum over B and space."""
+        work = Work({"conv": FLOPS_PER_MAC * self._macs(call) * (2 if input_grad else 1)})
+        return [Part("", work + pointwise("bias_grad", self._outputs(call)) if call.attrs.bias else work)]
+
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+        a = call.attrs
+        _, cin, _, _, kernel = self._geometry(call)
+        weight = cin * a.out / a.groups * numel(kernel)
+        return {"": conv_outputs(self._outputs(call), weight, numel(call.in_shape), pass_, input_grad)}
+
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        """The implicit GEMM cuDNN runs per group: m = B*prod(out), n = out/groups, k = (in/groups)*prod(kernel);
+        a transposed conv scatters each input element: m = B*prod(in), n = (out/groups)*prod(kernel),
+        k = in/groups. The channel counts themselves are padded by cuDNN (>= 7.6.3) and not checked alone."""
+        a = call.attrs
+        b, cin, sizes, out, kernel = self._geometry(call)
+        if self.transposed:
+            return [Gemm("", b * numel(sizes), a.out / a.groups * numel(kernel), cin / a.groups, a.groups, "conv")]
+        return [Gemm("", b * numel(out), a.out / a.groups, cin / a.groups * numel(kernel), a.groups, "conv")]
+
+    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+        """FlopCounterMode's convolution_backward formula for grad_weight.
+
+        NB: torch 2.13 counts grad_weight as g*F (its formula ignores the groups, for convolutions and
+        transposed ones alike); costspec keeps the F the grouped kernel executes and names the difference.
+        """
+        a = call.attrs
+        if pass_ != "backward" or ev(a.groups) == 1:
+            return []
+        weight_grad = FLOPS_PER_MAC * self._macs(call)
+        return [Reconcile("conv-grouped-weight-grad", "", Work({"conv": (a.groups - 1) * weight_grad}),
+                          "FlopCounterMode counts convolution_backward's grad_weight as g*F (its formula ignores "
+                          "groups); costspec counts the F = 2*MACs the grouped kernel executes")]
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        a, n = call.attrs, self.spatial
+        sizes = lambda v: tuple(ev(x) for x in _spatial(v, n))  # noqa: E731
+        cls = {(1, False): nn.Conv1d, (2, False): nn.Conv2d, (3, False): nn.Conv3d,
+               (2, True): nn.ConvTranspose2d}[(n, self.transposed)]
+        extra = {"output_padding": sizes(a.output_padding)} if self.transposed else {}
+        return cls(ev(call.in_shape[1]), ev(a.out), sizes(a.kernel), stride=sizes(a.stride), padding=sizes(a.padding),
+                   dilation=sizes(a.dilation), groups=ev(a.groups), bias=a.bias, **extra)
+
+
 @register_op
-class Conv2d(OpDef):
+class Conv1d(_ConvNd):
+    """1D convolution on [B, C, L] (nn.Conv1d; Whisper's audio stem)."""
+
+    name = "conv1d"
+    doc = "1D convolution on [B, C, L] (nn.Conv1d)."
+    default_name = "conv"
+    spatial, size_kind, layout = 1, "size", "NCL"
+    attrs = _conv_attrs("size")
+
+
+@register_op
+class Conv2d(_ConvNd):
     """2D convolution on NCHW (nn.Conv2d)."""
 
     name = "conv2d"
     doc = "2D convolution on [B, C, H, W] (nn.Conv2d)."
     default_name = "conv"
-    runtime = CONV_RUNTIME
-    attrs = (
-        Attr("out", "size", "output channels"),
-        Attr("kernel", "pair", "kernel size (int or [kh, kw])"),
-        Attr("stride", "pair", "stride", default=1),
-        Attr("padding", "pair", "zero padding on each side", default=0),
-        Attr("dilation", "pair", "dilation", default=1),
-        Attr("groups", "size", "channel groups (depthwise: groups = channels)", default=1),
-        Attr("bias", "bool", "add a learned bias", default=True),
-    )
+    spatial, size_kind, layout = 2, "pair", "NCHW"
+    attrs = _conv_attrs("pair")
 
-    def _geometry(self, call: OpCall):
-        a = call.attrs
-        b, cin, h, w = call.in_shape
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_pair(a.kernel), _pair(a.stride), _pair(a.padding),
-                                                  _pair(a.dilation))
-        return b, cin, conv_out(h, kh, sh, ph, dh), conv_out(w, kw, sw, pw, dw), kh, kw
 
-    def output_shape(self, call: OpCall):
-        requires(self, call, 4, "an NCHW input")
-        b, _, hout, wout, _, _ = self._geometry(call)
-        for name, size in (("height", hout), ("width", wout)):
-            if size.is_number and size < 1:
-                raise call.fail(f"output {name} would be {size}", "kernel", "a kernel no larger than the padded input")
-        return (b, call.attrs.out, hout, wout)
+@register_op
+class Conv3d(_ConvNd):
+    """3D convolution on [B, C, T, H, W] (nn.Conv3d; video patch embedding)."""
 
-    def constraints(self, call: OpCall):
-        a = call.attrs
-        cin = call.in_shape[1]
-        return [Constraint(sympy.Eq(sympy.Mod(cin, a.groups), 0),
-                           "input channels {cin} not divisible by groups {groups}",
-                           a.where("groups"), {"cin": cin, "groups": a.groups}),
-                Constraint(sympy.Eq(sympy.Mod(a.out, a.groups), 0), "out {out} not divisible by groups {groups}",
-                           a.where("groups"), {"out": a.out, "groups": a.groups})]
+    name = "conv3d"
+    doc = "3D convolution on [B, C, T, H, W] (nn.Conv3d), e.g. a video patch embedding (kernel = stride)."
+    default_name = "conv"
+    spatial, size_kind, layout = 3, "triple", "NCTHW"
+    attrs = _conv_attrs("triple")
 
-    def forward(self, call: OpCall):
-        a = call.attrs
-        b, cin, hout, wout, kh, kw = self._geometry(call)
-        params = a.out * (cin / a.groups) * kh * kw + (a.out if a.bias else 0)
-        return [Part("", conv_forward(b, cin, a.out, hout, wout, kh, kw, a.groups, a.bias), params)]
 
-    def backward(self, call: OpCall, input_grad: bool):
-        a = call.attrs
-        b, cin, hout, wout, kh, kw = self._geometry(call)
-        return [Part("", conv_backward(b, cin, a.out, hout, wout, kh, kw, a.groups, a.bias, input_grad))]
+@register_op
+class ConvTranspose2d(_ConvNd):
+    """Transposed 2D convolution on NCHW (nn.ConvTranspose2d; decoders and upsampling necks)."""
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
-        a = call.attrs
-        b, cin, hout, wout, kh, kw = self._geometry(call)
-        return {"": conv_outputs(b * a.out * hout * wout, a.out * (cin / a.groups) * kh * kw, numel(call.in_shape),
-                                 pass_, input_grad)}
-
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
-        """FlopCounterMode's convolution_backward formula for grad_weight.
-
-        NB: torch 2.13 counts grad_weight as 2*B*Cout*Ho*Wo*Cin*kh*kw = g*F (the groups are ignored);
-        costspec keeps the F that the grouped kernel executes and names the difference.
-        """
-        a = call.attrs
-        if pass_ != "backward" or ev(a.groups) == 1:
-            return []
-        b, cin, hout, wout, kh, kw = self._geometry(call)
-        weight_grad = FLOPS_PER_MAC * b * a.out * hout * wout * (cin / a.groups) * kh * kw
-        return [Reconcile("conv-grouped-weight-grad", "", Work({"conv": (a.groups - 1) * weight_grad}),
-                          "FlopCounterMode counts convolution_backward's grad_weight as g*F (its formula ignores "
-                          "groups); costspec counts the F = 2*B*Cout*Ho*Wo*(Cin/g)*kh*kw it executes")]
-
-    def build(self, call: OpCall, ev):
-        import torch.nn as nn
-
-        a = call.attrs
-        pair = lambda v: tuple(ev(x) for x in _pair(v))  # noqa: E731
-        return nn.Conv2d(ev(call.in_shape[1]), ev(a.out), pair(a.kernel), stride=pair(a.stride),
-                         padding=pair(a.padding), dilation=pair(a.dilation), groups=ev(a.groups), bias=a.bias)
-
-    def gemms(self, call: OpCall) -> list[Gemm]:
-        """The implicit GEMM cuDNN runs per group: m = B*Ho*Wo, n = out/groups, k = (in/groups)*kh*kw.
-        The channel counts themselves are padded by cuDNN (>= 7.6.3) and not checked on their own."""
-        a = call.attrs
-        b, cin, hout, wout, kh, kw = self._geometry(call)
-        return [Gemm("", b * hout * wout, a.out / a.groups, cin / a.groups * kh * kw, a.groups, "conv")]
+    name = "conv_transpose2d"
+    doc = ("Transposed 2D convolution on [B, C, H, W] (nn.ConvTranspose2d): output (H-1)*s - 2p + d(k-1) + "
+           "output_padding + 1; FLOPs 2*B*Cin*H*W*(Cout/g)*kh*kw (every input element through the kernel).")
+    default_name = "deconv"
+    spatial, size_kind, layout, transposed = 2, "pair", "NCHW", True
+    attrs = _conv_attrs("pair", transposed=True)
 
 
 @register_op
@@ -209,6 +290,12 @@ class PatchEmbed(OpDef):
         return {"proj": conv_outputs(b * a.dim * gh * gw, a.dim * cin * a.patch ** 2, numel(call.in_shape), pass_,
                                      input_grad)}
 
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        """The patch conv as its implicit GEMM: m = B*(H/p)*(W/p), n = dim, k = C*p*p."""
+        a = call.attrs
+        b, cin, gh, gw = self._grid(call)
+        return [Gemm("proj", b * gh * gw, a.dim, cin * a.patch * a.patch, sympy.Integer(1), "conv")]
+
     def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
         """The gradient of cls_token / pos_embed at batch 1.
 
@@ -259,9 +346,3 @@ class PatchEmbed(OpDef):
         a = call.attrs
         _, cin, gh, gw = self._grid(call)
         return TorchPatchEmbed(ev(cin), ev(a.dim), ev(a.patch), ev(gh) * ev(gw), a.cls_token, a.pos_embed, a.bias)
-
-    def gemms(self, call: OpCall) -> list[Gemm]:
-        """The patch conv as its implicit GEMM: m = B*(H/p)*(W/p), n = dim, k = C*p*p."""
-        a = call.attrs
-        b, cin, gh, gw = self._grid(call)
-        return [Gemm("proj", b * gh * gw, a.dim, cin * a.patch * a.patch, sympy.Integer(1), "conv")]

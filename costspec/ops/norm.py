@@ -1,7 +1,10 @@
-"""Normalisations: `layernorm` (last dim), `layernorm2d` (channel dim of NCHW), `rmsnorm`."""
+"""Normalisations: `layernorm` (last dim), `layernorm2d` (channel dim of NCHW), `rmsnorm`, `batchnorm`
+(train or eval statistics), `groupnorm`."""
 from __future__ import annotations
 
-from .base import Attr, OpCall, OpDef, Part, Runtime, numel, pointwise, requires
+import sympy
+
+from .base import Attr, Constraint, OpCall, OpDef, Part, Runtime, numel, pointwise, requires
 from .registry import register_op
 
 # one native_layer_norm kernel per call, forward and backward (nn.LayerNorm, F.layer_norm)
@@ -93,3 +96,98 @@ class RMSNorm(_Norm):
         import torch.nn as nn
 
         return nn.RMSNorm(ev(self.channels(call)), eps=call.attrs.eps, elementwise_affine=call.attrs.affine)
+
+
+@register_op
+class BatchNorm(_Norm):
+    """BatchNorm over the channel dim 1 of [B, C], [B, C, L], [B, C, H, W] or [B, C, T, H, W] (Ioffe &
+    Szegedy 2015), in train mode (batch statistics) or eval mode (running statistics)."""
+
+    name = "batchnorm"
+    doc = ("BatchNorm over channel dim 1 of [B, C], [B, C, L] (BatchNorm1d), [B, C, H, W] (BatchNorm2d) or "
+           "[B, C, T, H, W]. mode: train computes the batch statistics (mean and variance over all but the "
+           "channel dim, 7 FLOPs/element), eval normalises with the running statistics (a per-channel scale and "
+           "shift, 2 FLOPs/element). The running mean and variance are buffers, not parameters.")
+    default_name = "bn"
+    channel_axis = 1
+    attrs = (
+        Attr("mode", "choice", "train (batch statistics; backward through them) or eval (running statistics, "
+             "frozen BatchNorm)", default="train", choices=("train", "eval")),
+        Attr("eps", "number", "epsilon (does not change the cost)", default=1e-5),
+        Attr("affine", "bool", "learned per-channel scale and bias", default=True),
+    )
+
+    def has_bias(self, call: OpCall) -> bool:
+        return bool(call.attrs.affine)
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, (2, 3, 4, 5), "an input [B, C, ...] with channels at dim 1")
+        return call.in_shape
+
+    def constraints(self, call: OpCall):
+        if call.attrs.mode != "train":
+            return []
+        values = numel(call.in_shape) / self.channels(call)
+        return [Constraint(sympy.Gt(values, 1), "batchnorm in train mode needs more than one value per channel "
+                           "(B x positions = {n})", call.attrs.where("mode"), {"n": values},
+                           "a batch or positions larger than 1, or mode: eval")]
+
+    def forward(self, call: OpCall):
+        kind = "batchnorm" if call.attrs.mode == "train" else "batchnorm_eval"
+        c = self.channels(call)
+        return [Part("", pointwise(kind, numel(call.in_shape)), 2 * c if call.attrs.affine else 0)]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        kind = "batchnorm_backward" if call.attrs.mode == "train" else "batchnorm_eval_backward"
+        return [Part("", pointwise(kind, numel(call.in_shape)))]
+
+    def notes(self, call: OpCall):
+        return [f"batchnorm in {call.attrs.mode} mode: " + (
+            "batch statistics computed in the forward and differentiated in the backward" if call.attrs.mode == "train"
+            else "running statistics (constants): a per-channel scale and shift")]
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import BatchNorm as TorchBatchNorm
+
+        a = call.attrs
+        return TorchBatchNorm(ev(self.channels(call)), a.eps, a.affine, a.mode == "train")
+
+
+@register_op
+class GroupNorm(_Norm):
+    """GroupNorm (Wu & He 2018): statistics per sample over each group of channels and all positions."""
+
+    name = "groupnorm"
+    runtime = Runtime(aten={"aten.native_group_norm": "groupnorm",
+                            "aten.native_group_norm_backward": "groupnorm_backward"})
+    doc = ("GroupNorm over channel groups of [B, C, ...] (nn.GroupNorm): mean and variance per sample and group "
+           "over C/groups channels and every position; learned per-channel scale and bias.")
+    default_name = "norm"
+    kind = "groupnorm"
+    channel_axis = 1
+    attrs = (
+        Attr("groups", "size", "channel groups (1 = LayerNorm over C and positions; C = InstanceNorm)"),
+        Attr("eps", "number", "epsilon (does not change the cost)", default=1e-5),
+        Attr("affine", "bool", "learned per-channel scale and bias", default=True),
+    )
+
+    def has_bias(self, call: OpCall) -> bool:
+        return bool(call.attrs.affine)
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, (2, 3, 4, 5), "an input [B, C, ...] with channels at dim 1")
+        return call.in_shape
+
+    def constraints(self, call: OpCall):
+        a, c = call.attrs, self.channels(call)
+        per_group = numel(call.in_shape[1:]) / a.groups
+        return [Constraint(sympy.Eq(sympy.Mod(c, a.groups), 0), "channels {c} not divisible by groups {groups}",
+                           a.where("groups"), {"c": c, "groups": a.groups}),
+                Constraint(sympy.Gt(per_group, 1), "groupnorm needs more than one value per group (C/groups x "
+                           "positions = {n})", a.where("groups"), {"n": per_group}, "fewer groups or more positions")]
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        a = call.attrs
+        return nn.GroupNorm(ev(a.groups), ev(self.channels(call)), eps=a.eps, affine=a.affine)

@@ -103,8 +103,17 @@ def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecErr
         extra = sorted(set(value) - set(schema.get("properties", {})))
         key = extra[0] if extra else "?"
         key_where = doc.locate(path + (key,))
+        split = _split_by_comma(doc, path, value, key)
+        if split:
+            return split
         if schema.get("x-costspec") == "layer":
             ops = sorted(k for k, v in schema["properties"].items() if isinstance(v, dict) and "properties" in v)
+            present = [k for k in value if k in ops or k in COMPOSITION_KEYS]
+            if present:  # the layer already has its op: the extra key is a second one, not a lone typo
+                return SpecError(f"a layer has exactly one op or composition key: this one has '{present[0]}', "
+                                 f"and '{key}' is not a key a layer may have beside it", key_where,
+                                 f"'{key}' as a layer of its own (a new list item '- {key}: ...'), or one of "
+                                 "name, precision, args, body, at")
             return SpecError(f"unknown op '{key}'", key_where,
                              "an op (" + ", ".join(ops) + ") or " + ", ".join(COMPOSITION_KEYS))
         allowed = ", ".join(sorted(schema.get("properties", {}))) or "no keys"
@@ -138,6 +147,22 @@ def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecErr
     if kind in ("maxItems", "uniqueItems", "minLength", "minProperties"):
         return SpecError(error.message, where, expected)
     return SpecError(error.message, where, expected)
+
+
+def _split_by_comma(doc: MarkedDoc, path: tuple, value: dict, key: str) -> SpecError | None:
+    """An unknown key that is the tail of a value cut at an unquoted comma of a one-line {...} mapping
+    (`{out: max(C, 2)}` reads as out: 'max(C' and a key '2)'): say so and show the quoting."""
+    if not isinstance(key, str):
+        return None
+    here = doc.locate(path + (key,))
+    same_line = [k for k in value if k != key and doc.locate(path + (k,)).line == here.line]
+    unbalanced = key.count(")") > key.count("(") or key.count("]") > key.count("[")
+    if not same_line or not (unbalanced or value[key] is None):
+        return None
+    before = [k for k in same_line if isinstance(value[k], str)]
+    example = f'{before[-1]}: "{value[before[-1]]}, {key}"' if before else f'"..., {key}"'
+    return SpecError(f"unknown key '{key}': in a {{...}} mapping an unquoted comma ends the value", here,
+                     f"the value quoted, e.g. {example}")
 
 
 def _article(types: str) -> str:

@@ -1,0 +1,267 @@
+"""`moe`: a mixture-of-experts feed-forward layer (Shazeer et al. 2017; Switch, Fedus et al. 2021;
+Mixtral, Jiang et al. 2024; DeepSeekMoE's shared experts, Dai et al. 2024).
+
+A router (C -> E linear, softmax over the E experts, top-k, optionally renormalised over the k),
+E expert MLPs (gated or not), an optional shared MLP every token goes through, and the weighted
+sum of each token's k expert outputs.
+
+NB: costs are charged under balanced routing. The T tokens make T*k (token, expert) rows; the
+experts together process R = T*k of them (each expert T*k/E on average), or with a capacity
+factor cf each expert at most ceil(cf*T*k/E) (R = min(T*k, E*capacity); the rest are dropped, as
+in Switch). The work of the experts is linear in their rows, so only R matters, not which expert
+gets which row. Parameters count every expert; the notes give the active parameters per token.
+The generated torch module routes deterministically (contiguous balanced blocks of the T*k rows,
+expert e taking rows floor(e*T*k/E) .. floor((e+1)*T*k/E) - 1), so that FlopCounterMode sees
+exactly the balanced row counts; the router's scores still weight the outputs.
+"""
+from __future__ import annotations
+
+import sympy
+
+from .base import (GEMM_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Traffic, Work, linear_backward,
+                   linear_forward, linear_outputs, linear_traffic, numel, pointwise, requires)
+from .pointwise import ACT_ATTR, activation_work
+from .registry import register_op
+
+
+def _mlp_linears(c, hidden, gated: bool):
+    """(in, out) of each projection of one expert MLP: (gate, up, down) or (fc1, fc2)."""
+    return [(c, hidden), (c, hidden), (hidden, c)] if gated else [(c, hidden), (hidden, c)]
+
+
+def mlp_forward(m, c, hidden, gated: bool, bias: bool, fn: str) -> Work:
+    """An MLP on m rows: its projections, the activation and (gated) the product act(gate) * up."""
+    work = Work()
+    for k, n in _mlp_linears(c, hidden, gated):
+        work = work + linear_forward(m, k, n, bias)
+    work = work + activation_work(fn, m * hidden, "forward")
+    return work + pointwise("mul", m * hidden) if gated else work
+
+
+def mlp_backward(m, c, hidden, gated: bool, bias: bool, fn: str, input_grad: bool) -> Work:
+    """Backward of mlp_forward: dW of every projection, dX of the first ones only when needed; the
+    activation; gated: the product's two multiplies and, with dX, the sum of gate's and up's dX."""
+    linears = _mlp_linears(c, hidden, gated)
+    work = Work()
+    for k, n in linears[:-1]:
+        work = work + linear_backward(m, k, n, bias, input_grad)
+    work = work + linear_backward(m, hidden, c, bias, True) + activation_work(fn, m * hidden, "backward")
+    if gated:
+        work = work + pointwise("mul", 2 * m * hidden) + (pointwise("add", m * c) if input_grad else Work())
+    return work
+
+
+def mlp_outputs(m, c, hidden, gated: bool, pass_: str, input_grad: bool, copies=1):
+    """GEMM output elements of an MLP on m rows (`copies` experts sharing the rows: each has its own dW)."""
+    linears = _mlp_linears(c, hidden, gated)
+    total = ZERO
+    for i, (k, n) in enumerate(linears):
+        last = i == len(linears) - 1
+        if pass_ == "forward":
+            total += m * n
+        else:
+            total += copies * k * n + (m * k if input_grad or last else ZERO)
+    return total
+
+
+def mlp_params(c, hidden, gated: bool, bias: bool):
+    return sum((k * n + (n if bias else 0) for k, n in _mlp_linears(c, hidden, gated)), ZERO)
+
+
+@register_op
+class Moe(OpDef):
+    """Mixture of experts on [..., C] (see the module doc for the balanced-routing convention)."""
+
+    name = "moe"
+    doc = ("Mixture-of-experts feed-forward on [..., C]: router (C -> experts linear, softmax, top-k, "
+           "renormalised), `experts` expert MLPs of width `hidden` (gated by default), optional shared experts; "
+           "costs charged under balanced routing (each expert T*top_k/experts tokens, capped by a capacity "
+           "factor), parameters for all experts, the active parameters per token in the notes.")
+    default_name = "moe"
+    runtime = GEMM_RUNTIME
+    attrs = (
+        Attr("experts", "size", "number of routed experts E"),
+        Attr("top_k", "size", "experts per token k (at most E)"),
+        Attr("hidden", "size", "hidden width of each expert MLP"),
+        Attr("gated", "bool", "gated expert MLPs (act(gate) * up, then down), as Mixtral", default=True),
+        Attr("fn", "choice", ACT_ATTR.doc + " (default silu: SwiGLU experts)", default="silu",
+             choices=ACT_ATTR.choices),
+        Attr("bias", "bool", "biases on the expert projections", default=False),
+        Attr("renorm", "bool", "renormalise the k routing weights to sum to 1 (Mixtral; Qwen's norm_topk_prob)",
+             default=True),
+        Attr("shared_experts", "count", "shared experts every token goes through (one MLP of width "
+             "shared_experts * shared_hidden, as DeepSeekMoE builds them)", default=0),
+        Attr("shared_hidden", "size", "hidden width of one shared expert (default: hidden)",
+             default=lambda shape, a: a["hidden"]),
+        Attr("capacity_factor", "number", "expert capacity ceil(cf * T*k/E) rows (tokens beyond it are dropped); "
+             "0: no limit", default=0),
+    )
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, (2, 3, 4), "tokens [..., C]")
+        k, e = call.attrs.top_k, call.attrs.experts
+        if sympy.sympify(k - e).is_number and k > e:
+            raise call.fail(f"top_k {k} is more than the {e} experts", "top_k", "top_k <= experts")
+        if call.attrs.capacity_factor < 0:
+            raise call.fail(f"capacity_factor {call.attrs.capacity_factor} is negative", "capacity_factor",
+                            "0 (no limit) or a positive factor")
+        return call.in_shape
+
+    def constraints(self, call: OpCall):
+        a = call.attrs
+        return [Constraint(sympy.Le(a.top_k, a.experts), "top_k {k} is more than the {e} experts", a.where("top_k"),
+                           {"k": a.top_k, "e": a.experts}, "top_k <= experts")]
+
+    # -- sizes ----------------------------------------------------------------------------------
+    def _tokens(self, call: OpCall):
+        return numel(call.in_shape[:-1]), call.in_shape[-1]
+
+    def capacity(self, call: OpCall):
+        """Rows one expert may take: ceil(cf * T*k/E), or None without a limit."""
+        a = call.attrs
+        if not a.capacity_factor:
+            return None
+        t, _ = self._tokens(call)
+        return sympy.ceiling(sympy.Rational(str(a.capacity_factor)) * t * a.top_k / a.experts)
+
+    def rows(self, call: OpCall):
+        """R, the (token, expert) rows the experts process: T*k, or min(T*k, E*capacity)."""
+        t, _ = self._tokens(call)
+        cap = self.capacity(call)
+        slots = t * call.attrs.top_k
+        return slots if cap is None else sympy.Min(slots, call.attrs.experts * cap)
+
+    # -- work -----------------------------------------------------------------------------------
+    def forward(self, call: OpCall):
+        a = call.attrs
+        t, c = self._tokens(call)
+        e, k = a.experts, a.top_k
+        slots = t * k
+        route = pointwise("softmax", t * e) + pointwise("topk", t * e)
+        if a.renorm:
+            route = route + pointwise("sum", slots) + pointwise("div", slots)
+        route = route + pointwise("mul", slots * c) + pointwise("sum", slots * c)  # the weighted sum of k outputs
+        parts = [Part("router", linear_forward(t, c, e, False), c * e), Part("route", route, own=True),
+                 Part("experts", mlp_forward(self.rows(call), c, a.hidden, a.gated, a.bias, a.fn),
+                      e * mlp_params(c, a.hidden, a.gated, a.bias))]
+        if not _is_zero(a.shared_experts):
+            width = a.shared_experts * a.shared_hidden
+            parts.append(Part("shared", mlp_forward(t, c, width, a.gated, a.bias, a.fn),
+                              mlp_params(c, width, a.gated, a.bias)))
+            parts[1] = Part("route", route + pointwise("add", t * c), own=True)
+        return parts
+
+    def backward(self, call: OpCall, input_grad: bool):
+        """route: the weighted sum's dY*w and dY*y (summed over C: bias_grad), the renormalisation's
+        divide, top-k's scatter of the k gradients into the E scores (a copy), softmax; with dX, the sum
+        of each token's k row gradients, and the router's (and shared MLP's) dX added to it."""
+        a = call.attrs
+        t, c = self._tokens(call)
+        e, k = a.experts, a.top_k
+        slots = t * k
+        route = pointwise("mul", 2 * slots * c) + pointwise("bias_grad", _above_one(c) * slots * c)
+        if a.renorm:  # w = p / s: dp = g/s, ds = -sum(g*p/s^2) (3 divides, a negation, a multiply, the sum),
+            # and the two paths into dp added
+            route = (route + pointwise("div", 3 * slots) + pointwise("scale", slots) + pointwise("mul", slots)
+                     + pointwise("bias_grad", _above_one(k) * slots) + pointwise("add", slots))
+        route = route + pointwise("softmax_backward", t * e)  # top-k's backward scatters k values: no arithmetic
+        if input_grad:  # dX: the k rows of each token summed, then + router's dX (+ shared's dX)
+            route = route + pointwise("bias_grad", _above_one(k) * slots * c) + pointwise("add", t * c)
+            if not _is_zero(a.shared_experts):
+                route = route + pointwise("add", t * c)
+        parts = [Part("router", linear_backward(t, c, e, False, input_grad)), Part("route", route, own=True),
+                 Part("experts", mlp_backward(self.rows(call), c, a.hidden, a.gated, a.bias, a.fn, input_grad))]
+        if not _is_zero(a.shared_experts):
+            width = a.shared_experts * a.shared_hidden
+            parts.append(Part("shared", mlp_backward(t, c, width, a.gated, a.bias, a.fn, input_grad)))
+        return parts
+
+    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+        a = call.attrs
+        t, c = self._tokens(call)
+        out = {"router": linear_outputs(t, c, a.experts, pass_, input_grad),
+               "experts": mlp_outputs(self.rows(call), c, a.hidden, a.gated, pass_, input_grad, a.experts)}
+        if not _is_zero(a.shared_experts):
+            out["shared"] = mlp_outputs(t, c, a.shared_experts * a.shared_hidden, a.gated, pass_, input_grad)
+        return out
+
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        """The router GEMM on every token; each expert's projections on its share of the routed rows
+        (balanced: rows / experts each); the shared experts' projections on every token."""
+        a = call.attrs
+        t, c = self._tokens(call)
+        out = [Gemm("router", t, a.experts, c)]
+        out += [Gemm("experts", self.rows(call) / a.experts, n, k, a.experts)
+                for k, n in _mlp_linears(c, a.hidden, a.gated)]
+        if not _is_zero(a.shared_experts):
+            width = a.shared_experts * a.shared_hidden
+            out += [Gemm("shared", t, n, k) for k, n in _mlp_linears(c, width, a.gated)]
+        return out
+
+    def notes(self, call: OpCall):
+        a = call.attrs
+        t, c = self._tokens(call)
+        expert = mlp_params(c, a.hidden, a.gated, a.bias)
+        shared = ZERO if _is_zero(a.shared_experts) else mlp_params(c, a.shared_experts * a.shared_hidden, a.gated,
+                                                                    a.bias)
+        total = c * a.experts + a.experts * expert + shared
+        active = c * a.experts + a.top_k * expert + shared
+        cap = "" if not a.capacity_factor else f", capacity factor {a.capacity_factor} (rows beyond it dropped)"
+        return [f"{sympy.sympify(total)} parameters in total, {sympy.sympify(active)} active per token "
+                f"(router, top_k = {a.top_k} of {a.experts} experts"
+                + (", shared experts)" if not _is_zero(a.shared_experts) else ")"),
+                f"experts charged under balanced routing, T*top_k/experts tokens each{cap}"]
+
+    # -- memory ---------------------------------------------------------------------------------
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+        """Router and expert projections as GEMMs (every expert's weights read once; the R rows in
+        total); the route part reads the scores and the k outputs per token and writes the result
+        (backward: the reverse)."""
+        a = call.attrs
+        t, c = self._tokens(call)
+        e, slots, rows = a.experts, t * a.top_k, self.rows(call)
+        out = [linear_traffic("router", t, c, e, False, pass_, input_grad)]
+        hidden_traffic = _mlp_traffic("experts", rows, c, a.hidden, a.gated, a.bias, pass_, input_grad)
+        weights = (e - 1) * mlp_params(c, a.hidden, a.gated, a.bias)
+        out.append(Traffic("experts", hidden_traffic.reads + weights,
+                           hidden_traffic.writes + (weights if pass_ == "backward" else ZERO)))
+        if pass_ == "forward":
+            out.append(Traffic("route", 2 * t * e + slots * c + slots, t * e + slots + t * c))
+        else:
+            out.append(Traffic("route", t * c + slots * c + slots + t * e, slots * c + slots + t * e))
+        if not _is_zero(a.shared_experts):
+            out.append(_mlp_traffic("shared", t, c, a.shared_experts * a.shared_hidden, a.gated, a.bias, pass_,
+                                    input_grad))
+        return out
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import MixtureOfExperts
+
+        a = call.attrs
+        t, c = self._tokens(call)
+        cap = self.capacity(call)
+        shared = 0 if _is_zero(a.shared_experts) else ev(a.shared_experts * a.shared_hidden)
+        return MixtureOfExperts(ev(c), ev(a.experts), ev(a.top_k), ev(a.hidden), a.gated, a.fn, a.bias, a.renorm,
+                                shared, None if cap is None else ev(cap))
+
+
+def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: str, input_grad: bool) -> Traffic:
+    reads, writes = ZERO, ZERO
+    linears = _mlp_linears(c, hidden, gated)
+    for i, (k, n) in enumerate(linears):
+        tr = linear_traffic(part, m, k, n, bias, pass_, input_grad or i == len(linears) - 1)
+        reads, writes = reads + tr.reads, writes + tr.writes
+    h = m * hidden
+    extra = (h + (2 * h if gated else ZERO), h + (h if gated else ZERO)) if pass_ == "forward" else \
+        (2 * h + (3 * h if gated else ZERO), h + (2 * h if gated else ZERO))
+    return Traffic(part, reads + extra[0], writes + extra[1])
+
+
+def _above_one(n):
+    """1 when the size n > 1, 0 when n = 1, as an expression (n >= 1 a whole number): autograd sums a
+    broadcast gradient over an axis only when it is longer than 1 (a token's k rows; w over C)."""
+    return sympy.Min(1, n - 1)
+
+
+def _is_zero(value) -> bool:
+    return sympy.sympify(value) == 0

@@ -1,0 +1,268 @@
+"""Pooling and reductions: `max_pool1d`, `max_pool2d`, `avg_pool1d`, `avg_pool2d`, `adaptive_avg_pool2d`,
+`global_avg_pool`, `mean`. No parameters; CUDA-core work by the elements each window holds.
+
+Counting: a pooling window of k elements is k elements of its kind per output (one compare for max,
+one add for average; the average's one divide per output is O(1/k) and folded in, as a norm's
+rsqrt per row is). Backward: max pooling adds each output gradient into the position of its
+maximum (one element per output); average pooling spreads it over the window (k per output).
+"""
+from __future__ import annotations
+
+import sympy
+
+from .base import Attr, Constraint, OpCall, OpDef, Part, Reconcile, Runtime, Work, numel, pointwise, requires, same_size
+from .conv import conv_out
+from .registry import register_op
+
+
+def _spatial(value, n: int) -> tuple:
+    # (a default taken from another attribute, e.g. stride = kernel, arrives as a sympy Tuple)
+    return tuple(value) if isinstance(value, (list, tuple, sympy.Tuple)) else (value,) * n
+
+
+class _Pool(OpDef):
+    """Max or average pooling over the trailing `spatial` dims of [B, C, *spatial] (nn.MaxPool*/AvgPool*)."""
+
+    spatial = 2
+    reduce = "max"  # or "avg"
+    layout = "NCHW"
+
+    def _geometry(self, call: OpCall):
+        a, n = call.attrs, self.spatial
+        kernel, stride, padding = (_spatial(v, n) for v in (a.kernel, a.stride, a.padding))
+        sizes = call.in_shape[2:]
+        return kernel, stride, padding, tuple(conv_out(s, k, st, p, 1) for s, k, st, p in
+                                              zip(sizes, kernel, stride, padding))
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, self.spatial + 2, f"an {self.layout} input")
+        kernel, _, padding, out = self._geometry(call)
+        for size in out:
+            if size.is_number and size < 1:
+                raise call.fail(f"output size would be {size}", "kernel", "a kernel no larger than the padded input")
+        for k, p in zip(kernel, padding):
+            if (2 * p - k).is_number and 2 * p > k:
+                raise call.fail(f"padding {p} is more than half the kernel {k}", "padding",
+                                "padding at most half the kernel (as torch requires)")
+        return tuple(call.in_shape[:2]) + out
+
+    def constraints(self, call: OpCall):
+        kernel, _, padding, _ = self._geometry(call)
+        return [Constraint(sympy.Le(2 * p, k), "padding {p} is more than half the kernel {k}",
+                           call.attrs.where("padding"), {"p": p, "k": k}, "padding at most half the kernel")
+                for k, p in zip(kernel, padding) if not (2 * p - k).is_number]
+
+    def _window_elements(self, call: OpCall):
+        kernel, _, _, out = self._geometry(call)
+        return numel((*call.in_shape[:2], *out, *kernel))
+
+    def forward(self, call: OpCall):
+        return [Part("", pointwise(self.reduce + "_pool", self._window_elements(call)))]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        if not input_grad:
+            return [Part("", Work())]
+        if self.reduce == "max":  # one add per output, into the position of its maximum
+            return [Part("", pointwise("max_pool_backward", numel(self.output_shape(call))))]
+        return [Part("", pointwise("avg_pool_backward", self._window_elements(call)))]
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        a, n = call.attrs, self.spatial
+        sizes = lambda v: tuple(ev(x) for x in _spatial(v, n))  # noqa: E731
+        cls = {("max", 1): nn.MaxPool1d, ("max", 2): nn.MaxPool2d, ("avg", 1): nn.AvgPool1d,
+               ("avg", 2): nn.AvgPool2d}[(self.reduce, n)]
+        return cls(sizes(a.kernel), stride=sizes(a.stride), padding=sizes(a.padding))
+
+
+def _pool_attrs(kind: str) -> tuple[Attr, ...]:
+    return (
+        Attr("kernel", kind, "window size"),
+        Attr("stride", kind, "stride (default: the kernel, non-overlapping windows)",
+             default=lambda shape, a: a["kernel"]),
+        Attr("padding", "count" if kind == "size" else kind, "implicit padding on each side (at most half the "
+             "kernel; -inf for max, zeros counted in the average)", default=0),
+    )
+
+
+@register_op
+class MaxPool1d(_Pool):
+    """Max pooling over L of [B, C, L] (nn.MaxPool1d)."""
+
+    name = "max_pool1d"
+    runtime = Runtime(aten={"aten.max_pool2d_with_indices_backward": "max_pool_backward"})  # output-grad elements
+    doc = "Max pooling over L of [B, C, L] (nn.MaxPool1d): one compare per window element."
+    default_name = "pool"
+    spatial, reduce, layout = 1, "max", "NCL"
+    attrs = _pool_attrs("size")
+
+
+@register_op
+class MaxPool2d(_Pool):
+    """Max pooling over H, W of [B, C, H, W] (nn.MaxPool2d; ResNet's stem)."""
+
+    name = "max_pool2d"
+    runtime = Runtime(aten={"aten.max_pool2d_with_indices_backward": "max_pool_backward"})  # output-grad elements
+    doc = "Max pooling over H, W of [B, C, H, W] (nn.MaxPool2d): one compare per window element."
+    default_name = "pool"
+    spatial, reduce, layout = 2, "max", "NCHW"
+    attrs = _pool_attrs("pair")
+
+
+@register_op
+class AvgPool1d(_Pool):
+    """Average pooling over L of [B, C, L] (nn.AvgPool1d)."""
+
+    name = "avg_pool1d"
+    doc = "Average pooling over L of [B, C, L] (nn.AvgPool1d): one add per window element."
+    default_name = "pool"
+    spatial, reduce, layout = 1, "avg", "NCL"
+    attrs = _pool_attrs("size")
+
+
+@register_op
+class AvgPool2d(_Pool):
+    """Average pooling over H, W of [B, C, H, W] (nn.AvgPool2d)."""
+
+    name = "avg_pool2d"
+    doc = "Average pooling over H, W of [B, C, H, W] (nn.AvgPool2d): one add per window element."
+    default_name = "pool"
+    spatial, reduce, layout = 2, "avg", "NCHW"
+    attrs = _pool_attrs("pair")
+
+
+def _axes(call: OpCall, axes) -> tuple[int, ...]:
+    rank = len(call.in_shape)
+    out = []
+    for axis in axes:
+        if not -rank <= axis < rank:
+            raise call.fail(f"axis {axis} is out of range for an input of rank {rank}", "axes",
+                            f"axes in [{-rank}, {rank - 1}]")
+        if axis % rank in out:
+            raise call.fail(f"axis {axis} is listed twice", "axes", "distinct axes")
+        out.append(axis % rank)
+    return tuple(sorted(out))
+
+
+class _Mean(OpDef):
+    """A mean over some axes: one add per input element (the divide per output folded); backward
+    divides the output gradient by the count for every input element (a scale)."""
+
+    def reduced(self, call: OpCall) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def forward(self, call: OpCall):
+        return [Part("", pointwise("mean", numel(call.in_shape)))]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        return [Part("", pointwise("scale", numel(call.in_shape)) if input_grad else Work())]
+
+
+@register_op
+class Mean(_Mean):
+    """Mean over chosen axes (torch.mean(dim=axes, keepdim))."""
+
+    name = "mean"
+    doc = "Mean over chosen axes (torch.mean): [B, S, C] with axes [1] -> [B, C]; one add per input element."
+    default_name = "mean"
+    attrs = (Attr("axes", "axes", "the axes to average over (negative counts from the end)"),
+             Attr("keepdim", "bool", "keep the reduced axes with size 1", default=False))
+
+    def reduced(self, call: OpCall):
+        return _axes(call, call.attrs.axes)
+
+    def output_shape(self, call: OpCall):
+        axes = self.reduced(call)
+        if call.attrs.keepdim:
+            return tuple(sympy.Integer(1) if i in axes else d for i, d in enumerate(call.in_shape))
+        return tuple(d for i, d in enumerate(call.in_shape) if i not in axes)
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import Mean as TorchMean
+
+        return TorchMean(self.reduced(call), call.attrs.keepdim)
+
+
+@register_op
+class GlobalAvgPool(_Mean):
+    """Global average pooling: [B, C, *spatial] -> [B, C] (ResNet's and ConvNeXt's head)."""
+
+    name = "global_avg_pool"
+    doc = ("Global average pooling: the mean over every position of [B, C, L], [B, C, H, W] or [B, C, T, H, W] "
+           "-> [B, C] (AdaptiveAvgPool(1) + flatten); one add per input element.")
+    default_name = "pool"
+
+    def reduced(self, call: OpCall):
+        return tuple(range(2, len(call.in_shape)))
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, (3, 4, 5), "an input [B, C, ...] with positions after the channels")
+        return tuple(call.in_shape[:2])
+
+    def build(self, call: OpCall, ev):
+        from ..torch_modules import Mean as TorchMean
+
+        return TorchMean(self.reduced(call), False)
+
+
+@register_op
+class AdaptiveAvgPool2d(OpDef):
+    """Adaptive average pooling to an output grid (nn.AdaptiveAvgPool2d)."""
+
+    name = "adaptive_avg_pool2d"
+    doc = ("Adaptive average pooling of [B, C, H, W] to [B, C, oh, ow] (nn.AdaptiveAvgPool2d). The input must be "
+           "a multiple of the output (windows of H/oh x W/ow; torch's uneven windows are not modelled): one add "
+           "per input element. An output of 1 x 1 is torch's mean, counted as `mean`.")
+    default_name = "pool"
+    attrs = (Attr("size", "pair", "output size [oh, ow] (or one int for both)"),)
+
+    def _out(self, call: OpCall):
+        return _spatial(call.attrs.size, 2)
+
+    def _global(self, call: OpCall) -> bool:
+        return all(same_size(o, 1) for o in self._out(call))
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, 4, "an NCHW input")
+        for o in self._out(call):
+            if o.is_number and o < 1:
+                raise call.fail(f"output size {o}", "size", "a positive output size")
+        return tuple(call.in_shape[:2]) + self._out(call)
+
+    def constraints(self, call: OpCall):
+        out = []
+        for size, o in zip(call.in_shape[2:], self._out(call)):
+            out.append(Constraint(sympy.Eq(sympy.Mod(size, o), 0) & sympy.Ge(o, 1),
+                                  "input size {size} is not a multiple of the output size {o}",
+                                  call.attrs.where("size"), {"size": size, "o": o},
+                                  "an output size that divides the input (even windows)"))
+        return out
+
+    def forward(self, call: OpCall):
+        return [Part("", pointwise("mean" if self._global(call) else "avg_pool", numel(call.in_shape)))]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        if not input_grad:
+            return [Part("", Work())]
+        return [Part("", pointwise("scale" if self._global(call) else "avg_pool_backward", numel(call.in_shape)))]
+
+    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+        """NB: torch runs adaptive pooling to 1 x 1 as a mean (aten.mean; backward a divide); an output size
+        that is symbolic is counted as pooling, so at a binding where it is 1 x 1 the kinds move."""
+        if self._global(call) or any(ev(o) != 1 for o in self._out(call)):
+            return []
+        n = numel(call.in_shape)
+        minus = sympy.Mul(-1, n)
+        delta = (pointwise("mean", n) + pointwise("avg_pool", minus) if pass_ == "forward"
+                 else pointwise("scale", n) + pointwise("avg_pool_backward", minus))
+        if pass_ == "backward" and not input_grad:
+            return []
+        return [Reconcile("adaptive-pool-1x1-is-mean", "", delta,
+                          "an adaptive average pool to 1 x 1 runs as torch.mean (and its backward as a divide): "
+                          "the same elements, counted under mean / scale")]
+
+    def build(self, call: OpCall, ev):
+        import torch.nn as nn
+
+        return nn.AdaptiveAvgPool2d(tuple(ev(o) for o in self._out(call)))
