@@ -7,7 +7,7 @@ counter maps to cost-table kinds; shape comments use the op's names (B, S, C, h,
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn as nn
@@ -568,14 +568,14 @@ class MixtureOfExperts(nn.Module):
     real router runs; only the choice of rows is fixed.
     """
 
-    def __init__(self, dim: int, experts: int, top_k: int, hidden: int, gated: bool, fn: str, bias: bool,
-                 renorm: bool, shared_hidden: int = 0, capacity: int | None = None):
+    def __init__(self, dim: int, experts: int, top_k: int, hidden: int, gated: bool, act: Callable[[], nn.Module],
+                 bias: bool, renorm: bool, shared_hidden: int = 0, capacity: int | None = None):
         super().__init__()
         self.top_k, self.renorm, self.capacity = top_k, renorm, capacity
         self.router = nn.Linear(dim, experts, bias=False)
         mlp = GatedMlp if gated else Mlp
-        self.experts = nn.ModuleList(mlp(dim, hidden, dim, fn, bias) for _ in range(experts))
-        self.shared = mlp(dim, shared_hidden, dim, fn, bias) if shared_hidden else None
+        self.experts = nn.ModuleList(mlp(dim, hidden, dim, act(), bias) for _ in range(experts))
+        self.shared = mlp(dim, shared_hidden, dim, act(), bias) if shared_hidden else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)
         shape = x.shape

@@ -20,7 +20,7 @@ import sympy
 
 from .base import (GEMM_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Traffic, Work, linear_backward,
                    linear_forward, linear_outputs, linear_traffic, numel, pointwise, requires)
-from .pointwise import ACT_ATTR, activation_work
+from .pointwise import ACT_ATTR, activation_work, build_activation
 from .registry import register_op
 
 
@@ -241,8 +241,9 @@ class Moe(OpDef):
         t, c = self._tokens(call)
         cap = self.capacity(call)
         shared = 0 if _is_zero(a.shared_experts) else ev(a.shared_experts * a.shared_hidden)
-        return MixtureOfExperts(ev(c), ev(a.experts), ev(a.top_k), ev(a.hidden), a.gated, a.fn, a.bias, a.renorm,
-                                shared, None if cap is None else ev(cap))
+        return MixtureOfExperts(ev(c), ev(a.experts), ev(a.top_k), ev(a.hidden), a.gated,
+                                lambda: build_activation(a.fn), a.bias, a.renorm, shared,
+                                None if cap is None else ev(cap))
 
 
 def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: str, input_grad: bool) -> Traffic:
