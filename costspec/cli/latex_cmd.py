@@ -15,10 +15,12 @@ def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone
     from ..export.latex import render_latex
     from ..formula import formulas
     from ..model import load
+    from ..safeio import check_not_input, write_text
 
+    if output:
+        check_not_input(output, [spec])  # before any work: the spec would be lost
     text = render_latex(formulas(load(spec), pass_, keep, expand, sets, depth=None if per_layer else 1), standalone)
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_text(output, text, [spec])
     else:
         click.echo(text, nl=False)

@@ -16,14 +16,16 @@ from . import cli, options
 def sweep_command(spec, varies, sets, pass_, output):
     """Evaluate SPEC over the cartesian product of --vary values (exact integers, CSV)."""
     from ..model import load
+    from ..safeio import check_not_input, write_text
     from ..sweep import parse_vary, sweep, to_csv
 
+    if output:
+        check_not_input(output, [spec])  # before any work: the spec would be lost
     model = load(spec)
     grid, values = sweep(model, [parse_vary(v) for v in varies], pass_, sets)
     text = to_csv(grid, values)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        write_text(output, text + "\n", [spec])
         click.echo(f"wrote {grid.size} rows to {output}", err=True)
     else:
         click.echo(text)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -57,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ..errors import CostspecError
     from ..model import load
+    from ..safeio import write_text
     from ..torch_build import build_module, import_torch
     from .nvtx import LayerHooks, NvtxRanges, TorchNvtx, layer_paths, step
 
@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             "dims": {str(k): int(v) for k, v in values.items()},
             "runner_argv": sys.argv,
         }
-        Path(args.sidecar).write_text(json.dumps({"costspec_ncu_sidecar": 1, **facts}, indent=2) + "\n",
-                                      encoding="utf-8")
+        write_text(args.sidecar, json.dumps({"costspec_ncu_sidecar": 1, **facts}, indent=2) + "\n", [args.spec])
     return 0
 
 
