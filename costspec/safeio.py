@@ -61,11 +61,16 @@ class Kind:
     name: str
     max_bytes: int
 
+    @property
+    def a_name(self) -> str:
+        """'a spec', 'an ncu CSV'."""
+        return ("an " if self.name[:1] in "aeiou" or self.name.startswith("ncu") else "a ") + self.name
+
 
 YAML_MAX_BYTES = 1_000_000  # = spec.yaml_marks.MAX_BYTES: every YAML input has the spec loader's bounds
 SPEC = Kind("spec", YAML_MAX_BYTES)
 CATALOG = Kind("GPU catalog", YAML_MAX_BYTES)
-CALIBRATION = Kind("calibration file", YAML_MAX_BYTES)
+CALIBRATION = Kind("calibration", YAML_MAX_BYTES)
 SIDECAR = Kind("ncu sidecar", 1_000_000)
 NCU_CSV = Kind("ncu CSV", 256 * 2**20)  # a raw page of 10,000 kernels x 300 metrics is ~50 MB
 
@@ -105,22 +110,23 @@ def read_bytes(path: PathLike, kind: Kind) -> bytes:
     except FileNotFoundError:
         raise InputError(f"cannot read {kind.name} {name}: no such file") from None
     except IsADirectoryError:
-        raise InputError(f"{name} is a directory, not a {kind.name}") from None
+        raise InputError(f"{name} is a directory, not {kind.a_name}") from None
     except OSError as exc:
         raise InputError(f"cannot read {kind.name} {name}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{name} is {_file_type(info.st_mode)}, not a {kind.name} file (expected a regular file)")
+            raise InputError(f"{name} is {_file_type(info.st_mode)}, not a regular file "
+                             f"(expected {kind.a_name} file)")
         if info.st_size > kind.max_bytes:
-            raise TooLargeError(f"{name}: file is {info.st_size:,} bytes, over the limit for a {kind.name} "
+            raise TooLargeError(f"{name}: file is {info.st_size:,} bytes, over the limit for {kind.a_name} "
                                 f"(expected at most {kind.max_bytes:,} bytes)", info.st_size)
         try:
             raw = f.read(kind.max_bytes + 1)  # the file may grow after fstat
         except OSError as exc:
             raise InputError(f"cannot read {kind.name} {name}: {exc.strerror or exc}") from None
     if len(raw) > kind.max_bytes:
-        raise TooLargeError(f"{name}: file is more than {kind.max_bytes:,} bytes, over the limit for a {kind.name} "
+        raise TooLargeError(f"{name}: file is more than {kind.max_bytes:,} bytes, over the limit for {kind.a_name} "
                             f"(expected at most {kind.max_bytes:,} bytes)", None)
     return raw
 

@@ -348,7 +348,7 @@ class _Walker:
                             f"a number of at most {MAX_INT_DIGITS} digits")
         try:
             value = self.loader.construct_object(node, deep=False)
-        except (ValueError, OverflowError, yaml.constructor.ConstructorError) as exc:
+        except (ValueError, OverflowError, IndexError, yaml.constructor.ConstructorError) as exc:  # IndexError: `!!float` of ""
             problem = getattr(exc, "problem", None) or str(exc)
             raise SpecError(f"bad YAML value {_show_node(node)}: {' '.join(problem.split())}",
                             self.where(node, path), "a number, string, boolean or null") from None
