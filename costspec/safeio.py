@@ -85,8 +85,6 @@ MAX_FRACTION_DIGITS = MAX_INT_DIGITS  # digits of p and of q in a calibration's 
 # Reading
 # ----------------------------------------------------------------------------------------------
 def _file_type(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
     if stat.S_ISFIFO(mode):
         return "a FIFO (named pipe)"
     if stat.S_ISCHR(mode):
@@ -113,11 +111,13 @@ def read_bytes(path: PathLike, kind: Kind) -> bytes:
         raise InputError(f"{name} is a directory, not {kind.a_name}") from None
     except OSError as exc:
         raise InputError(f"cannot read {kind.name} {name}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise InputError(f"{name} is a directory, not {kind.a_name}")
+        raise InputError(f"{name} is {_file_type(info.st_mode)}, not a regular file (expected {kind.a_name} file)")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{name} is {_file_type(info.st_mode)}, not a regular file "
-                             f"(expected {kind.a_name} file)")
         if info.st_size > kind.max_bytes:
             raise TooLargeError(f"{name}: file is {info.st_size:,} bytes, over the limit for {kind.a_name} "
                                 f"(expected at most {kind.max_bytes:,} bytes)", info.st_size)
@@ -232,8 +232,9 @@ def check_number_text(text: str, what: str = "number", max_digits: int = MAX_NUM
                          f"(expected a magnitude between 1e-{MAX_MAGNITUDE} and 1e{MAX_MAGNITUDE})")
     if not significant:
         return  # zero
-    lead = len(whole.lstrip("0")) if whole.lstrip("0") else -(len(fraction) - len(fraction.lstrip("0")))
-    magnitude = lead + int(exponent or 0)
+    digits_before = len(whole.lstrip("0"))
+    lead = digits_before - 1 if digits_before else -(len(fraction) - len(fraction.lstrip("0")) + 1)
+    magnitude = lead + int(exponent or 0)  # the power of ten of the leading digit
     if abs(magnitude) > MAX_MAGNITUDE:
         raise InputError(f"{what} {shown!r} is out of range "
                          f"(expected a magnitude between 1e-{MAX_MAGNITUDE} and 1e{MAX_MAGNITUDE})")
@@ -299,12 +300,12 @@ def _replacing(target: PathLike, inputs: Iterable[PathLike | None]) -> Iterator[
     fsync and rename it over the target; on failure, remove it."""
     path = Path(os.fspath(target))
     check_not_input(path, inputs)
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a directory (expected a file path)")
     if _in_place(path):
         yield None
         return
     final = Path(os.path.realpath(path))  # through a symlink: replace the file it points to
-    if final.is_dir():
-        raise OutputError(f"cannot write {path}: it is a directory (expected a file path)")
     folder = final.parent
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=final.suffix or ".tmp", dir=folder)
