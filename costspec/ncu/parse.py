@@ -364,6 +364,7 @@ def _nvtx(table: _Table, row: _Row, column: str | None) -> tuple[str, ...]:
 
 def _launch_id(table: _Table, row: _Row) -> int:
     text = table.get(row, "ID")
+    check_number_text(text, f"{table.source}:{row.line}: ncu CSV ID")  # bounded digits (costspec.safeio)
     if not text.isdigit():
         raise NcuFormatError(f"ID {text!r} is not a non-negative integer", table.source, row.line)
     return int(text)
