@@ -91,7 +91,7 @@ def _entry(doc: MarkedDoc, key: str, e: object) -> Gpu:
         if not finite_number(value) or value < 0 or (value == 0 and not zero_ok):
             raise location_error(doc, where, f"{what} of GPU '{key}' is {value!r}",
                                  "a finite number" + (" >= 0" if zero_ok else " > 0"))
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
 
     def peaks(name: str) -> dict[str, float]:
         table = e.get(name) or {}

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, TypeGuard
 
 from .errors import CostspecError, SpecError
 from .expr import MAX_INT_DIGITS
@@ -240,7 +240,7 @@ def check_number_text(text: str, what: str = "number", max_digits: int = MAX_NUM
                          f"(expected a magnitude between 1e-{MAX_MAGNITUDE} and 1e{MAX_MAGNITUDE})")
 
 
-def finite_number(value: object) -> bool:
+def finite_number(value: object) -> TypeGuard[int | float]:
     """A real number (not a boolean) that is finite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 

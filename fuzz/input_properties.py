@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import shutil
 import tempfile
@@ -60,7 +61,7 @@ def _write(folder: Path, name: str, text: str | bytes) -> Path:
 def _gpu_key(text: str | bytes) -> str:
     """The first GPU key of a catalog text, as the generator wrote it (h100-sxm when unsure)."""
     lines = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text).split("\n")
-    for before, line in zip(lines, lines[1:]):
+    for before, line in itertools.pairwise(lines):
         if before.startswith("gpus:") and line.startswith("  ") and line.rstrip().endswith(":"):
             return line.strip().rstrip(":").strip("'\"") or "h100-sxm"
     return "h100-sxm"

@@ -166,19 +166,20 @@ def mutated_data(draw, doc: dict) -> Any:
     for _ in range(draw(st.integers(1, 3))):
         paths = [p for p in _paths(doc) if p]
         if not paths:
-            return draw(st.sampled_from(HOSTILE_VALUES))
+            return copy.deepcopy(draw(st.sampled_from(HOSTILE_VALUES)))
         path = draw(st.sampled_from(paths))
         parent = doc
         for step in path[:-1]:
             parent = parent[step]
         last = path[-1]
         action = draw(st.sampled_from(["replace", "replace", "replace", "delete", "add", "rename", "deep"]))
-        if action == "replace":
-            parent[last] = draw(st.sampled_from(HOSTILE_VALUES))
+        if action == "replace":  # a copy: a later edit must not change the shared constant
+            parent[last] = copy.deepcopy(draw(st.sampled_from(HOSTILE_VALUES)))
         elif action == "delete" and isinstance(parent, dict):
             del parent[last]
         elif action == "add" and isinstance(parent, dict):
-            parent[draw(st.one_of(keys, st.integers(), st.booleans()))] = draw(st.sampled_from(HOSTILE_VALUES))
+            parent[draw(st.one_of(keys, st.integers(), st.booleans()))] = copy.deepcopy(
+                draw(st.sampled_from(HOSTILE_VALUES)))
         elif action == "rename" and isinstance(parent, dict):
             parent[draw(keys)] = parent.pop(last)
         elif action == "deep":

@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fuzz.input_properties import check_input  # noqa: E402
-from fuzz.inputgen import STRATEGIES  # noqa: E402
+from fuzz.input_properties import check_input
+from fuzz.inputgen import STRATEGIES
 
 # A few seconds per kind on 2 shared cores, reproducible.
 # No shrinking: an input that fails is printed as drawn (shrinking a 5,000-digit CSV takes minutes).
-FAST = dict(max_examples=25, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FAST = {"max_examples": 25, "deadline": None, "derandomize": True, "database": None, "phases": [Phase.generate],
+        "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]}
 
 
 @pytest.mark.parametrize("kind", sorted(STRATEGIES))

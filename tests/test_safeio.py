@@ -275,3 +275,18 @@ def test_kill_9_during_sweep_output_leaves_the_old_or_the_new_file(tmp_path):
         assert text == old, "a kill during the write left a modified file"
     else:  # it finished before the kill: the new file, whole
         assert text.endswith("\n") and text.count("\n") == 300_001
+
+
+def test_the_documented_limits_are_the_code_s():
+    from costspec.expr import MAX_INT_DIGITS
+    from costspec.spec.yaml_marks import MAX_BYTES, MAX_DEPTH, MAX_NODES
+
+    doc = (ROOT / "docs" / "spec-language.md").read_text(encoding="utf-8")
+    limits = doc[doc.index("## Limits of every input file"):]
+    assert safeio.YAML_MAX_BYTES == MAX_BYTES  # every YAML input has the spec loader's bounds
+    for text in (f"{MAX_BYTES:,} bytes", f"{MAX_NODES:,} YAML nodes", f"nesting {MAX_DEPTH}",
+                 f"{NCU_CSV.max_bytes // 2**20} MiB", f"{safeio.MAX_CSV_LINE:,} characters",
+                 f"{SIDECAR.max_bytes:,} bytes", f"nested at most {safeio.MAX_JSON_DEPTH} levels",
+                 f"at most {safeio.MAX_NUMBER_DIGITS} significant digits", f"1e±{safeio.MAX_MAGNITUDE}",
+                 f"at most {MAX_INT_DIGITS} digits"):
+        assert text in limits, f"docs/spec-language.md does not say {text!r}"
