@@ -348,8 +348,10 @@ class _Walker:
                             f"a number of at most {MAX_INT_DIGITS} digits")
         try:
             value = self.loader.construct_object(node, deep=False)
-        except (ValueError, OverflowError, IndexError, yaml.constructor.ConstructorError) as exc:  # IndexError: `!!float` of ""
-            problem = getattr(exc, "problem", None) or str(exc)
+        except (ValueError, OverflowError, IndexError, yaml.constructor.ConstructorError) as exc:
+            # IndexError: PyYAML reads value[0] of an explicitly tagged empty scalar (`x: !!float`)
+            problem = f"{_short_tag(node.tag)} of nothing" if not node.value else (
+                getattr(exc, "problem", None) or str(exc))
             raise SpecError(f"bad YAML value {_show_node(node)}: {' '.join(problem.split())}",
                             self.where(node, path), "a number, string, boolean or null") from None
         if isinstance(value, float) and not math.isfinite(value):  # .inf / .nan: no size, cost or eps
