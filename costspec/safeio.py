@@ -190,8 +190,7 @@ def loads_json(text: str, name: str) -> object:
 
     def number(token: str) -> int | float:
         check_number_text(token, f"{name}: JSON number")
-        value = float(token) if any(c in token for c in ".eE") else int(token)
-        return value
+        return float(token) if any(c in token for c in ".eE") else int(token)
 
     def constant(token: str) -> float:
         raise InputError(f"{name}: JSON value {token} is not a finite number (expected finite numbers)")
