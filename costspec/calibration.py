@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 FORMAT_KEY = "costspec_calibration"
 FORMAT_VERSION = 1
+MAX_COEFFICIENT = 10**6  # |epsilon|, |rho|, |kappa|: fitted values are O(1) (kappa ~ 30 for a costly activation)
 
 
 class CalibrationError(CostspecError):
@@ -99,9 +100,20 @@ def _number(entry: Any, where: str) -> Fraction:
     for part in parts:
         check_number_text(part, f"{where}:", MAX_FRACTION_DIGITS)
     try:
-        return Fraction(text)
+        value = Fraction(text)
     except (ValueError, ZeroDivisionError):
         raise CalibrationError(f"{where}: {text[:40]!r} is not a number (expected a number or p/q)") from None
+    if abs(value) > MAX_COEFFICIENT:  # executed FLOPs must stay within float range when printed
+        raise CalibrationError(f"{where}: {text[:40]} is out of range for a coefficient "
+                               f"(expected at most {MAX_COEFFICIENT:,} in magnitude)")
+    return value
+
+
+def _share(entry: Any, where: str) -> Fraction:
+    value = _number(entry, where)
+    if not 0 <= value <= 1:
+        raise CalibrationError(f"{where}: {value} is not a share (expected a fraction between 0 and 1)")
+    return value
 
 
 def _names(value: Any, where: str, what: str) -> Mapping:
@@ -117,7 +129,7 @@ def _phase(data: Mapping, where: str) -> PhaseCoefficients:
         raise CalibrationError(f"{where}: expected a mapping")
     epsilon = _names(data.get("epsilon"), f"{where}.epsilon", "matmul classes")
     eps = {c: _number(e, f"{where}.epsilon.{c}") for c, e in epsilon.items()}
-    share = {c: _number(e.get("cuda_share", 0), f"{where}.epsilon.{c}.cuda_share")
+    share = {c: _share(e.get("cuda_share", 0), f"{where}.epsilon.{c}.cuda_share")
              for c, e in epsilon.items() if isinstance(e, Mapping)}
     rho = _number(data["rho"], f"{where}.rho") if data.get("rho") is not None else None
     kappa = {k: _number(e, f"{where}.kappa.{k}") for k, e in _names(data.get("kappa"), f"{where}.kappa",

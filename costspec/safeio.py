@@ -77,7 +77,8 @@ NCU_CSV = Kind("ncu CSV", 256 * 2**20)  # a raw page of 10,000 kernels x 300 met
 MAX_CSV_LINE = 131_072  # characters per CSV line: Python's csv field limit, so no field can exceed it
 MAX_JSON_DEPTH = 32  # nesting of JSON objects / arrays
 MAX_NUMBER_DIGITS = 100  # significant digits of a decimal number in a CSV, JSON or calibration file
-MAX_MAGNITUDE = 300  # |decimal exponent| of such a number: 1e300 is fine, 1e400 is not a float
+MAX_MAGNITUDE = 300  # decimal exponent of such a number: 1e300 is fine, 1e400 is not a float
+MIN_MAGNITUDE = -400  # below the smallest float (5e-324): such a value reads as 0; 1e-99999999 is refused
 MAX_FRACTION_DIGITS = MAX_INT_DIGITS  # digits of p and of q in a calibration's `exact: p/q`
 
 
@@ -208,8 +209,8 @@ _NUMBER_TEXT = re.compile(r"[+-]?(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
 
 def check_number_text(text: str, what: str = "number", max_digits: int = MAX_NUMBER_DIGITS) -> None:
     """Refuse a decimal number with more than `max_digits` significant digits or a magnitude
-    beyond 1e±MAX_MAGNITUDE, before anything parses it; text that is not a decimal number
-    passes (the caller's parser judges it). ncu's forms are understood: a `(!)` prefix,
+    outside 1e-400 .. 1e300 (MIN_MAGNITUDE, MAX_MAGNITUDE), before anything parses it; text
+    that is not a decimal number passes (the caller's parser judges it). ncu's forms are understood: a `(!)` prefix,
     `,` thousands separators, and `158 (0: 158)` instance lists (the aggregate is checked)."""
     body = text.strip()
     if body.startswith("(!)"):
@@ -226,17 +227,16 @@ def check_number_text(text: str, what: str = "number", max_digits: int = MAX_NUM
     if len(significant) > max_digits:
         raise InputError(f"{what} {shown!r} has {len(significant):,} significant digits "
                          f"(expected at most {max_digits})")
+    expected = f"expected a magnitude between 1e{MIN_MAGNITUDE} and 1e{MAX_MAGNITUDE}"
     if exponent is not None and len(exponent.lstrip("+-").lstrip("0")) > 4:
-        raise InputError(f"{what} {shown!r} has an exponent out of range "
-                         f"(expected a magnitude between 1e-{MAX_MAGNITUDE} and 1e{MAX_MAGNITUDE})")
+        raise InputError(f"{what} {shown!r} has an exponent out of range ({expected})")
     if not significant:
         return  # zero
     digits_before = len(whole.lstrip("0"))
     lead = digits_before - 1 if digits_before else -(len(fraction) - len(fraction.lstrip("0")) + 1)
     magnitude = lead + int(exponent or 0)  # the power of ten of the leading digit
-    if abs(magnitude) > MAX_MAGNITUDE:
-        raise InputError(f"{what} {shown!r} is out of range "
-                         f"(expected a magnitude between 1e-{MAX_MAGNITUDE} and 1e{MAX_MAGNITUDE})")
+    if not MIN_MAGNITUDE <= magnitude <= MAX_MAGNITUDE:
+        raise InputError(f"{what} {shown!r} is out of range ({expected})")
 
 
 def finite_number(value: object) -> TypeGuard[int | float]:

@@ -107,7 +107,7 @@ def test_text_lines_are_bounded(tmp_path):
         read_text(path, NCU_CSV, max_line=21)
 
 
-@pytest.mark.parametrize("text", ["1,215,000,000.00", "158 (0: 158)", "(!) 12", "1e300", "-1e-300", "0.000",
+@pytest.mark.parametrize("text", ["1,215,000,000.00", "158 (0: 158)", "(!) 12", "1e300", "-1e-300", "1.2e-307", "1e-400", "0.000",
                                   "0e-9999", "n/a", "abc", "", "9" * 100, "0." + "0" * 200 + "1" * 100,
                                   "27.595.520"])
 def test_numbers_within_the_bounds_pass(text):
@@ -116,7 +116,7 @@ def test_numbers_within_the_bounds_pass(text):
 
 @pytest.mark.parametrize("text, message", [
     ("1e400", "'1e400' is out of range"),
-    ("1e-400", "'1e-400' is out of range"),
+    ("1e-401", "'1e-401' is out of range"),
     ("9" * 5000, "has 5,000 significant digits"),
     ("1," + ",".join(["000"] * 40), "has 121 significant digits"),
     ("1e999999999999999999", "has an exponent out of range"),
@@ -278,6 +278,7 @@ def test_kill_9_during_sweep_output_leaves_the_old_or_the_new_file(tmp_path):
 
 
 def test_the_documented_limits_are_the_code_s():
+    from costspec.calibration import MAX_COEFFICIENT
     from costspec.expr import MAX_INT_DIGITS
     from costspec.spec.yaml_marks import MAX_BYTES, MAX_DEPTH, MAX_NODES
 
@@ -287,6 +288,7 @@ def test_the_documented_limits_are_the_code_s():
     for text in (f"{MAX_BYTES:,} bytes", f"{MAX_NODES:,} YAML nodes", f"nesting {MAX_DEPTH}",
                  f"{NCU_CSV.max_bytes // 2**20} MiB", f"{safeio.MAX_CSV_LINE:,} characters",
                  f"{SIDECAR.max_bytes:,} bytes", f"nested at most {safeio.MAX_JSON_DEPTH} levels",
-                 f"at most {safeio.MAX_NUMBER_DIGITS} significant digits", f"1e±{safeio.MAX_MAGNITUDE}",
+                 f"at most {safeio.MAX_NUMBER_DIGITS} significant digits", f"between 1e{safeio.MIN_MAGNITUDE} and 1e{safeio.MAX_MAGNITUDE}",
+                 f"at most {MAX_COEFFICIENT:,} in magnitude",
                  f"at most {MAX_INT_DIGITS} digits"):
         assert text in limits, f"docs/spec-language.md does not say {text!r}"
