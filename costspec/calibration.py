@@ -26,6 +26,8 @@ torch is not imported here.
 """
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -33,8 +35,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import yaml
 
-from .errors import CostspecError
+from .errors import CostspecError, SpecError, UsageError
 from .results import Column, Result, Row, Table
+from .safeio import CALIBRATION, MAX_FRACTION_DIGITS, check_number_text, finite_number, read_yaml
 from .vocab import Pass
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 
 FORMAT_KEY = "costspec_calibration"
 FORMAT_VERSION = 1
+MAX_COEFFICIENT = 10**6  # |epsilon|, |rho|, |kappa|: fitted values are O(1) (kappa ~ 30 for a costly activation)
 
 
 class CalibrationError(CostspecError):
@@ -81,44 +85,89 @@ def exact(value: Fraction) -> str:
 
 
 def _number(entry: Any, where: str) -> Fraction:
+    """A coefficient: a number, `p/q` text, or {value: ..., exact: p/q} (exact wins); the digits
+    are bounded before Fraction parses them (`1e99999999` is an error at once)."""
+    if isinstance(entry, dict):
+        if "exact" not in entry and "value" not in entry:
+            raise CalibrationError(f"{where}: expected a number or {{value: ..., exact: p/q}}")
+        entry = entry["exact"] if "exact" in entry else entry["value"]
+    if isinstance(entry, bool) or not isinstance(entry, (int, float, str)):
+        raise CalibrationError(f"{where}: expected a number or {{value: ..., exact: p/q}}")
+    if isinstance(entry, float) and not math.isfinite(entry):
+        raise CalibrationError(f"{where}: {entry} is not a finite number")
+    text = str(entry).strip()
+    parts = text.split("/")
+    if len(parts) > 2:
+        raise CalibrationError(f"{where}: {text[:40]!r} is not a number (expected a number or p/q)")
+    for part in parts:
+        check_number_text(part, f"{where}:", MAX_FRACTION_DIGITS)
     try:
-        if isinstance(entry, dict):
-            if "exact" in entry:
-                return Fraction(str(entry["exact"]))
-            return Fraction(str(entry["value"]))
-        return Fraction(str(entry))
-    except (KeyError, ValueError, ZeroDivisionError, TypeError):
-        raise CalibrationError(f"{where}: expected a number or {{value: ..., exact: p/q}}") from None
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise CalibrationError(f"{where}: {text[:40]!r} is not a number (expected a number or p/q)") from None
+    if abs(value) > MAX_COEFFICIENT:  # executed FLOPs must stay within float range when printed
+        raise CalibrationError(f"{where}: {text[:40]} is out of range for a coefficient "
+                               f"(expected at most {MAX_COEFFICIENT:,} in magnitude)")
+    return value
+
+
+def _share(entry: Any, where: str) -> Fraction:
+    value = _number(entry, where)
+    if not 0 <= value <= 1:
+        raise CalibrationError(f"{where}: {value} is not a share (expected a fraction between 0 and 1)")
+    return value
+
+
+def _names(value: Any, where: str, what: str) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise CalibrationError(f"{where}: expected a mapping of {what}, got {type(value).__name__}")
+    return value
 
 
 def _phase(data: Mapping, where: str) -> PhaseCoefficients:
     if not isinstance(data, Mapping):
         raise CalibrationError(f"{where}: expected a mapping")
-    eps = {c: _number(e, f"{where}.epsilon.{c}") for c, e in (data.get("epsilon") or {}).items()}
-    share = {c: _number(e.get("cuda_share", 0), f"{where}.epsilon.{c}.cuda_share")
-             for c, e in (data.get("epsilon") or {}).items() if isinstance(e, Mapping)}
+    epsilon = _names(data.get("epsilon"), f"{where}.epsilon", "matmul classes")
+    eps = {c: _number(e, f"{where}.epsilon.{c}") for c, e in epsilon.items()}
+    share = {c: _share(e.get("cuda_share", 0), f"{where}.epsilon.{c}.cuda_share")
+             for c, e in epsilon.items() if isinstance(e, Mapping)}
     rho = _number(data["rho"], f"{where}.rho") if data.get("rho") is not None else None
-    kappa = {k: _number(e, f"{where}.kappa.{k}") for k, e in (data.get("kappa") or {}).items()}
-    return PhaseCoefficients(eps, share, rho, kappa, frozenset(data.get("fused") or {}))
+    kappa = {k: _number(e, f"{where}.kappa.{k}") for k, e in _names(data.get("kappa"), f"{where}.kappa",
+                                                                    "cost-table kinds").items()}
+    fused = data.get("fused") or {}
+    if not isinstance(fused, (Mapping, list)) or not all(isinstance(k, str) for k in fused):
+        raise CalibrationError(f"{where}.fused: expected a mapping or list of cost-table kinds")
+    return PhaseCoefficients(eps, share, rho, kappa, frozenset(fused))
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    """Read a calibration YAML written by `costspec ncu calibrate`."""
+    """Read a calibration YAML written by `costspec ncu calibrate`, with the bounds of every input
+    (`costspec.safeio`: a regular file, at most 1 MB, plain YAML, bounded numbers)."""
     name = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CalibrationError(f"{name}: cannot read calibration: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise CalibrationError(f"{name}: not valid YAML: {exc}") from None
+        data = read_yaml(path, CALIBRATION).data
+    except SpecError as exc:
+        raise CalibrationError(str(exc)) from None
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT_VERSION:
         raise CalibrationError(f"{name}: not a costspec calibration file (expected `{FORMAT_KEY}: {FORMAT_VERSION}` "
                                "as written by `costspec ncu calibrate`)")
+    dims = data.get("dims") or {}
+    if not isinstance(dims, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                             for v in dims.values()):
+        raise CalibrationError(f"{name}: dims: expected a mapping of dim names to positive integers")
+    for key in ("spec", "precision"):
+        if not isinstance(data.get(key, ""), str):
+            raise CalibrationError(f"{name}: {key}: expected a string")
     phases = {p: _phase(data[p], f"{name}: {p}") for p in ("forward", "backward") if data.get(p)}
     if not phases:
         raise CalibrationError(f"{name}: no forward or backward coefficients")
-    return Calibration(str(data.get("spec", "")), dict(data.get("dims") or {}), str(data.get("precision", "")),
-                       phases, name, data)
+    for phase in phases:
+        outside = data[phase].get("outside_flops")
+        if outside is not None and not (finite_number(outside) and outside >= 0):
+            raise CalibrationError(f"{name}: {phase}.outside_flops: expected a number >= 0")
+    return Calibration(str(data.get("spec", "")), dict(dims), str(data.get("precision", "")), phases, name, data)
 
 
 def dump_calibration(data: dict) -> str:

@@ -7,11 +7,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-import yaml
-
 from .conventions import PEAK_KEY
-from .errors import CostspecError, SpecError, UsageError
+from .errors import UsageError
 from .results import Column, Result, Row, Table
+from .safeio import CATALOG, finite_number, location_error, read_yaml
+from .spec.yaml_marks import MarkedDoc, load_marked
 
 # Elementwise kernels in PyTorch compute half-precision inputs in fp32 ("opmath"), so CUDA-core
 # work is priced at the fp32 CUDA-core peak whatever the storage dtype.
@@ -58,40 +58,91 @@ class Gpu:
         return self.cuda[dtype] * 1e12
 
 
-def _parse(data: dict, file: str) -> dict[str, Gpu]:
+_FIELDS = ("name", "arch", "compute_capability", "sm_count", "boost_clock_mhz", "memory_gb", "memory_bw_gbps",
+           "l2_mb", "tensor", "cuda", "source")
+_EXPECTED_ENTRY = "name, memory_gb, memory_bw_gbps, tensor and cuda peaks (TFLOP/s per dtype)"
+
+
+def _parse(doc: MarkedDoc) -> dict[str, Gpu]:
+    """Schema-check a catalog (every peak and bandwidth a positive finite number, names strings)
+    and build its GPUs; a bad value is a SpecError at its file:line and YAML path."""
+    data = doc.data
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), dict):
-        raise SpecError("a GPU catalog needs a `gpus:` mapping", None, "gpus: {key: {name, tensor, cuda, ...}}")
-    out = {}
-    for key, e in data["gpus"].items():
-        try:
-            out[key] = Gpu(key, e["name"], e.get("arch", ""), str(e.get("compute_capability", "")),
-                           int(e.get("sm_count") or 0), float(e["memory_gb"]), float(e["memory_bw_gbps"]),
-                           float(e.get("l2_mb") or 0), e.get("boost_clock_mhz"),
-                           {k: float(v) for k, v in (e.get("tensor") or {}).items()},
-                           {k: float(v) for k, v in (e.get("cuda") or {}).items()},
-                           tuple(e.get("source") or ()))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SpecError(f"{file}: GPU '{key}' is incomplete or malformed ({exc})", None,
-                            "name, memory_gb, memory_bw_gbps, tensor and cuda peaks") from None
-    return out
+        raise location_error(doc, ("gpus",) if isinstance(data, dict) else (), "a GPU catalog needs a `gpus:` mapping",
+                             "gpus: {key: {name, memory_gb, memory_bw_gbps, tensor, cuda, ...}}")
+    unknown = sorted(set(data) - {"version", "gpus"})
+    if unknown:
+        raise location_error(doc, (unknown[0],), f"unknown key '{unknown[0]}' in a GPU catalog", "version, gpus")
+    return {key: _entry(doc, key, entry) for key, entry in data["gpus"].items()}
+
+
+def _entry(doc: MarkedDoc, key: str, e: object) -> Gpu:
+    at = ("gpus", key)
+    if not isinstance(e, dict):
+        raise location_error(doc, at, f"GPU '{key}' is not a mapping", _EXPECTED_ENTRY)
+    for field_name in e:
+        if field_name not in _FIELDS:
+            raise location_error(doc, at + (field_name,), f"unknown key '{field_name}' for GPU '{key}'",
+                                 "one of: " + ", ".join(_FIELDS))
+    for required in ("name", "memory_gb", "memory_bw_gbps"):
+        if required not in e:
+            raise location_error(doc, at, f"GPU '{key}' has no '{required}'", _EXPECTED_ENTRY)
+
+    def text(name: str, default: str = "") -> str:
+        value = e.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise location_error(doc, at + (name,), f"{name} of GPU '{key}' is {_kind(value)}", "a string")
+        return str(value)
+
+    def positive(value: object, where: tuple, what: str, zero_ok: bool = False) -> float:
+        if not finite_number(value) or value < 0 or (value == 0 and not zero_ok):
+            raise location_error(doc, where, f"{what} of GPU '{key}' is {value!r}",
+                                 "a finite number" + (" >= 0" if zero_ok else " > 0"))
+        return float(value)
+
+    def peaks(name: str) -> dict[str, float]:
+        table = e.get(name) or {}
+        if not isinstance(table, dict):
+            raise location_error(doc, at + (name,), f"{name} peaks of GPU '{key}' are {_kind(table)}",
+                                 "a mapping dtype: TFLOP/s, e.g. {bf16: 989.4}")
+        return {dtype: positive(v, at + (name, dtype), f"{name} {dtype} peak") for dtype, v in table.items()}
+
+    sm_count = e.get("sm_count") or 0
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 0:
+        raise location_error(doc, at + ("sm_count",), f"sm_count of GPU '{key}' is {sm_count!r}", "an integer >= 0")
+    clock = e.get("boost_clock_mhz")
+    source = e.get("source") or ()
+    source = (source,) if isinstance(source, str) else source
+    if not isinstance(source, (list, tuple)) or not all(isinstance(s, str) for s in source):
+        raise location_error(doc, at + ("source",), f"source of GPU '{key}' is {_kind(source)}",
+                             "a list of strings (URLs, notes)")
+    return Gpu(key, text("name"), text("arch"), text("compute_capability"), sm_count,
+               positive(e["memory_gb"], at + ("memory_gb",), "memory_gb"),
+               positive(e["memory_bw_gbps"], at + ("memory_bw_gbps",), "memory_bw_gbps"),
+               positive(e.get("l2_mb") or 0, at + ("l2_mb",), "l2_mb", zero_ok=True),
+               None if clock is None else positive(clock, at + ("boost_clock_mhz",), "boost_clock_mhz"),
+               peaks("tensor"), peaks("cuda"), tuple(source))
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a mapping"}.get(type(value), type(value).__name__)
 
 
 @lru_cache(maxsize=1)
 def _builtin() -> dict[str, Gpu]:
     text = resources.files("costspec.data").joinpath("gpus.yaml").read_text(encoding="utf-8")
-    return _parse(yaml.safe_load(text), "gpus.yaml")
+    return _parse(load_marked(text, "gpus.yaml (built-in)", kind=CATALOG.name))
 
 
 def catalog(extra: str | Path | None = None) -> dict[str, Gpu]:
-    """The built-in catalog, extended / overridden by a user's catalog file."""
+    """The built-in catalog, extended / overridden by a user's catalog file (read with the
+    bounds of `costspec.safeio`: a regular file, at most 1 MB, plain YAML)."""
     gpus = dict(_builtin())
     if extra is not None:
-        try:
-            gpus.update(_parse(yaml.safe_load(Path(extra).read_text(encoding="utf-8")), str(extra)))
-        except OSError as exc:
-            raise CostspecError(f"cannot read GPU catalog {extra}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise CostspecError(f"GPU catalog {extra} is not valid YAML: {exc}") from None
+        gpus.update(_parse(read_yaml(extra, CATALOG)))
     return gpus
 
 

@@ -3,6 +3,8 @@ of fuzz/properties.py checked on each, and a count of what happened.
 
     python fuzz/run_fuzz.py --examples 5000            # about 40 % valid, 45 % mutated, 15 % repeat
     python fuzz/run_fuzz.py --examples 500 --mode valid --meta-every 1 --out /tmp/fuzz-failures
+    python fuzz/run_fuzz.py --examples 10000 --mode inputs   # catalogs, calibrations, ncu CSVs, sidecars
+    python fuzz/run_fuzz.py --examples 1000 --mode csv       # one input kind
 
 Unlike the bounded CI tests (tests/test_fuzz.py), a failing example does not stop the run: it is
 recorded, grouped by its first line, and the shortest spec of each group is printed at the end
@@ -24,10 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
+from fuzz.input_properties import check_input  # noqa: E402
+from fuzz.inputgen import STRATEGIES as INPUT_STRATEGIES  # noqa: E402
 from fuzz.properties import check_repeat, check_spec  # noqa: E402
 from fuzz.specgen import dump, mutated_specs, repeat_cases, unknown_ops, valid_specs  # noqa: E402
 
 MODES = {"valid": 0.40, "mutated": 0.45, "repeat": 0.15}
+INPUT_MODES = {kind: 0.25 for kind in INPUT_STRATEGIES}  # --mode inputs: every non-spec input kind
 
 
 class Timeout(Exception):
@@ -55,6 +60,9 @@ class Tally:
 
 def run(mode: str, examples: int, tally: Tally, meta_every: int, timeout: float, rng_seed: int) -> None:
     if examples <= 0:
+        return
+    if mode in INPUT_STRATEGIES:
+        run_inputs(mode, examples, tally, timeout, rng_seed)
         return
     strategy = {"valid": valid_specs().map(dump), "mutated": mutated_specs(), "repeat": repeat_cases()}[mode]
     index = collections.Counter()
@@ -91,10 +99,39 @@ def run(mode: str, examples: int, tally: Tally, meta_every: int, timeout: float,
     one()
 
 
+def run_inputs(kind: str, examples: int, tally: Tally, timeout: float, rng_seed: int) -> None:
+    """Fuzz one non-spec input kind (fuzz/inputgen.py, fuzz/input_properties.py)."""
+
+    @seed(rng_seed)
+    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(INPUT_STRATEGIES[kind]())
+    def one(example):
+        text, valid = example
+        tally.counts[f"{kind} examples"] += 1
+        start = time.perf_counter()
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            outcome = check_input(kind, text, valid)
+            tally.counts["accepted" if outcome.accepted else "rejected"] += 1
+        except Timeout:
+            tally.fail(kind, TimeoutError(f"example took more than {timeout:g} s"), text)
+        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+            tally.fail(kind, exc, text)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        took = time.perf_counter() - start
+        if took > tally.slowest[0]:
+            tally.slowest = (took, text if isinstance(text, str) else repr(text[:200]))
+
+    one()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2000, help="total examples (split over the modes)")
-    parser.add_argument("--mode", choices=["all", *MODES], default="all")
+    parser.add_argument("--mode", choices=["all", *MODES, "inputs", *INPUT_MODES], default="all",
+                        help="all: the spec modes; inputs: every non-spec input kind; or one mode")
     parser.add_argument("--meta-every", type=int, default=3,
                         help="validate every Nth spec of each mode on the meta device (0: never)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per example before it is a hang")
@@ -104,7 +141,7 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     signal.signal(signal.SIGALRM, _alarm)
 
-    shares = MODES if args.mode == "all" else {args.mode: 1.0}
+    shares = MODES if args.mode == "all" else INPUT_MODES if args.mode == "inputs" else {args.mode: 1.0}
     plan = {mode: round(args.examples * share) for mode, share in shares.items()}
     tally = Tally()
     start = time.perf_counter()

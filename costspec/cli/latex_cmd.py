@@ -17,7 +17,10 @@ def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone
     from ..export.latex import render_latex
     from ..formula import formulas
     from ..model import load
+    from ..safeio import check_not_input, write_text
 
+    if output:
+        check_not_input(output, [spec])  # before any work: the spec would be lost
     result = formulas(load(spec), pass_, keep, expand, sets, depth=None if per_layer else 1)
     if fmt == "json":
         from ..export.formulas import render_json
@@ -26,7 +29,6 @@ def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone
     else:
         text = render_latex(result, standalone)
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_text(output, text, [spec])
     else:
         click.echo(text, nl=False)

@@ -1,8 +1,6 @@
 """`costspec ncu run | show | compare | calibrate`: Nsight Compute profiling, inspection, comparison and calibration."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from ..vocab import RUNNABLE_PASSES, Pass
@@ -116,10 +114,13 @@ def calibrate_command(spec, csv, batch, sets, pass_, out, fmt):
     from ..calibration import dump_calibration
     from ..model import load
     from ..ncu.calibrate import calibrate, render_summary
-    from ..ncu.inputs import load_measured
+    from ..ncu.inputs import load_measured, sidecar_path
+    from ..safeio import check_not_input, write_text
 
+    inputs = [spec, *csv, *(sidecar_path(c) for c in csv)]
+    check_not_input(out, inputs)  # before any work: a raw profile may need a GPU to recreate
     result = calibrate(load_measured(load(spec), list(csv), batch, sets, pass_), spec)
-    Path(out).write_text(dump_calibration(result.data), encoding="utf-8")
+    write_text(out, dump_calibration(result.data), inputs)
     if fmt == "json":
         click.echo(json.dumps({**result.data, "written": out}, indent=2))
     else:

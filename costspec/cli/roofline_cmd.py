@@ -24,12 +24,14 @@ def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency,
     from ..gpus import get_gpu
     from ..model import load
     from ..roofline import estimate
+    from ..safeio import check_not_input
 
+    check_not_input(output, [spec, catalog])  # before any work: an input would be lost
     model = load(spec)
     values = model.bind(batch, sets)
     report = model.report(pass_, values)
     roof = estimate(model, report, values, get_gpu(gpu, catalog), fusion, efficiency)
-    plot_roofline(report, roof, model.precision.dtype, output, depth)
+    plot_roofline(report, roof, model.precision.dtype, output, depth, [spec, catalog])
     click.echo(f"wrote {output}: {len(report.rows)} layers, estimated {roof.time_s * 1e3:.4g} ms", err=True)
     if fmt != "none":
         from ..export.render import render

@@ -32,8 +32,11 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
     from ..export.render import render
     from ..export.sweep_result import sweep_result, with_times
     from ..model import load
+    from ..safeio import check_not_input, write_text
     from ..sweep import parse_vary, sweep, to_csv
 
+    if output:
+        check_not_input(output, [spec])  # before any work: the spec would be lost
     model = load(spec, dtype)
     ragged_lengths = options.ragged_lengths(lengths, lengths_file)
     if ragged_lengths is not None:
@@ -42,7 +45,7 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
         options.require(fmt == "csv" and not gpu and not plot, "--lengths sweeps print CSV totals (padded vs "
                         "packed per grid point): drop --gpu, --plot and --format")
         size, text = ragged_sweep_csv(model, [parse_vary(v) for v in varies], ragged_lengths, pass_, sets, seq_dim)
-        _write(text, output, size)
+        _write(text, output, size, spec)
         return
     grid, values = sweep(model, [parse_vary(v) for v in varies], pass_, sets)
     times, notes = None, []
@@ -71,13 +74,12 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
         title = f"{model.name} | {pass_} | {model.precision}" + (f" | {gpu}" if gpu else "")
         plot_sweep(grid, columns, key, plot, title)
         click.echo(f"wrote {plot}", err=True)
-    _write(text, output, grid.size)
+    _write(text, output, grid.size, spec)
 
 
-def _write(text: str, output: str | None, rows: int) -> None:
+def _write(text: str, output: str | None, rows: int, spec: str) -> None:
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        write_text(output, text + "\n", [spec])
         click.echo(f"wrote {rows} rows to {output}", err=True)
     else:
         click.echo(text)

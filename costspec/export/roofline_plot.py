@@ -1,15 +1,20 @@
 """Draw a roofline: both compute roofs and the memory roof, one labelled point per layer."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..errors import MissingExtraError
 from ..gpus import POINTWISE_DTYPE
 from ..evaluation import Report
 from ..roofline import RooflineReport
+from ..safeio import write_with
 
 
-def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, depth: int = 2) -> None:
+def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, depth: int = 2,
+                  inputs: Sequence[str | None] = ()) -> None:
     """Write a roofline PNG/SVG: x = FLOPs/byte, y = achieved FLOP/s at the estimated time;
-    one point per leaf row up to `depth`, sized by its share of the time."""
+    one point per leaf row up to `depth`, sized by its share of the time. The file is written
+    atomically and never over one of `inputs` (`costspec.safeio.write_with`)."""
     from pathlib import Path
 
     from ..errors import UsageError
@@ -62,8 +67,10 @@ def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, d
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        write_with(path, lambda temp: fig.savefig(temp, format=Path(path).suffix.lower()[1:]), inputs)
+    finally:
+        plt.close(fig)
 
 
 def _is_leaf(report: Report, row, depth: int) -> bool:

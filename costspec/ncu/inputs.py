@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import CostspecError, UsageError
+from ..safeio import SIDECAR, read_json, write_text
 from .attribute import Attribution, attribute
 from .parse import parse_csv
 
@@ -30,22 +31,35 @@ def sidecar_path(csv_path: str | Path) -> Path:
 
 
 def read_sidecar(csv_path: str | Path) -> dict | None:
-    """The sidecar of a CSV, or None when there is none."""
+    """The sidecar of a CSV, or None when there is none; read with the bounds of every input
+    (`costspec.safeio`: a regular file of at most 1 MB, JSON nested at most 32 levels, bounded
+    numbers) and checked: `bind` and `dims` map names to positive integers, `pass` and `dtype`
+    are strings."""
     path = sidecar_path(csv_path)
-    if not path.is_file():
+    if not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CostspecError(f"{path}: cannot read the ncu sidecar: {exc}") from None
+    data = read_json(path, SIDECAR)
     if not isinstance(data, dict):
         raise CostspecError(f"{path}: the ncu sidecar is not a JSON object")
+    for key in ("bind", "dims"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, dict) and all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value.values())):
+            raise CostspecError(f"{path}: sidecar key '{key}' must map dim names to positive integers, "
+                                f"got {json.dumps(value)[:60]}")
+    if data.get("pass") is not None and data["pass"] not in ("forward", "backward", "train"):
+        raise CostspecError(f"{path}: sidecar key 'pass' is {json.dumps(data['pass'])[:60]} "
+                            "(expected forward, backward or train)")
+    for key in ("dtype", "spec"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise CostspecError(f"{path}: sidecar key '{key}' must be a string, got {json.dumps(data[key])[:60]}")
     return data
 
 
-def write_sidecar(csv_path: str | Path, data: Mapping) -> Path:
+def write_sidecar(csv_path: str | Path, data: Mapping, inputs: Sequence[str | Path] = ()) -> Path:
+    """Write the sidecar atomically (`costspec.safeio.write_text`); `inputs` may not be overwritten."""
     path = sidecar_path(csv_path)
-    path.write_text(json.dumps({"costspec_ncu_sidecar": SIDECAR_VERSION, **data}, indent=2) + "\n", encoding="utf-8")
+    write_text(path, json.dumps({"costspec_ncu_sidecar": SIDECAR_VERSION, **data}, indent=2) + "\n", inputs)
     return path
 
 

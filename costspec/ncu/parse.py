@@ -78,6 +78,7 @@ from typing import Union
 
 from costspec.errors import CostspecError
 from costspec.ncu.metrics import all_known_metrics
+from costspec.safeio import check_number_text
 
 
 class NcuFormatError(CostspecError):
@@ -129,6 +130,7 @@ _GROUPED = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][+-]?\d+)?")
 
 def parse_value(cell: str) -> Decimal | None:
     """A metric cell as an exact decimal; ``None`` for n/a or empty; ``ValueError`` if not a number."""
+    check_number_text(cell, "ncu CSV value")  # bounded digits and magnitude (costspec.safeio)
     text = cell.strip()
     if text.lower() in _NA:
         return None
@@ -465,24 +467,25 @@ def _nvtx(table: _Table, row: _Row, column: str | None) -> tuple[str, ...]:
 
 def _launch_id(table: _Table, row: _Row) -> int:
     text = table.get(row, "ID")
+    check_number_text(text, f"{table.source}:{row.line}: ncu CSV ID")  # bounded digits (costspec.safeio)
     if not text.isdigit():
         raise NcuFormatError(f"ID {text!r} is not a non-negative integer", table.source, row.line)
     return int(text)
 
 
 def _read_text(path_or_text: PathOrText, source_name: str | None) -> tuple[str, str]:
-    """(text, name for messages). A ``str`` containing a newline is CSV text, anything else a path."""
+    """(text, name for messages). A ``str`` containing a newline is CSV text, anything else a path,
+    read by the shared bounded reader (`costspec.safeio`: a regular file of at most 256 MiB, no
+    line over 131,072 characters, so no CSV field can exceed Python's csv field limit)."""
+    from costspec.safeio import MAX_CSV_LINE, NCU_CSV, check_line_lengths, read_text
+
     if isinstance(path_or_text, str) and "\n" in path_or_text:
-        return path_or_text.lstrip("\ufeff"), source_name or "<text>"
+        name = source_name or "<text>"
+        check_line_lengths(path_or_text, MAX_CSV_LINE, name)
+        return path_or_text.lstrip("\ufeff"), name
     path = Path(path_or_text)
     name = source_name or str(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CostspecError(f"{name}: cannot read ncu CSV: {exc.strerror or exc}") from None
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16"), name
-    return data.decode("utf-8-sig", errors="replace"), name
+    return read_text(path, NCU_CSV, MAX_CSV_LINE), name
 
 
 def _rows(text: str, source: str) -> tuple[_Row, list[_Row]]:

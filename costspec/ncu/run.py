@@ -17,6 +17,7 @@ command (no GPU needed; the architecture comes from ``--arch`` or ``--gpu``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import CostspecError, UsageError
+from ..safeio import NCU_CSV, InputError, check_not_input, read_text
 from .inputs import read_sidecar, sidecar_path, write_sidecar
 from .metrics import NCU_ENV, build_command, build_export_command, normalize_cc
 from .parse import parse_csv
@@ -45,6 +47,7 @@ class RunPlan:
     sidecar: Path
     export_details: list[str]
     cc: str
+    spec: str = ""  # the input, which no output may overwrite
 
 
 def runner_argv(spec: str, batch: int | None, sets: Mapping[str, int], pass_: str, dtype: str, warmup: int,
@@ -86,11 +89,13 @@ def plan_run(spec: str, out_csv: str, cc: str, batch: int | None, sets: Mapping[
     csv_path = Path(out_csv)
     report = Path(str(_stem(csv_path)) + ".ncu-rep")
     sidecar = sidecar_path(csv_path)
+    for output in (csv_path, report, sidecar, Path(str(_stem(csv_path)) + ".details.csv")):
+        check_not_input(output, [spec])  # ncu and the runner write these: never over the spec
     argv = runner_argv(spec, batch, sets, pass_, dtype, warmup, str(sidecar))
     command = build_command(argv, cc, str(report), nvtx=True, ncu=ncu, log_file=str(csv_path),
                             profile_from_start=False)
     details = build_export_command(str(report), str(_stem(csv_path)) + ".details.csv", page="details", ncu=ncu)
-    return RunPlan(command, dict(NCU_ENV), csv_path, report, sidecar, details, normalize_cc(cc))
+    return RunPlan(command, dict(NCU_ENV), csv_path, report, sidecar, details, normalize_cc(cc), str(spec))
 
 
 def format_plan(plan: RunPlan) -> str:
@@ -140,8 +145,8 @@ def execute(plan: RunPlan, ncu: str) -> dict:
     done = subprocess.run(plan.command, env=env)
     if done.returncode != 0:
         tail = ""
-        if plan.csv.is_file():
-            tail = "\n".join(plan.csv.read_text(errors="replace").splitlines()[-10:])
+        with contextlib.suppress(InputError):
+            tail = "\n".join(read_text(plan.csv, NCU_CSV).splitlines()[-10:])
         raise CostspecError(f"ncu exited with status {done.returncode}" + (f"; last lines of {plan.csv}:\n{tail}"
                                                                             if tail else ""))
     kernels = parse_csv(plan.csv)  # a malformed or empty CSV fails here, naming file:line
@@ -149,5 +154,5 @@ def execute(plan: RunPlan, ncu: str) -> dict:
     sidecar.pop("costspec_ncu_sidecar", None)
     sidecar.update({"ncu_version": version, "command": format_plan(plan).splitlines()[0], "csv": str(plan.csv),
                     "report": str(plan.report), "kernels": len(kernels)})
-    write_sidecar(plan.csv, sidecar)
+    write_sidecar(plan.csv, sidecar, [plan.spec] if plan.spec else [])
     return sidecar

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from ..torch_build import TORCH_DTYPES, configure_dtype
 
@@ -49,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..errors import CostspecError
     from ..model import load
     from ..layer_hooks import LayerHooks, layer_paths, step
+    from ..safeio import write_text
     from ..torch_build import build_module, import_torch
     from .nvtx import NvtxRanges, TorchNvtx
 
@@ -96,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             "dims": {str(k): int(v) for k, v in values.items()},
             "runner_argv": sys.argv,
         }
-        Path(args.sidecar).write_text(json.dumps({"costspec_ncu_sidecar": 1, **facts}, indent=2) + "\n",
-                                      encoding="utf-8")
+        write_text(args.sidecar, json.dumps({"costspec_ncu_sidecar": 1, **facts}, indent=2) + "\n", [args.spec])
     return 0
 
 

@@ -1,7 +1,6 @@
 """Spec text -> YAML with marks -> JSON Schema validation -> a validated, located document."""
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
@@ -29,24 +28,19 @@ def read_spec(path: str | Path) -> MarkedDoc:
 
 
 def read_bounded(path: str | Path) -> bytes:
-    """The bytes of a spec file, reading no more than the size limit allows (a huge file or a
-    device such as /dev/zero is an error, not a memory spike)."""
-    path = Path(path)
+    """The bytes of a spec file, through the shared bounded reader (`costspec.safeio`): a regular
+    file of at most MAX_BYTES bytes; a huge file, a FIFO or a device such as /dev/zero is an
+    error, not a memory spike or a hang."""
+    from ..safeio import SPEC, InputError, TooLargeError, read_bytes
+
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-            size = os.fstat(f.fileno()).st_size if len(raw) > MAX_BYTES else len(raw)
-    except FileNotFoundError:
-        raise SpecError(f"no such file: {path}") from None
-    except IsADirectoryError:
-        raise SpecError(f"{path} is a directory, not a spec file") from None
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_BYTES:
-        shown = f"{size:,} bytes" if size > MAX_BYTES else f"more than {MAX_BYTES:,} bytes"
+        return read_bytes(path, SPEC)
+    except TooLargeError as exc:  # located like every other spec error
+        shown = f"{exc.size:,} bytes" if exc.size else f"more than {MAX_BYTES:,} bytes"
         raise SpecError(f"file is {shown}, over the limit for a spec", Location(str(path), 1, 1),
-                        f"at most {MAX_BYTES:,} bytes")
-    return raw
+                        f"at most {MAX_BYTES:,} bytes") from None
+    except InputError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def parse_spec(text: str | bytes, file: str = "<spec>") -> MarkedDoc:

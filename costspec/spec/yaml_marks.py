@@ -59,15 +59,17 @@ def format_path(path: tuple) -> str:
     return out
 
 
-def load_marked(text: str | bytes, file: str) -> MarkedDoc:
-    """Parse YAML text into data with marks; every failure is a SpecError naming file:line:col."""
-    text = _decode(text, file)
+def load_marked(text: str | bytes, file: str, kind: str = "spec") -> MarkedDoc:
+    """Parse YAML text into data with marks; every failure is a SpecError naming file:line:col.
+    `kind` names the file in messages (the same bounds hold for a GPU catalog or a calibration)."""
+    text = _decode(text, file, kind)
+    expected = "a YAML mapping with keys costspec, name, input, layers" if kind == "spec" else "a YAML mapping"
     if not text.strip():
-        raise SpecError("file is empty", Location(file, 1, 1), "a YAML mapping with keys costspec, name, input, layers")
+        raise SpecError("file is empty", Location(file, 1, 1), expected)
     loader = None
     try:
         loader = yaml.SafeLoader(text)  # checks that every character is printable
-        node = _Composer(loader, file).compose()
+        node = _Composer(loader, file, kind).compose()
     except yaml.reader.ReaderError as exc:
         raise _reader_error(exc, text, file) from None
     except yaml.MarkedYAMLError as exc:
@@ -85,8 +87,7 @@ def load_marked(text: str | bytes, file: str) -> MarkedDoc:
         if loader is not None:
             loader.dispose()
     if node is None:
-        raise SpecError("file holds only comments, no YAML content", Location(file, 1, 1),
-                        "a YAML mapping with keys costspec, name, input, layers")
+        raise SpecError("file holds only comments, no YAML content", Location(file, 1, 1), expected)
     doc = MarkedDoc(file, None)
     doc.data = _Walker(doc, loader).walk(node, (), 0)
     return doc
@@ -95,11 +96,11 @@ def load_marked(text: str | bytes, file: str) -> MarkedDoc:
 # ----------------------------------------------------------------------------------------------
 # Text and parser errors
 # ----------------------------------------------------------------------------------------------
-def _decode(text: str | bytes, file: str) -> str:
+def _decode(text: str | bytes, file: str, kind: str = "spec") -> str:
     size = len(text)
     if size > MAX_BYTES:
         unit = "bytes" if isinstance(text, bytes) else "characters"
-        raise SpecError(f"file is {size:,} {unit}, over the limit for a spec", Location(file, 1, 1),
+        raise SpecError(f"file is {size:,} {unit}, over the limit for a {kind}", Location(file, 1, 1),
                         f"at most {MAX_BYTES:,} {unit}")
     if isinstance(text, bytes):
         try:
@@ -158,8 +159,8 @@ class _Frame:
 class _Composer:
     """PyYAML's composer, rewritten as a loop over parser events with the bounds checked as it goes."""
 
-    def __init__(self, loader: yaml.SafeLoader, file: str):
-        self.loader, self.file = loader, file
+    def __init__(self, loader: yaml.SafeLoader, file: str, kind: str = "spec"):
+        self.loader, self.file, self.kind = loader, file, kind
         self.anchors: dict[str, yaml.Node] = {}
         self.open: set[int] = set()  # ids of collections still being composed
         self.sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (size, height), aliases expanded
@@ -177,7 +178,7 @@ class _Composer:
         loader.get_event()  # DocumentEnd
         if loader.check_event(DocumentStartEvent):
             event = loader.peek_event()
-            raise SpecError("a second YAML document starts here; a spec file holds one",
+            raise SpecError(f"a second YAML document starts here; a {self.kind} file holds one",
                             self._where(event.start_mark, ()),
                             "a single document: remove this '---' and what follows, or split the file")
         return root
@@ -258,7 +259,7 @@ class _Composer:
     def _count(self, size: int, height: int, mark, path: tuple, alias: str | None) -> None:
         self.total += size
         if self.total > MAX_NODES:
-            what = f"{alias} expands to {size:,} YAML nodes and the spec" if alias and size > 1 else "the spec"
+            what = f"{alias} expands to {size:,} YAML nodes and the {self.kind}" if alias and size > 1 else f"the {self.kind}"
             raise SpecError(f"{what} grows past {MAX_NODES:,} YAML nodes" + (" (an alias bomb?)" if alias else ""),
                             self._where(mark, path), f"at most {MAX_NODES:,} nodes, aliases expanded")
         if len(self.stack) + height > MAX_DEPTH:
@@ -347,8 +348,10 @@ class _Walker:
                             f"a number of at most {MAX_INT_DIGITS} digits")
         try:
             value = self.loader.construct_object(node, deep=False)
-        except (ValueError, OverflowError, yaml.constructor.ConstructorError) as exc:
-            problem = getattr(exc, "problem", None) or str(exc)
+        except (ValueError, OverflowError, IndexError, yaml.constructor.ConstructorError) as exc:
+            # IndexError: PyYAML reads value[0] of an explicitly tagged empty scalar (`x: !!float`)
+            problem = f"{_short_tag(node.tag)} of nothing" if not node.value else (
+                getattr(exc, "problem", None) or str(exc))
             raise SpecError(f"bad YAML value {_show_node(node)}: {' '.join(problem.split())}",
                             self.where(node, path), "a number, string, boolean or null") from None
         if isinstance(value, float) and not math.isfinite(value):  # .inf / .nan: no size, cost or eps
