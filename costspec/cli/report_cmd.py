@@ -32,10 +32,12 @@ def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, effici
     from ..export.html_page import render_page
     from ..html_report import gather, read_json
     from ..model import load
+    from ..safeio import check_not_input, write_text
     from ..sweep import parse_vary
 
     if not output.lower().endswith((".html", ".htm")):
         raise UsageError(f"-o {output}: the report is an HTML file (.html)")
+    check_not_input(output, [spec] + [p for p in (validation, compare, catalog) if p])
     model = load(spec, dtype)
     values = model.bind(batch, sets)
     device = None
@@ -47,8 +49,8 @@ def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, effici
                   read_json(validation, "--validation") if validation else None,
                   read_json(compare, "--compare") if compare else None, quiet)
     page = render_page(data)
-    with open(output, "w", encoding="utf-8") as f:
-        f.write(page)
+    inputs = [spec] + [p for p in (validation, compare, catalog) if p]
+    write_text(output, page, inputs)  # atomic; refuses to overwrite an input
     if fmt == "json":
         import json
 
