@@ -85,6 +85,7 @@ class Attribution:
     has_tensor_counters: bool
     cc: str | None
     notes: list[str] = field(default_factory=list)
+    device: str | None = None  # the device name the CSV's own columns give, where they give one
 
     def of(self, phase: str) -> list[Kernel]:
         return [k for k in self.kernels if k.phase == phase]
@@ -190,4 +191,5 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
     if not has_tensor:
         notes.append("no sm__ops_path_tensor_* counter in the CSV: measured Tensor-Core FLOPs are shown as n/a")
     order = [p for p in ("forward", "backward") if p in phases]
-    return Attribution(kernels, tuple(order), [s for s, _, _ in sources], has_tensor, cc, notes)
+    device = next((r.device_name for r in all_records if r.device_name), None)
+    return Attribution(kernels, tuple(order), [s for s, _, _ in sources], has_tensor, cc, notes, device)

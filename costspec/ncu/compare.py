@@ -51,6 +51,7 @@ class Comparison:
     devices: list[dict]
     notes: list[str] = field(default_factory=list)
     csv_cc: str | None = None  # the compute capability the CSVs' own columns give (when a sidecar lacks it)
+    csv_device: str | None = None  # the device name the CSVs' own columns give (when a sidecar lacks it)
 
     @property
     def rows(self) -> dict[str, list[Row]]:
@@ -139,7 +140,7 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
     return Comparison(model.name, list(measured.attribution.sources), measured.pass_, dims,
                       measured.attribution.has_tensor_counters, tables, no_term, unattributed,
                       calibration.source if calibration else None, measured.sidecars, notes,
-                      csv_cc=measured.attribution.cc)
+                      csv_cc=measured.attribution.cc, csv_device=measured.attribution.device)
 
 
 def _no_term_flops(buckets, slot: str) -> int:
@@ -169,8 +170,10 @@ def device_line(c: Comparison) -> str:
     """The GPU, compute capability and ncu version each CSV was measured with: from the sidecars, the
     compute capability from the CSV's own CC column where a sidecar lacks it."""
     return ", ".join(dict.fromkeys(
-        f"{d.get('gpu', '?')} (CC {d.get('compute_capability') or c.csv_cc or '?'}, ncu {d.get('ncu_version') or '?'})"
-        for d in c.devices)) or (f"no sidecar; CC {c.csv_cc} from the CSV" if c.csv_cc else "no sidecar")
+        f"{d.get('gpu') or c.csv_device or '?'} (CC {d.get('compute_capability') or c.csv_cc or '?'}, "
+        f"ncu {d.get('ncu_version') or '?'})" for d in c.devices)) or (
+        f"no sidecar; {c.csv_device + ', ' if c.csv_device else ''}CC {c.csv_cc} from the CSV" if c.csv_cc
+        else "no sidecar")
 
 
 def to_result(c: Comparison) -> Result:
