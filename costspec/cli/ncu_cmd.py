@@ -1,6 +1,8 @@
 """`costspec ncu run | show | compare | calibrate`: Nsight Compute profiling, inspection, comparison and calibration."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..vocab import RUNNABLE_PASSES, Pass

@@ -78,6 +78,8 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
 
 
 def _write(text: str, output: str | None, rows: int, spec: str) -> None:
+    from ..safeio import write_text
+
     if output:
         write_text(output, text + "\n", [spec])
         click.echo(f"wrote {rows} rows to {output}", err=True)
