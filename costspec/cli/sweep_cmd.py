@@ -14,16 +14,17 @@ from . import cli, options
 @options.pass_
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write CSV here (default stdout).")
 def sweep_command(spec, varies, sets, pass_, output):
-    """Evaluate SPEC over the cartesian product of --vary values (exact integers, CSV)."""
+    """Evaluate SPEC over the cartesian product of --vary values (exact integers, CSV, streamed)."""
+    import sys
+
     from ..model import load
-    from ..sweep import parse_vary, sweep, to_csv
+    from ..sweep import parse_vary, write_csv
 
     model = load(spec)
-    grid, values = sweep(model, [parse_vary(v) for v in varies], pass_, sets)
-    text = to_csv(grid, values)
+    grid = [parse_vary(v) for v in varies]
     if output:
         with open(output, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        click.echo(f"wrote {grid.size} rows to {output}", err=True)
+            rows = write_csv(model, grid, f, pass_, sets)
+        click.echo(f"wrote {rows} rows to {output}", err=True)
     else:
-        click.echo(text)
+        write_csv(model, grid, sys.stdout, pass_, sets)
