@@ -11,6 +11,7 @@ from typing import Mapping
 
 import sympy
 
+from .budget import check_derived_dims, check_dim_count, check_dim_degree
 from .errors import Location, SpecError, UsageError
 from .expr import MAX_INT_DIGITS, as_exact_int, digits, dim_symbol, parse_expr
 
@@ -42,14 +43,20 @@ class Dims:
     def derived(self) -> list[Dim]:
         return [d for d in self.dims.values() if d.definition is not None]
 
+    _expanded: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict, repr=False)
+
     def expand(self, expr: sympy.Expr) -> sympy.Expr:
         """Replace derived symbols by their definitions, all the way down to free dims."""
-        table = {d.symbol: d.definition for d in self.derived()}
-        for _ in range(len(table) + 1):
-            if not (expr.free_symbols & set(table)):
-                break
-            expr = expr.xreplace(table)
-        return expr
+        table = self._written_out()
+        return expr.xreplace(table) if expr.free_symbols & set(table) else expr
+
+    def _written_out(self) -> dict[sympy.Symbol, sympy.Expr]:
+        """Every derived dim in free dims, computed once in dependency order (dims are in that order)."""
+        if len(self._expanded) != len(self.derived()):
+            self._expanded = {}
+            for d in self.derived():
+                self._expanded[d.symbol] = d.definition.xreplace(self._expanded)
+        return self._expanded
 
     def canonical(self, expr: sympy.Expr) -> sympy.Expr:
         """Write `expr` in derived symbols where it contains their definitions (S for (img//patch)**2+1)."""
@@ -97,6 +104,7 @@ class Dims:
 def parse_dims(raw: Mapping[str, object] | None, locate) -> Dims:
     """Build Dims from the spec's `dims:` mapping; `locate(path)` gives a Location."""
     raw = dict(raw or {})
+    check_dim_count(len(raw), locate(("dims",)))
     symbols = {name: dim_symbol(name) for name in raw}
     entries = {}
     for name, value in raw.items():
@@ -109,12 +117,14 @@ def parse_dims(raw: Mapping[str, object] | None, locate) -> Dims:
         if not isinstance(expr, sympy.Expr):
             raise SpecError(f"dim {name} is a condition, not a size", loc, "a positive integer or an expression")
         entries[name] = (expr, doc, keep, loc)
+    check_derived_dims(sum(1 for expr, *_ in entries.values() if expr.free_symbols), locate(("dims",)))
     order = _topological(entries, locate)
     dims = Dims()
     for name in order:
         expr, doc, keep, loc = entries[name]
         if expr.free_symbols:
             dims.dims[name] = Dim(name, symbols[name], None, expr, doc, keep, loc)
+            check_dim_degree(name, dims.expand(symbols[name]), loc)
         else:
             number = as_exact_int(expr, f"dim {name}", loc)
             if number < 1:

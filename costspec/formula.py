@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import sympy
 from sympy.printing.latex import greek_letters_set
 
+from .budget import check_formula_rows, check_formula_terms
 from .errors import UsageError
 from .model import PASSES, node_cost
 from .tree import RepeatNode
@@ -229,6 +230,7 @@ class ClosedForm:
 def closed_form(expr, symbols: Symbols) -> ClosedForm:
     """The canonical form of an engine expression in `symbols` (see the module docstring)."""
     expr = symbols.apply(expr)
+    check_formula_terms(expr, lambda: "one closed form")
     num, den = sympy.fraction(sympy.cancel(sympy.together(expr)))
     num_terms, num_den = _terms(num, symbols)
     den_terms, den_den = _terms(den, symbols)
@@ -465,6 +467,7 @@ def formulas(model: "Model", pass_: str = "forward", keep: Sequence[str] | None 
     if pass_ not in PASSES:
         raise UsageError(f"--pass must be one of {', '.join(PASSES)}, got {pass_!r}")
     symbols = choose_symbols(model, keep, expand, sets)
+    check_formula_rows(sum(1 for _, level, *_ in model.walk() if depth is None or level < depth))
     rows = []
     for node, level, mult, in_rg in model.walk():
         if depth is not None and level >= depth:

@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Mapping
 
 import sympy
 
+from .budget import check_op_instances
 from .conventions import Precision
 from .cost import ZERO_COST, Cost, route
 from .dims import Dims
@@ -274,6 +275,7 @@ class TreeBuilder:
         self.op_count = 0
 
     def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:
+        check_op_instances(self.data, self.locate(("layers",)))
         env = _Env(dict(self.dims.symbols), {}, precision)
         shape = tuple(self._size(v, env, ("input", i)) for i, v in enumerate(self.data["input"]))
         root = ScopeNode("", self.locate(()))
