@@ -135,3 +135,52 @@ def check_torch_modules(count: int) -> None:
         raise UsageError(f"this spec needs {count:,} op modules in torch (repeats unrolled); the limit is "
                          f"{MAX_TORCH_MODULES:,}; use `costspec eval` for the costs, or validate at a smaller "
                          "repeat count (--set)")
+
+
+def torch_modules(model: Any, values: Mapping[sympy.Symbol, sympy.Integer]) -> int:
+    """Op modules the torch build creates at `values` (every op layer times its repeat instances)."""
+    from .tree import OpNode
+
+    total = 0
+    for node, _, mult, _ in model.walk():
+        if isinstance(node, OpNode):
+            total += int(sympy.sympify(mult).xreplace(values))
+            if total > MAX_TORCH_MODULES:
+                break
+    return total
+
+
+CPU_BYTES_PER_ELEMENT = 4  # validate runs the module in fp32 on cpu
+
+
+def validate_memory(model: Any, values: Mapping[sympy.Symbol, sympy.Integer], pass_: str) -> int:
+    """Bytes a cpu run of `validate` may hold: the spec's roofline traffic for `pass_` (every tensor each
+    layer reads and writes, weights included) rescaled to fp32; an upper bound on what autograd keeps."""
+    from .model import GradState
+    from .roofline import total_bytes
+
+    traffic = total_bytes(model.root, pass_, sympy.Integer(1), GradState(False, False), "default")
+    size = model.precision.bytes_per_element
+    return int(sympy.sympify(traffic).xreplace(values)) * CPU_BYTES_PER_ELEMENT // max(int(size), 1)
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (bytes), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_validate_memory(model: Any, values: Mapping[sympy.Symbol, sympy.Integer], pass_: str,
+                          available: int | None = None) -> None:
+    need = validate_memory(model, values, pass_)
+    have = available if available is not None else available_memory()
+    if have is not None and need > have:
+        raise UsageError(f"validate --device cpu would need about {need / 2**30:,.1f} GiB here (the spec's memory "
+                         f"traffic for {pass_} in fp32), more than the {have / 2**30:,.1f} GiB available; use "
+                         "--device meta (counts shapes without allocating), smaller dims (--batch, --set), or --force")

@@ -173,9 +173,10 @@ def _nonzero(d: Mapping[str, int]) -> dict[str, int]:
 # Validation
 # ----------------------------------------------------------------------------------------------
 def validate(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], pass_: str = "forward",
-             device: str = "meta", rtol: float = 0.0) -> Validation:
+             device: str = "meta", rtol: float = 0.0, force: bool = False) -> Validation:
     """Build `model`'s torch module at dims `values`, run it on `device` (meta or cpu) for `pass_`
-    (forward or train), count it, and compare per row with the analytic costs."""
+    (forward or train), count it, and compare per row with the analytic costs. On a real device the
+    memory it needs is estimated first and a run beyond the available memory refused (unless `force`)."""
     if pass_ not in PASS_PHASES:
         raise ValueError(f"pass must be one of {tuple(PASS_PHASES)}, got {pass_!r}")
     largest = max((int(v) for v in values.values()), default=0)
@@ -184,6 +185,11 @@ def validate(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], pass_
 
         raise UsageError(f"validate builds real torch tensors, and a dim of {largest} is beyond 64-bit sizes; "
                          "use `costspec eval` for exact numbers at this size")
+    from .budget import check_torch_modules, check_validate_memory, torch_modules
+
+    check_torch_modules(torch_modules(model, values))  # before importing torch (seconds)
+    if device != "meta" and not force:
+        check_validate_memory(model, values, pass_)
     torch = import_torch("costspec validate")
     from .runtime_count import OUTSIDE, measure
 

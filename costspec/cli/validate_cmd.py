@@ -13,13 +13,14 @@ from . import cli, options
 @options.validate_pass
 @options.device
 @options.rtol
+@click.option("--force", is_flag=True, help="Run on cpu even when the estimated memory exceeds what is available.")
 @options.output_format("table", "json")
-def validate_command(spec, batch, sets, pass_, device, rtol, fmt):
+def validate_command(spec, batch, sets, pass_, device, rtol, force, fmt):
     """Build SPEC's torch module, count it, and compare per layer; exit 1 on any mismatch."""
     from ..model import load
     from ..validate import RENDERERS, check, validate
 
     model = load(spec)
-    result = validate(model, model.bind(batch, sets), pass_, device, rtol)
+    result = validate(model, model.bind(batch, sets), pass_, device, rtol, force)
     click.echo(RENDERERS[fmt](result))
     check(result)
