@@ -27,6 +27,7 @@ import sympy
 from .errors import MismatchError
 from .model import GradState, node_cost
 from .ops.base import layer_notes
+from .text import for_terminal
 from .tree import Node, OpNode, PartNode, RepeatNode, ResidualNode
 from .torch_build import build_module, evaluator, import_torch, node_of
 
@@ -357,7 +358,7 @@ def render_table(result: Validation) -> str:
     """Per phase, per row: analytic vs measured matmul-class FLOPs, and whether the pointwise
     kinds and element counts match; then every rule, ignored op and unknown op by name."""
     dims = " ".join(f"{k}={v}" for k, v in result.dims.items())
-    lines = [f"{result.spec} | validate {result.pass_} on {result.device} | {dims} | rtol {result.rtol:g}",
+    lines = [f"{for_terminal(result.spec)} | validate {result.pass_} on {result.device} | {dims} | rtol {result.rtol:g}",
              "matmul = matmul-class FLOPs (GEMM, conv, SDPA) vs FlopCounterMode; pointwise = CUDA-core kinds and "
              "element counts vs the aten ops executed (exact)."]
     for phase, rows in result.rows.items():

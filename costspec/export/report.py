@@ -7,6 +7,7 @@ import json
 
 from ..conventions import FLOPS_PER_MAC
 from ..model import Report, Row
+from ..text import for_markdown, for_markdown_code, for_terminal
 from . import units
 
 CONVENTIONS = (f"1 FLOP = one scalar op; a multiply-add = {FLOPS_PER_MAC} FLOPs (FLOPs, not MACs). "
@@ -18,9 +19,9 @@ def visible(report: Report, depth: int | None) -> list[Row]:
     return [r for r in report.rows if depth is None or r.depth < depth]
 
 
-def header(report: Report) -> str:
+def header(report: Report, escape=for_terminal) -> str:
     dims = " ".join(f"{k}={v}" for k, v in report.dims.items())
-    return f"{report.spec_name} | pass: {report.pass_} | precision: {report.precision} | {dims}"
+    return f"{escape(report.spec_name)} | pass: {report.pass_} | precision: {report.precision} | {dims}"
 
 
 def _roof_rows(report: Report, roof) -> dict:
@@ -31,7 +32,7 @@ def render_table(report: Report, depth: int | None = None, roof=None) -> str:
     """A fixed-width table of the layer tree with human units (plus roofline columns with --gpu)."""
     rows = visible(report, depth)
     extra = _roof_rows(report, roof)
-    names = ["  " * r.depth + r.label + (f" x{r.count}" if r.count != 1 else "")
+    names = ["  " * r.depth + for_terminal(r.label) + (f" x{r.count}" if r.count != 1 else "")
              + (f" (repeat x{r.repeat})" if r.repeat is not None else "") for r in rows]
     table = [["layer", "TC FLOPs", "CUDA FLOPs", "total", "params", "share", "matmul on"]
              + (["bytes", "FLOP/B", "bound", "est. time"] if roof else [])]
@@ -101,10 +102,10 @@ def render_csv(report: Report, depth: int | None = None, roof=None) -> str:
 
 
 def render_markdown(report: Report, depth: int | None = None, roof=None) -> str:
-    lines = [f"**{header(report)}**", "", "| layer | × | TC FLOPs | CUDA FLOPs | total | params | share | matmul on |",
+    lines = [f"**{header(report, for_markdown)}**", "", "| layer | × | TC FLOPs | CUDA FLOPs | total | params | share | matmul on |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in visible(report, depth):
-        name = "&nbsp;" * 2 * r.depth + f"`{r.name}`"
+        name = "&nbsp;" * 2 * r.depth + for_markdown_code(r.name)
         lines.append(f"| {name} | {r.count} | {units.si(r.tc)} | {units.si(r.cuda)} | {units.si(r.total)} | "
                      f"{units.params(r.params)} | {units.share(r.total, report.total)} | {r.engine or '-'} |")
     lines.append(f"| **total** | | {units.si(report.tc)} | {units.si(report.cuda)} | {units.si(report.total)} | "

@@ -24,6 +24,7 @@ from yaml.events import (AliasEvent, DocumentStartEvent, MappingEndEvent, Mappin
 
 from ..errors import Location, SpecError
 from ..expr import MAX_INT_DIGITS
+from ..text import unsafe_chars
 
 MAX_BYTES = 1_000_000  # size of a spec file; real specs are a few kB
 MAX_NODES = 50_000  # YAML nodes (keys and values) after alias expansion
@@ -309,6 +310,11 @@ class _Walker:
 
     def mapping(self, node, path, depth):
         if id(node) not in self.own_keys:
+            merges = [k for k, _ in node.value if k.tag == _MERGE_TAG]
+            if len(merges) > 1:  # PyYAML lets the later one win silently
+                raise SpecError(f"{len(merges)} `<<` merge keys in one mapping (first at line "
+                                f"{merges[0].start_mark.line + 1})", self.where(merges[1], path),
+                                "one merge key; merge several mappings with <<: [*a, *b]")
             self.own_keys[id(node)] = {id(k) for k, _ in node.value if k.tag != _MERGE_TAG}
             try:
                 self.loader.flatten_mapping(node)  # resolves `<<` merge keys like PyYAML does
@@ -332,11 +338,21 @@ class _Walker:
             out[key] = self.walk(value_node, path + (key,), depth + 1)  # later wins: own keys over merged
         return out
 
+    def check_text(self, node, path) -> None:
+        """No control / reordering characters from YAML escapes ("\e", "\r", "\u202e"): names are
+        printed to terminals, markdown and LaTeX; `doc` and `source` may hold tabs and line breaks."""
+        prose = any(step in ("doc", "source") for step in path if isinstance(step, str))
+        bad = unsafe_chars(node.value, "\t\n" if prose else "")
+        if bad:
+            raise SpecError(f"control character U+{ord(bad[0]):04X} in {_show_node(node)}", self.where(node, path),
+                            "printable text (no escapes such as \\e, \\r, \\x07 or direction overrides)")
+
     def scalar(self, node, path):
         if not isinstance(node, yaml.ScalarNode):
             raise SpecError("expected a scalar", self.where(node, path))
         if node.tag in _TEXT_TAGS:
             return node.value  # a plain `<<` or `=` outside a key is just text
+        self.check_text(node, path)
         if node.tag not in _PLAIN_TAGS:
             if node.tag == "tag:yaml.org,2002:timestamp" and not node.style:
                 raise SpecError(f"{node.value} reads as a YAML date", self.where(node, path),
@@ -347,8 +363,10 @@ class _Walker:
                             f"a number of at most {MAX_INT_DIGITS} digits")
         try:
             value = self.loader.construct_object(node, deep=False)
-        except (ValueError, OverflowError, yaml.constructor.ConstructorError) as exc:
+        except (ValueError, OverflowError, IndexError, yaml.constructor.ConstructorError) as exc:
             problem = getattr(exc, "problem", None) or str(exc)
+            if not node.value:  # `name: !!float` (PyYAML indexes the empty text)
+                problem = f"an empty value tagged {_short_tag(node.tag)}"
             raise SpecError(f"bad YAML value {_show_node(node)}: {' '.join(problem.split())}",
                             self.where(node, path), "a number, string, boolean or null") from None
         if isinstance(value, float) and not math.isfinite(value):  # .inf / .nan: no size, cost or eps
