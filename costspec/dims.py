@@ -74,7 +74,7 @@ class Dims:
 
     def values(self, bindings: Mapping[str, int] | None = None, where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:
         """Symbol -> value for every dim: defaults, overridden by `bindings`, derived ones computed."""
-        bindings = dict(bindings or {})
+        bindings = {name: as_dim_value(name, raw, where) for name, raw in dict(bindings or {}).items()}
         for name in bindings:
             if name not in self.dims:
                 known = ", ".join(self.dims) or "none"
@@ -88,7 +88,13 @@ class Dims:
                 raw = bindings.get(d.name, d.default)
                 value = sympy.Integer(raw) if isinstance(raw, int) else raw
             else:
-                value = d.definition.xreplace(out)
+                try:
+                    value = d.definition.xreplace(out)
+                except (ZeroDivisionError, TypeError):
+                    value = sympy.nan
+                if value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+                    raise SpecError(f"dim {d.name} = {d.definition} divides by zero (a division or modulo by 0) at "
+                                    "these dims", d.loc, "positive sizes")
             number = as_exact_int(value, f"dim {d.name}", d.loc)
             if digits(number) > MAX_INT_DIGITS:  # a derived dim such as C**8 of a huge C
                 raise SpecError(f"dim {d.name} = {d.definition} has {digits(number):,} digits", d.loc,
@@ -99,6 +105,22 @@ class Dims:
                 raise SpecError(f"dim {d.name} = {number} is not a positive size", d.loc, "a positive integer")
             out[d.symbol] = sympy.Integer(number)
         return out
+
+
+def as_dim_value(name: object, raw: object, where: str = "--set") -> int:
+    """A dim value given by a user (CLI or Python API): an int or a numpy integer; bools, floats and
+    strings are refused (8.0 or "8" is not silently a size)."""
+    import operator
+
+    if not isinstance(name, str):
+        raise UsageError(f"{where}: dim names are strings, got {type(name).__name__} {name!r}")
+    if isinstance(raw, bool) or type(raw).__name__ == "bool_":
+        raise UsageError(f"{where} {name}={raw!r}: a dim value is an integer, not a bool")
+    try:
+        return operator.index(raw)  # int, numpy integers; not float, str, Decimal
+    except TypeError:
+        raise UsageError(f"{where} {name}={raw!r}: a dim value is an integer (int or numpy integer), got "
+                         f"{type(raw).__name__}") from None
 
 
 def parse_dims(raw: Mapping[str, object] | None, locate) -> Dims:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
+from fractions import Fraction
 from typing import Mapping
 
 import sympy
@@ -167,7 +168,13 @@ class _Builder:
         if isinstance(value, float):
             if not math.isfinite(value):
                 raise self.fail(f"{value} is not a finite number", "a finite number")
-            return sympy.Rational(repr(value))
+            # the literal as written, exactly: "12345678901234567.0" is that integer, not the float near it
+            written = ast.get_source_segment(self.text.strip(), node)
+            try:
+                exact = Fraction(written.replace("_", "")) if written else Fraction(repr(value))
+            except ValueError:
+                exact = Fraction(repr(value))
+            return sympy.Rational(exact.numerator, exact.denominator)
         raise self.fail(f"{_describe_constant(value)} is not a number", ALLOWED)
 
     def _Name(self, node: ast.Name, depth: int) -> sympy.Expr:

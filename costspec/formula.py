@@ -105,8 +105,14 @@ def choose_symbols(model: "Model", keep: Sequence[str] | None = None, expand: bo
     """The symbols of the formulas: `keep` (None: free dims + dims marked keep), the rest substituted
     by their values (spec defaults overridden by `sets`); derived dims as symbols unless `expand`."""
     dims = model.dims
-    if keep is None:
-        kept = [d.name for d in dims.dims.values() if d.definition is None or d.keep]
+    if isinstance(keep, str):
+        keep = keep.split(",")
+    if keep is not None and not all(isinstance(k, str) for k in keep):
+        bad = next(k for k in keep if not isinstance(k, str))
+        raise UsageError(f"keep: dim names are strings, got {type(bad).__name__} {bad!r}")
+    given = set(sets or {})
+    if keep is None:  # a dim given a value with --set is substituted, not kept
+        kept = [d.name for d in dims.dims.values() if (d.definition is None or d.keep) and d.name not in given]
         kept = [n for n in kept if not (expand and dims.dims[n].definition is not None)]
     else:
         kept = list(dict.fromkeys(k.strip() for k in keep if k.strip()))
@@ -118,6 +124,10 @@ def choose_symbols(model: "Model", keep: Sequence[str] | None = None, expand: bo
                 deps = ", ".join(sorted(str(s) for s in dims.expand(dims.dims[name].symbol).free_symbols))
                 raise UsageError(f"--keep {name} with --expand: '{name}' is derived, and --expand writes it out; "
                                  f"keep {deps} instead, or drop --expand")
+    both = [n for n in kept if n in given]
+    if both:
+        raise UsageError(f"--keep {both[0]} and --set {both[0]}={sets[both[0]]}: a dim is either kept symbolic or "
+                         "given a value; drop one")
     values = model.bind(None, sets)
     kept_free = {dims.dims[n].symbol for n in kept if dims.dims[n].definition is None}
     symbolic: set[sympy.Symbol] = set()

@@ -101,7 +101,14 @@ class Model:
     def bind(self, batch: int | None = None, sets: Mapping[str, int] | None = None) -> dict[sympy.Symbol, sympy.Integer]:
         """Dim values for `--batch` (binds B) and `--set NAME=VALUE`, checked against the constraints."""
         bindings = dict(sets or {})
+        if batch is not None and "B" in bindings:
+            from .errors import UsageError
+
+            raise UsageError(f"--batch {batch} and --set B={bindings['B']} both bind B; give one")
         if batch is not None:
+            from .dims import as_dim_value
+
+            batch = as_dim_value("B", batch, "--batch")
             if "B" not in self.dims.dims:
                 from .errors import UsageError
 
@@ -123,7 +130,7 @@ class Model:
             try:
                 shown = {k: sympy.sympify(v).xreplace(values) for k, v in c.values.items()}
                 holds = c.condition.xreplace(values) is sympy.true
-            except ZeroDivisionError:  # e.g. Mod(C, heads) with heads = 0 at these dims
+            except (ZeroDivisionError, TypeError):  # Mod(C, heads) at heads = 0; a comparison with zoo (x/0)
                 out.append(SpecError("a size in this layer's expressions is 0 (division or modulo by zero) at these "
                                      "dims", c.where, "positive sizes"))
                 continue
@@ -134,6 +141,8 @@ class Model:
                 try:
                     value = sympy.sympify(size).xreplace(values)
                 except ZeroDivisionError:
+                    value = "a division or modulo by zero"
+                if isinstance(value, sympy.Basic) and value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
                     value = "a division or modulo by zero"
                 if not (isinstance(value, sympy.Basic) and value.is_Integer and value >= 1):
                     out.append(SpecError(f"{node.op.name} '{node.name}' gives output dim {i} = {size} = {value}",
@@ -240,7 +249,12 @@ def _engine(node: Node) -> str:
 
 
 def _int(expr, values, node: Node) -> int:
-    value = sympy.sympify(expr).xreplace(values)
+    try:
+        value = sympy.sympify(expr).xreplace(values)
+    except (ZeroDivisionError, TypeError):
+        value = sympy.nan
+    if value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        raise SpecError(f"cost of '{node.name or 'model'}' divides by zero at these dims", node.loc, "positive sizes")
     try:
         return as_exact_int(value, f"cost of '{node.name or 'model'}'", node.loc)
     except ExpressionError as exc:
@@ -250,9 +264,20 @@ def _int(expr, values, node: Node) -> int:
 
 def load(path: str | Path) -> Model:
     """Load, validate and build a spec file."""
+    import os
+
+    if not isinstance(path, (str, os.PathLike)):
+        from .errors import UsageError
+
+        raise UsageError(f"costspec.load needs a file path (str or pathlib.Path), got {type(path).__name__}; "
+                         "use costspec.loads for spec text")
     return Model(read_spec(path))
 
 
 def loads(text: str, file: str = "<spec>") -> Model:
     """Load a spec from text (for tests and notebooks)."""
+    if not isinstance(text, (str, bytes)):
+        from .errors import UsageError
+
+        raise UsageError(f"costspec.loads needs the spec text (str or bytes), got {type(text).__name__}")
     return Model(parse_spec(text, file))

@@ -467,7 +467,14 @@ class TreeBuilder:
         node = RepeatNode(name or "repeat", where, name is not None, times)
         variants = layer.get("at", [])
         taken: set[int] = set()
+        named: dict[str, int] = {}
         for j, variant in enumerate(variants):
+            vname = variant.get("name")
+            if vname is not None and vname in named:
+                raise SpecError(f"two variants are named '{vname}' (the first is at[{named[vname]}])",
+                                self.locate(path + ("at", j, "name")), "unique variant names")
+            if vname is not None:
+                named[vname] = j
             overlap = taken & set(variant["indices"])
             if overlap:
                 raise SpecError(f"index {sorted(overlap)[0]} is in two variants", self.locate(path + ("at", j, "indices")))

@@ -16,6 +16,7 @@ the last); `<<` merge keys work as in PyYAML (the mapping's own keys override me
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 
 import yaml
@@ -371,7 +372,21 @@ class _Walker:
                             self.where(node, path), "a number, string, boolean or null") from None
         if isinstance(value, float) and not math.isfinite(value):  # .inf / .nan: no size, cost or eps
             raise SpecError(f"{node.value} is not a finite number", self.where(node, path), "a finite number")
+        if isinstance(value, float) and value.is_integer():
+            exact = _written_integer(node.value)
+            if exact is not None and exact != int(value):  # 12345678901234567.0 reads as ...568
+                raise SpecError(f"{node.value} is not exactly representable as a float (it would read as "
+                                f"{int(value)})", self.where(node, path), f"the integer {exact}, written without '.0'")
         return value
+
+
+def _written_integer(text: str) -> int | None:
+    """The integer a YAML float literal denotes exactly ('1.5e3' -> 1500), or None if it is not one."""
+    try:
+        exact = Fraction(text.replace("_", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+    return int(exact) if exact.denominator == 1 else None
 
 
 def _short_tag(tag: str) -> str:
