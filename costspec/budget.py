@@ -7,7 +7,8 @@ formulas of a few dozen terms) and is documented in docs/spec-language.md ("Limi
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import sympy
 
@@ -25,7 +26,8 @@ MAX_TORCH_MODULES = 20_000  # op modules `torch` / `validate` build (repeats unr
 def count_op_instances(data: Mapping[str, Any]) -> int:
     """Op layers the tree of `data` will have (repeats once per variant group, blocks once per use),
     counted on the document without building anything; malformed parts count 0 (the builder reports them)."""
-    blocks = data.get("blocks") if isinstance(data.get("blocks"), dict) else {}
+    raw_blocks = data.get("blocks")
+    blocks: dict[str, Any] = raw_blocks if isinstance(raw_blocks, dict) else {}
     memo: dict[str, int] = {}
 
     def block(name: Any, stack: tuple) -> int:
@@ -57,8 +59,8 @@ def count_op_instances(data: Mapping[str, Any]) -> int:
         if "repeat" in layer:
             body = layer.get("body")
             once = block(body, stack) if isinstance(body, str) else sequence(body, stack)
-            variants = layer.get("at") if isinstance(layer.get("at"), list) else []
-            return once * (len(variants) + 1)
+            variants = layer.get("at")
+            return once * (len(variants) + 1 if isinstance(variants, list) else 1)
         return 1
 
     return sequence(data.get("layers"), ())

@@ -12,8 +12,9 @@ naming the point; nothing is printed for it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterator, Mapping, Sequence
+from typing import IO, Any
 
 import sympy
 
@@ -315,5 +316,17 @@ def points(grid: Grid) -> list[dict[str, int]]:
         if grid.names else [{}]
 
 
-__all__ = ["Grid", "parse_vary", "make_grid", "evaluate_grid", "iter_values", "sweep", "write_csv", "to_csv",
-           "points", "check_constraints", "MAX_POINTS", "CHUNK"]
+__all__ = [
+    "CHUNK",
+    "MAX_POINTS",
+    "Grid",
+    "check_constraints",
+    "evaluate_grid",
+    "iter_values",
+    "make_grid",
+    "parse_vary",
+    "points",
+    "sweep",
+    "to_csv",
+    "write_csv",
+]

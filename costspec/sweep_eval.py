@@ -16,8 +16,9 @@ with sympy, for at most MAX_SLOW_POINTS points.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import sympy
@@ -166,13 +167,13 @@ class _Eval:
                 out = pick(out, self.run(a, active))
             return out
         if isinstance(expr, sympy.Piecewise):
-            out: Any = np.zeros(self.n, dtype=self.dtype)
+            chosen: Any = np.zeros(self.n, dtype=self.dtype)
             left = active.copy()
             for value, cond in args:
                 hit = np.broadcast_to(self.run(cond, left), (self.n,)) & left
-                out = np.where(hit, self.run(value, hit), out)
+                chosen = np.where(hit, self.run(value, hit), chosen)
                 left = left & ~hit
-            return out
+            return chosen
         if isinstance(expr, sympy.core.relational.Relational):
             ops = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
                    ">=": np.greater_equal}
