@@ -44,6 +44,7 @@ class Dims:
         return [d for d in self.dims.values() if d.definition is not None]
 
     _expanded: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict, repr=False)
+    _cache: dict = field(default_factory=dict, repr=False)  # canonical forms, valid for len(dims) dims
 
     def expand(self, expr: sympy.Expr) -> sympy.Expr:
         """Replace derived symbols by their definitions, all the way down to free dims."""
@@ -52,24 +53,39 @@ class Dims:
 
     def _written_out(self) -> dict[sympy.Symbol, sympy.Expr]:
         """Every derived dim in free dims, computed once in dependency order (dims are in that order)."""
-        if len(self._expanded) != len(self.derived()):
+        derived = self.derived()
+        if len(self._expanded) != len(derived):
             self._expanded = {}
-            for d in self.derived():
+            for d in derived:
                 self._expanded[d.symbol] = d.definition.xreplace(self._expanded)
         return self._expanded
+
+    def _rewrites(self) -> list[tuple[sympy.Symbol, sympy.Expr, frozenset]]:
+        """(derived symbol, a form of its definition, that form's free symbols), last dims first."""
+        if self._cache.get("size") != len(self.dims):
+            self._cache = {"size": len(self.dims), "memo": {}, "rewrites": [
+                (d.symbol, form, frozenset(form.free_symbols)) for d in reversed(self.derived())
+                for form in (self.expand(d.symbol), d.definition) if not form.is_Symbol]}
+        return self._cache["rewrites"]
 
     def canonical(self, expr: sympy.Expr) -> sympy.Expr:
         """Write `expr` in derived symbols where it contains their definitions (S for (img//patch)**2+1)."""
         if not isinstance(expr, sympy.Expr) or expr.is_number:
             return expr
-        for d in reversed(self.derived()):
-            for form in (self.expand(d.symbol), d.definition):  # in free dims, or as written
-                if not form.is_Symbol and form.free_symbols <= expr.free_symbols:
-                    candidate = expr.subs(form, d.symbol)
-                    # sympy may "solve" for a free dim (T = B*B turns B into sqrt(T)): keep only
-                    # rewrites that replace whole occurrences, never fractional powers of the symbol
-                    if not any(p.base.has(d.symbol) and not p.exp.is_Integer for p in candidate.atoms(sympy.Pow)):
-                        expr = candidate
+        rewrites = self._rewrites()  # each derived dim in free dims, or as written
+        memo = self._cache["memo"]
+        if expr in memo:
+            return memo[expr]
+        start, free = expr, expr.free_symbols
+        for symbol, form, needs in rewrites:
+            if needs <= free:
+                candidate = expr.subs(form, symbol)
+                # sympy may "solve" for a free dim (T = B*B turns B into sqrt(T)): keep only
+                # rewrites that replace whole occurrences, never fractional powers of the symbol
+                if not any(p.base.has(symbol) and not p.exp.is_Integer for p in candidate.atoms(sympy.Pow)):
+                    if candidate != expr:
+                        expr, free = candidate, candidate.free_symbols
+        memo[start] = expr
         return expr
 
     def values(self, bindings: Mapping[str, int] | None = None, where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:
