@@ -51,7 +51,8 @@ class Grid:
         index = np.unravel_index(np.arange(start, stop, dtype=np.int64), [len(a) for a in self.axes])
         return {name: axis[i] for name, axis, i in zip(self.names, self.axes, index)}
 
-    def chunks(self, size: int = CHUNK) -> Iterator[tuple[int, dict[str, Any]]]:
+    def chunks(self, size: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        size = size or CHUNK
         for start in range(0, self.size, size):
             yield start, self.chunk(start, min(start + size, self.size))
 
