@@ -14,7 +14,14 @@ from . import cli, options
 @options.pass_
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write CSV here (default stdout).")
 def sweep_command(spec, varies, sets, pass_, output):
-    """Evaluate SPEC over the cartesian product of --vary values (exact integers, CSV, streamed)."""
+    """Evaluate SPEC over the cartesian product of --vary values (exact integers, CSV, streamed).
+
+    Every number equals what `costspec eval` prints at that point: floor, ceil and % are integer
+    arithmetic, values beyond 64 bits are Python integers. Every point is checked first, the way
+    `eval` checks one binding (constraints, derived dims, every layer's sizes, divisions by zero);
+    an invalid point is an error naming it and nothing is printed. The grid (at most 20,000,000
+    points) is evaluated and written in chunks of 65,536 points: memory does not grow with it.
+    """
     import sys
 
     from ..model import load
