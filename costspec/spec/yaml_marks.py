@@ -340,7 +340,7 @@ class _Walker:
         return out
 
     def check_text(self, node, path) -> None:
-        """No control / reordering characters from YAML escapes ("\e", "\r", "\u202e"): names are
+        """No control / reordering characters from YAML escapes (ESC, CR, BEL, U+202E...): names are
         printed to terminals, markdown and LaTeX; `doc` and `source` may hold tabs and line breaks."""
         prose = any(step in ("doc", "source") for step in path if isinstance(step, str))
         bad = unsafe_chars(node.value, "\t\n" if prose else "")
