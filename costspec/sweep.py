@@ -97,7 +97,7 @@ def parse_vary(text: str) -> tuple[str, Sequence[int]]:
         raise UsageError(f"--vary {text!r}: expected positive integers as a..b, a..b:xK, a..b:+K or a,b,c") from None
     if len(values) > MAX_POINTS:
         raise UsageError(f"--vary {text!r} has {len(values):,} values; the grid limit is {MAX_POINTS:,} points")
-    if max(values) >= MAX_VALUE:
+    if (values[-1] if isinstance(values, range) else max(values)) >= MAX_VALUE:  # max() would walk a range
         raise UsageError(f"--vary {text!r}: values must be below 2**62 for vectorised sweeps; use `costspec eval` "
                          "for exact numbers at larger sizes")
     return name, values
