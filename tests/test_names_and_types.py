@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from conftest import ROOT, run_cli
 
 import costspec
 from costspec.errors import CostspecError, ExpressionError, UsageError
@@ -13,9 +14,12 @@ from costspec.export.latex import render_latex
 from costspec.export.report import render_markdown, render_table
 from costspec.expr import dim_symbol, parse_expr
 from costspec.formula import formulas
-from costspec.text import for_latex_comment, for_markdown, for_markdown_code, for_terminal
-
-from conftest import ROOT, run_cli
+from costspec.text import (
+    for_latex_comment,
+    for_markdown,
+    for_markdown_code,
+    for_terminal,
+)
 
 EVIL = "vit\n\\input{/etc/hostname}\\immediate\\write18{touch PWNED}% ^^M\\input{x}\r\x1b]0;title\x07\x1b[2J\u202e|`<b>"
 TINY = "costspec: 1\nname: tiny\ninput: [2, 8]\nlayers:\n  - linear: {out: 8}\n    name: fc\n"

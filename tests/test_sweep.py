@@ -2,10 +2,11 @@
 import io
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from conftest import ROOT, SPECS, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import costspec
-from conftest import ROOT, SPECS, run_cli
 from costspec.errors import UsageError
 from costspec.sweep import parse_vary, points, sweep, to_csv
 
@@ -58,7 +59,7 @@ def test_sweep_checks_constraints_at_every_point():
 def test_sweep_beyond_int64_is_exact_not_refused():
     # 10**9 images through ViT-H: 3.3e20 FLOPs, past int64; those points are evaluated with Python ints
     model = costspec.load(ROOT / "specs/vit_h.yaml")
-    grid, values = sweep(model, [("B", [10**9, 2])])
+    _, values = sweep(model, [("B", [10**9, 2])])
     assert values["tc_flops"].tolist() == [model.evaluate(B=10**9).tc, model.evaluate(B=2).tc]
 
 
@@ -86,7 +87,7 @@ def test_ceil_of_a_swept_dim_is_exact_beyond_float64(write_spec):
     # 2*B*C*C*ceil(8C/3) at B = 1,234,567, C = 4097: 452,832,703,342,996,356 > 2**53, where float64
     # arithmetic gave ...352 before
     model = costspec.load(write_spec(CEIL))
-    grid, values = sweep(model, [("C", [4096, 4097, 4098])], fixed={"B": 1234567})
+    _, values = sweep(model, [("C", [4096, 4097, 4098])], fixed={"B": 1234567})
     assert values["tc_flops"].tolist() == [model.evaluate(C=c, B=1234567).tc for c in (4096, 4097, 4098)]
     assert values["tc_flops"][1] == 2 * 1234567 * 4097 * 4097 * -(-8 * 4097 // 3) == 452832703342996356
 
@@ -106,7 +107,7 @@ def test_a_point_where_a_size_divides_by_zero_is_an_error_naming_it(write_spec):
 
 def test_constants_beyond_int64_are_exact():
     model = costspec.load(ROOT / "tests/bad_specs/huge_dim.yaml")  # C = 10**100
-    grid, values = sweep(model, [("B", [1, 2])])
+    _, values = sweep(model, [("B", [1, 2])])
     assert values["tc_flops"].tolist() == [2 * 10**200, 4 * 10**200] == [model.evaluate(B=b).tc for b in (1, 2)]
     r = run_cli("sweep", ROOT / "tests/bad_specs/huge_dim.yaml", "--vary", "B=1,2")
     assert r.returncode == 0 and r.stdout.splitlines()[2].startswith("2,4" + "0" * 200 + ",")
@@ -115,7 +116,7 @@ def test_constants_beyond_int64_are_exact():
 @pytest.mark.parametrize("spec", ["sam_vit_b.yaml", "deepencoder.yaml"])
 def test_sweeping_a_dim_that_others_derive_from_works_at_its_default(spec):
     model = costspec.load(ROOT / "specs" / spec)  # G = img // patch was checked at img = 1 before
-    grid, values = sweep(model, [parse_vary("img=1024")])
+    _, values = sweep(model, [parse_vary("img=1024")])
     assert values["total_flops"].tolist() == [model.evaluate().total]
 
 
