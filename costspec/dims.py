@@ -82,9 +82,9 @@ class Dims:
                 candidate = expr.subs(form, symbol)
                 # sympy may "solve" for a free dim (T = B*B turns B into sqrt(T)): keep only
                 # rewrites that replace whole occurrences, never fractional powers of the symbol
-                if not any(p.base.has(symbol) and not p.exp.is_Integer for p in candidate.atoms(sympy.Pow)):
-                    if candidate != expr:
-                        expr, free = candidate, candidate.free_symbols
+                whole = not any(p.base.has(symbol) and not p.exp.is_Integer for p in candidate.atoms(sympy.Pow))
+                if whole and candidate != expr:
+                    expr, free = candidate, candidate.free_symbols
         memo[start] = expr
         return expr
 
