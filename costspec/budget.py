@@ -186,3 +186,28 @@ def check_validate_memory(model: Any, values: Mapping[sympy.Symbol, sympy.Intege
         raise UsageError(f"validate --device cpu would need about {need / 2**30:,.1f} GiB here (the spec's memory "
                          f"traffic for {pass_} in fp32), more than the {have / 2**30:,.1f} GiB available; use "
                          "--device meta (counts shapes without allocating), smaller dims (--batch, --set), or --force")
+
+
+TORCH_INT_LIMIT = 2**62  # torch takes sizes, paddings and strides as 64-bit integers
+
+
+def check_torch_build(model: Any, values: Mapping[sympy.Symbol, sympy.Integer]) -> None:
+    """What `torch` / `validate` check before importing torch: the module count, and every integer
+    attribute (sizes, padding, stride...) within torch's 64-bit integers."""
+    from .tree import OpNode
+
+    check_torch_modules(torch_modules(model, values))
+    for node in model.op_nodes():
+        if not isinstance(node, OpNode):
+            continue
+        for attr, raw in getattr(node.call.attrs, "_values", {}).items():
+            for item in raw if isinstance(raw, (tuple, list)) else (raw,):
+                if not isinstance(item, sympy.Basic):
+                    continue
+                try:
+                    value = item.xreplace(values)
+                except (ZeroDivisionError, TypeError):
+                    continue  # reported by the shape checks
+                if value.is_Integer and abs(int(value)) >= TORCH_INT_LIMIT:
+                    raise UsageError(f"{node.op.name} '{node.name}': {attr} = {value} is beyond torch's 64-bit "
+                                     "integers; use `costspec eval` for exact numbers at this size")

@@ -186,9 +186,9 @@ def validate(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], pass_
 
         raise UsageError(f"validate builds real torch tensors, and a dim of {largest} is beyond 64-bit sizes; "
                          "use `costspec eval` for exact numbers at this size")
-    from .budget import check_torch_modules, check_validate_memory, torch_modules
+    from .budget import check_torch_build, check_validate_memory
 
-    check_torch_modules(torch_modules(model, values))  # before importing torch (seconds)
+    check_torch_build(model, values)  # before importing torch (seconds)
     if device != "meta" and not force:
         check_validate_memory(model, values, pass_)
     torch = import_torch("costspec validate")

@@ -172,3 +172,13 @@ def test_budget_errors_are_costspec_errors():
     with pytest.raises(CostspecError):
         budget.check_formula_rows(budget.MAX_FORMULA_ROWS + 1)
     budget.check_formula_rows(budget.MAX_FORMULA_ROWS)
+
+
+def test_torch_refuses_integer_attributes_beyond_64_bits(tmp_path):
+    # found by the fuzzer: validate on meta crashed inside torch (exit 3) on a padding of 10**30
+    spec = tmp_path / "pad.yaml"
+    spec.write_text("costspec: 1\nname: pad\ninput: [1, 3, 8, 8]\nlayers:\n"
+                    "  - conv2d: {out: 4, kernel: 3, padding: 1000000000000000000000000000000}\n")
+    assert costspec.load(spec).evaluate().params == 4 * 3 * 3 * 3 + 4  # the costs are still exact
+    code, _, err = bounded("validate", spec)
+    assert code == 2 and "conv2d 'conv': padding = 1000000000000000000000000000000 is beyond torch's 64-bit" in err

@@ -13,13 +13,13 @@ from . import cli, options
 @options.depth
 def torch_command(spec, batch, sets, depth):
     """Print the torch module built from SPEC (module paths = layer names) with parameter counts."""
-    from ..budget import check_torch_modules, torch_modules
+    from ..budget import check_torch_build
     from ..model import load
     from ..torch_build import build_module, describe, import_torch
 
     model = load(spec)
     values = model.bind(batch, sets)
-    check_torch_modules(torch_modules(model, values))  # before importing torch (seconds)
+    check_torch_build(model, values)  # before importing torch (seconds)
     torch = import_torch("costspec torch")
     with torch.device("meta"):  # shapes and parameter counts only: no memory, no init
         module, _ = build_module(model, values)
