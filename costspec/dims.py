@@ -11,6 +11,7 @@ from typing import Mapping
 
 import sympy
 
+from .budget import check_derived_dims, check_dim_count, check_dim_degree
 from .errors import Location, SpecError, UsageError
 from .expr import MAX_INT_DIGITS, as_exact_int, digits, dim_symbol, parse_expr
 
@@ -42,33 +43,55 @@ class Dims:
     def derived(self) -> list[Dim]:
         return [d for d in self.dims.values() if d.definition is not None]
 
+    _expanded: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict, repr=False)
+    _cache: dict = field(default_factory=dict, repr=False)  # canonical forms, valid for len(dims) dims
+
     def expand(self, expr: sympy.Expr) -> sympy.Expr:
         """Replace derived symbols by their definitions, all the way down to free dims."""
-        table = {d.symbol: d.definition for d in self.derived()}
-        for _ in range(len(table) + 1):
-            if not (expr.free_symbols & set(table)):
-                break
-            expr = expr.xreplace(table)
-        return expr
+        table = self._written_out()
+        return expr.xreplace(table) if expr.free_symbols & set(table) else expr
+
+    def _written_out(self) -> dict[sympy.Symbol, sympy.Expr]:
+        """Every derived dim in free dims, computed once in dependency order (dims are in that order)."""
+        derived = self.derived()
+        if len(self._expanded) != len(derived):
+            self._expanded = {}
+            for d in derived:
+                self._expanded[d.symbol] = d.definition.xreplace(self._expanded)
+        return self._expanded
+
+    def _rewrites(self) -> list[tuple[sympy.Symbol, sympy.Expr, frozenset]]:
+        """(derived symbol, a form of its definition, that form's free symbols), last dims first."""
+        if self._cache.get("size") != len(self.dims):
+            self._cache = {"size": len(self.dims), "memo": {}, "rewrites": [
+                (d.symbol, form, frozenset(form.free_symbols)) for d in reversed(self.derived())
+                for form in (self.expand(d.symbol), d.definition) if not form.is_Symbol]}
+        return self._cache["rewrites"]
 
     def canonical(self, expr: sympy.Expr) -> sympy.Expr:
         """Write `expr` in derived symbols where it contains their definitions (S for (img//patch)**2+1)."""
         if not isinstance(expr, sympy.Expr) or expr.is_number:
             return expr
-        for d in reversed(self.derived()):
-            for form in (self.expand(d.symbol), d.definition):  # in free dims, or as written
-                if not form.is_Symbol and form.free_symbols <= expr.free_symbols:
-                    candidate = expr.subs(form, d.symbol)
-                    # sympy may "solve" for a free dim (T = B*B turns B into sqrt(T)): keep only
-                    # rewrites that replace whole occurrences, never fractional powers of the symbol
-                    if not any(p.base.has(d.symbol) and not p.exp.is_Integer for p in candidate.atoms(sympy.Pow)):
-                        expr = candidate
+        rewrites = self._rewrites()  # each derived dim in free dims, or as written
+        memo = self._cache["memo"]
+        if expr in memo:
+            return memo[expr]
+        start, free = expr, expr.free_symbols
+        for symbol, form, needs in rewrites:
+            if needs <= free:
+                candidate = expr.subs(form, symbol)
+                # sympy may "solve" for a free dim (T = B*B turns B into sqrt(T)): keep only
+                # rewrites that replace whole occurrences, never fractional powers of the symbol
+                whole = not any(p.base.has(symbol) and not p.exp.is_Integer for p in candidate.atoms(sympy.Pow))
+                if whole and candidate != expr:
+                    expr, free = candidate, candidate.free_symbols
+        memo[start] = expr
         return expr
 
     def values(self, bindings: Mapping[str, int] | None = None,
                where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:
         """Symbol -> value for every dim: defaults, overridden by `bindings`, derived ones computed."""
-        bindings = dict(bindings or {})
+        bindings = {name: as_dim_value(name, raw, where) for name, raw in dict(bindings or {}).items()}
         for name in bindings:
             if name not in self.dims:
                 known = ", ".join(self.dims) or "none"
@@ -82,7 +105,13 @@ class Dims:
                 raw = bindings.get(d.name, d.default)
                 value = sympy.Integer(raw) if isinstance(raw, int) else raw
             else:
-                value = d.definition.xreplace(out)
+                try:
+                    value = d.definition.xreplace(out)
+                except (ZeroDivisionError, TypeError):
+                    value = sympy.nan
+                if value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+                    raise SpecError(f"dim {d.name} = {d.definition} divides by zero (a division or modulo by 0) at "
+                                    "these dims", d.loc, "positive sizes")
             number = as_exact_int(value, f"dim {d.name}", d.loc)
             if digits(number) > MAX_INT_DIGITS:  # a derived dim such as C**8 of a huge C
                 raise SpecError(f"dim {d.name} = {d.definition} has {digits(number):,} digits", d.loc,
@@ -95,9 +124,26 @@ class Dims:
         return out
 
 
+def as_dim_value(name: object, raw: object, where: str = "--set") -> int:
+    """A dim value given by a user (CLI or Python API): an int or a numpy integer; bools, floats and
+    strings are refused (8.0 or "8" is not silently a size)."""
+    import operator
+
+    if not isinstance(name, str):
+        raise UsageError(f"{where}: dim names are strings, got {type(name).__name__} {name!r}")
+    if isinstance(raw, bool) or type(raw).__name__ == "bool_":
+        raise UsageError(f"{where} {name}={raw!r}: a dim value is an integer, not a bool")
+    try:
+        return operator.index(raw)  # int, numpy integers; not float, str, Decimal
+    except TypeError:
+        raise UsageError(f"{where} {name}={raw!r}: a dim value is an integer (int or numpy integer), got "
+                         f"{type(raw).__name__}") from None
+
+
 def parse_dims(raw: Mapping[str, object] | None, locate) -> Dims:
     """Build Dims from the spec's `dims:` mapping; `locate(path)` gives a Location."""
     raw = dict(raw or {})
+    check_dim_count(len(raw), locate(("dims",)))
     symbols = {name: dim_symbol(name) for name in raw}
     entries = {}
     for name, value in raw.items():
@@ -110,12 +156,14 @@ def parse_dims(raw: Mapping[str, object] | None, locate) -> Dims:
         if not isinstance(expr, sympy.Expr):
             raise SpecError(f"dim {name} is a condition, not a size", loc, "a positive integer or an expression")
         entries[name] = (expr, doc, keep, loc)
+    check_derived_dims(sum(1 for expr, *_ in entries.values() if expr.free_symbols), locate(("dims",)))
     order = _topological(entries, locate)
     dims = Dims()
     for name in order:
         expr, doc, keep, loc = entries[name]
         if expr.free_symbols:
             dims.dims[name] = Dim(name, symbols[name], None, expr, doc, keep, loc)
+            check_dim_degree(name, dims.expand(symbols[name]), loc)
         else:
             number = as_exact_int(expr, f"dim {name}", loc)
             if number < 1:

@@ -77,9 +77,11 @@ def exact_int(expr, values: Mapping[sympy.Symbol, sympy.Integer], node: Node) ->
     """An expression of the dims at bound `values`, as an exact int (a located SpecError if it is not one)."""
     try:
         value = sympy.sympify(expr).xreplace(values)
-    except ZeroDivisionError:
+    except (ZeroDivisionError, TypeError):
+        value = sympy.nan
+    if value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
         raise SpecError(f"cost of '{node.name or 'model'}' divides by zero at these dims", node.loc,
-                        "sizes that are not zero") from None
+                        "positive sizes")
     try:
         return as_exact_int(value, f"cost of '{node.name or 'model'}'", node.loc)
     except ExpressionError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
+from fractions import Fraction
 from typing import Mapping
 
 import sympy
@@ -69,6 +70,8 @@ def parse_expr(text: object, env: Mapping[str, sympy.Expr], where: Location | No
     if len(text) > MAX_TEXT:
         raise ExpressionError(f"expression is {len(text):,} characters long", where,
                               f"at most {MAX_TEXT:,} characters")
+    if not text.isascii():  # Python folds identifiers NFKC: ℂ, Ｃ and 𝐂 would silently be the dim C
+        raise ExpressionError(_non_ascii(text), where, "ASCII names and operators (names are ASCII identifiers)")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
@@ -89,6 +92,18 @@ def parse_expr(text: object, env: Mapping[str, sympy.Expr], where: Location | No
         raise builder.fail(f"a polynomial of degree {degree} in the dims is not a plausible size",
                            f"degree at most {MAX_DEGREE}")
     return value
+
+
+def _non_ascii(text: str) -> str:
+    import unicodedata
+
+    from .text import for_terminal, lookalike
+
+    char = next(ch for ch in text if not ch.isascii())
+    folded = lookalike(char)
+    hint = f", a look-alike of '{folded}'" if folded else ""
+    return (f"in expression {for_terminal(_quote(text))}: non-ASCII character '{for_terminal(char)}' "
+            f"(U+{ord(char):04X} {unicodedata.name(char, 'unnamed')}{hint})")
 
 
 def digits(n: int) -> int:
@@ -158,7 +173,13 @@ class _Builder:
         if isinstance(value, float):
             if not math.isfinite(value):
                 raise self.fail(f"{value} is not a finite number", "a finite number")
-            return sympy.Rational(repr(value))
+            # the literal as written, exactly: "12345678901234567.0" is that integer, not the float near it
+            written = ast.get_source_segment(self.text.strip(), node)
+            try:
+                exact = Fraction(written.replace("_", "")) if written else Fraction(repr(value))
+            except ValueError:
+                exact = Fraction(repr(value))
+            return sympy.Rational(exact.numerator, exact.denominator)
         raise self.fail(f"{_describe_constant(value)} is not a number", ALLOWED)
 
     def _Name(self, node: ast.Name, depth: int) -> sympy.Expr:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import sympy
 from sympy.printing.latex import greek_letters_set
 
+from .budget import check_formula_rows, check_formula_terms
 from .errors import UsageError
 from .tree import RepeatNode
 from .vocab import Pass
@@ -105,8 +106,14 @@ def choose_symbols(model: "Model", keep: Sequence[str] | None = None, expand: bo
     """The symbols of the formulas: `keep` (None: free dims + dims marked keep), the rest substituted
     by their values (spec defaults overridden by `sets`); derived dims as symbols unless `expand`."""
     dims = model.dims
-    if keep is None:
-        kept = [d.name for d in dims.dims.values() if d.definition is None or d.keep]
+    if isinstance(keep, str):
+        keep = keep.split(",")
+    if keep is not None and not all(isinstance(k, str) for k in keep):
+        bad = next(k for k in keep if not isinstance(k, str))
+        raise UsageError(f"keep: dim names are strings, got {type(bad).__name__} {bad!r}")
+    given = set(sets or {})
+    if keep is None:  # a dim given a value with --set is substituted, not kept
+        kept = [d.name for d in dims.dims.values() if (d.definition is None or d.keep) and d.name not in given]
         kept = [n for n in kept if not (expand and dims.dims[n].definition is not None)]
     else:
         kept = list(dict.fromkeys(k.strip() for k in keep if k.strip()))
@@ -118,6 +125,10 @@ def choose_symbols(model: "Model", keep: Sequence[str] | None = None, expand: bo
                 deps = ", ".join(sorted(str(s) for s in dims.expand(dims.dims[name].symbol).free_symbols))
                 raise UsageError(f"--keep {name} with --expand: '{name}' is derived, and --expand writes it out; "
                                  f"keep {deps} instead, or drop --expand")
+    both = [n for n in kept if n in given]
+    if both:
+        raise UsageError(f"--keep {both[0]} and --set {both[0]}={sets[both[0]]}: a dim is either kept symbolic or "
+                         "given a value; drop one")
     values = model.bind(None, sets)
     kept_free = {dims.dims[n].symbol for n in kept if dims.dims[n].definition is None}
     symbolic: set[sympy.Symbol] = set()
@@ -230,6 +241,7 @@ class ClosedForm:
 def closed_form(expr, symbols: Symbols) -> ClosedForm:
     """The canonical form of an engine expression in `symbols` (see the module docstring)."""
     expr = symbols.apply(expr)
+    check_formula_terms(expr, lambda: "one closed form")
     num, den = sympy.fraction(sympy.cancel(sympy.together(expr)))
     num_terms, num_den = _terms(num, symbols)
     den_terms, den_den = _terms(den, symbols)
@@ -465,6 +477,7 @@ def formulas(model: "Model", pass_: Pass | str = Pass.FORWARD, keep: Sequence[st
     """Closed forms for `pass_`; rows for layers at tree depth < `depth` (None: all, 0: none)."""
     pass_ = Pass.parse(pass_, "--pass")
     symbols = choose_symbols(model, keep, expand, sets)
+    check_formula_rows(sum(1 for _, level, *_ in model.walk() if depth is None or level < depth))
     rows = []
     for node, level, mult, in_rg in walk(model.root):
         if depth is not None and level >= depth:

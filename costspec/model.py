@@ -69,7 +69,12 @@ class Model:
              sets: Mapping[str, int] | None = None) -> dict[sympy.Symbol, sympy.Integer]:
         """Dim values for `--batch` (binds B) and `--set NAME=VALUE`, checked against the constraints."""
         bindings = dict(sets or {})
+        if batch is not None and "B" in bindings:
+            raise UsageError(f"--batch {batch} and --set B={bindings['B']} both bind B; give one")
         if batch is not None:
+            from .dims import as_dim_value
+
+            batch = as_dim_value("B", batch, "--batch")
             if "B" not in self.dims.dims:
                 raise UsageError("--batch binds the dim B, which this spec does not define")
             bindings["B"] = batch
@@ -86,7 +91,7 @@ class Model:
             try:
                 shown = {k: sympy.sympify(v).xreplace(values) for k, v in c.values.items()}
                 holds = c.condition.xreplace(values) is sympy.true
-            except ZeroDivisionError:  # e.g. Mod(C, heads) with heads = 0 at these dims
+            except (ZeroDivisionError, TypeError):  # Mod(C, heads) at heads = 0; a comparison with zoo (x/0)
                 out.append(SpecError("a size in this layer's expressions is 0 (division or modulo by zero) at these "
                                      "dims", c.where, "positive sizes"))
                 continue
@@ -97,6 +102,8 @@ class Model:
                 try:
                     value: Any = sympy.sympify(size).xreplace(values)
                 except ZeroDivisionError:
+                    value = "a division or modulo by zero"
+                if isinstance(value, sympy.Basic) and value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
                     value = "a division or modulo by zero"
                 if not (isinstance(value, sympy.Basic) and value.is_Integer and value >= 1):
                     out.append(SpecError(f"{node.op.name} '{node.name}' gives output dim {i} = {size} = {value}",
@@ -141,13 +148,20 @@ class Model:
 def load(path: str | Path, dtype: str | None = None) -> Model:
     """Load, validate and build a spec file (or a zoo spec by name, e.g. "vit_b", when no such file
     exists); `dtype` overrides the spec's default precision."""
+    import os
+
     from .zoo import resolve
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"costspec.load needs a file path (str or pathlib.Path), got {type(path).__name__}; "
+                         "use costspec.loads for spec text")
     return Model(read_spec(resolve(path)), dtype=dtype)
 
 
 def loads(text: str, file: str = "<spec>") -> Model:
     """Load a spec from text (for tests and notebooks)."""
+    if not isinstance(text, (str, bytes)):
+        raise UsageError(f"costspec.loads needs the spec text (str or bytes), got {type(text).__name__}")
     return Model(parse_spec(text, file))
 
 

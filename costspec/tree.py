@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Mapping
 
 import sympy
 
+from .budget import check_op_instances
 from .conventions import Precision
 from .cost import ZERO_COST, Cost, route
 from .dims import Dims
@@ -277,6 +278,7 @@ class TreeBuilder:
         self.op_count = 0
 
     def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:
+        check_op_instances(self.data, self.locate(("layers",)))
         env = _Env(dict(self.dims.symbols), {}, precision)
         shape = tuple(self._size(v, env, ("input", i)) for i, v in enumerate(self.data["input"]))
         root = ScopeNode("", self.locate(()))
@@ -498,7 +500,14 @@ class TreeBuilder:
         node = RepeatNode(name or "repeat", where, name is not None, times)
         variants = layer.get("at", [])
         taken: set[int] = set()
+        named: dict[str, int] = {}
         for j, variant in enumerate(variants):
+            vname = variant.get("name")
+            if vname is not None and vname in named:
+                raise SpecError(f"two variants are named '{vname}' (the first is at[{named[vname]}])",
+                                self.locate(path + ("at", j, "name")), "unique variant names")
+            if vname is not None:
+                named[vname] = j
             overlap = taken & set(variant["indices"])
             if overlap:
                 raise SpecError(f"index {sorted(overlap)[0]} is in two variants",

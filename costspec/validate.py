@@ -134,15 +134,21 @@ def _nonzero(d: Mapping[str, int]) -> dict[str, int]:
 # Validation
 # ----------------------------------------------------------------------------------------------
 def validate(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], pass_: Pass | str = Pass.FORWARD,
-             device: Device | str = Device.META, rtol: float = 0.0) -> Validation:
+             device: Device | str = Device.META, rtol: float = 0.0, force: bool = False) -> Validation:
     """Build `model`'s torch module at dims `values`, run it on `device` (meta or cpu) for `pass_`
-    (forward or train), count it, and compare per row with the analytic costs."""
+    (forward or train), count it, and compare per row with the analytic costs. On a real device the
+    memory it needs is estimated first and a run beyond the available memory refused (unless `force`)."""
     pass_ = Pass.parse(pass_, "--pass", RUNNABLE_PASSES)
     device = Device.parse(device, "--device")
     largest = max((int(v) for v in values.values()), default=0)
     if largest >= 2**62:
         raise UsageError(f"validate builds real torch tensors, and a dim of {largest} is beyond 64-bit sizes; "
                          "use `costspec eval` for exact numbers at this size")
+    from .budget import check_torch_build, check_validate_memory
+
+    check_torch_build(model, values)  # before importing torch (seconds)
+    if device is not Device.META and not force:
+        check_validate_memory(model, values, pass_)
     torch = import_torch("costspec validate")
     from .runtime_count import OUTSIDE, measure
 

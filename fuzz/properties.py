@@ -139,6 +139,52 @@ def check_numbers(model, text, values) -> None:
                           f"{(f.tc + b.tc, f.cuda + b.cuda, f.params)}")
 
 
+def check_sweep(model, text) -> None:
+    """Property 4 (issue 12): `sweep` over a free dim gives exactly `evaluate`'s integers at every point,
+    and refuses the grid (a CostspecError naming a point) exactly when `evaluate` refuses some point."""
+    from costspec.sweep import sweep
+
+    free = [d for d in model.dims.free()]
+    if not free:
+        return
+    dim = next((d for d in free if d.name == "B"), free[0])
+    default = int(dim.default)
+    values = sorted({default, default + 1, default + 3, max(1, default - 1)})
+    evaluated = {}
+    for v in values:
+        try:
+            evaluated[v] = model.evaluate("forward", **{dim.name: v})
+        except CostspecError as exc:
+            evaluated[v] = exc
+    try:
+        _, got = sweep(model, [(dim.name, values)])
+    except CostspecError as exc:
+        if not any(isinstance(e, CostspecError) for e in evaluated.values()):
+            raise _fail(text, f"sweep {dim.name}={values} refused ({exc}) but evaluate accepts every point")
+        return
+    for i, v in enumerate(values):
+        e = evaluated[v]
+        if isinstance(e, CostspecError):
+            if "too many to print" in str(e):
+                continue  # sweep keeps exact Python integers where eval refuses to print 4,000+ digits
+            raise _fail(text, f"sweep printed a row at {dim.name}={v} where evaluate refuses: {e}")
+        row = (int(got["tc_flops"][i]), int(got["cuda_flops"][i]), int(got["params"][i]))
+        if row != (e.tc, e.cuda, e.params):
+            raise _fail(text, f"sweep at {dim.name}={v} gives {row}, evaluate gives {(e.tc, e.cuda, e.params)}")
+
+
+def check_render(model, text) -> None:
+    """Property 5 (issue 12): no control or direction-override character reaches a rendered report."""
+    from costspec.export.report import render_markdown, render_table
+    from costspec.text import unsafe_chars
+
+    report = model.evaluate()
+    for out in (render_table(report), render_markdown(report)):
+        bad = unsafe_chars(out, "\n")
+        if bad:
+            raise _fail(text, f"rendered report contains control character U+{ord(bad[0]):04X}")
+
+
 def instances(model) -> int:
     """Op instances of the torch module built at the default dims (repeats unrolled)."""
     values = model.bind()
@@ -193,6 +239,8 @@ def check_spec(text: str | bytes, meta: bool = False, tolerate_known: bool = Tru
                 values = None
             if values is not None:
                 _tolerant(out, model, tolerate_known, check_numbers, model, text, values)
+        _tolerant(out, model, tolerate_known, check_render, model, text)
+        _tolerant(out, model, tolerate_known, check_sweep, model, text)
     except CostspecError:
         return out  # refusing some dim values, or a cost that is not an integer, with a clear error is allowed
     if meta:

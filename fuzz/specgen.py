@@ -836,9 +836,26 @@ def _expr_soup(draw, words: list[str]) -> str:
     return "".join(draw(st.lists(tokens, min_size=1, max_size=8)))
 
 
-SOFT = ("retarget", "toggle", "number", "duplicate")  # mutations that often leave a spec loadable
+def _divisor_expr(draw, dims: list[str]) -> str:
+    """A size whose divisor can be 0, zoo or nan at some dims (issue 12): a difference of dims under /, //, %,
+    ceil, floor, or a look-alike / escape-laden name."""
+    a = draw(st.sampled_from(dims or ["B"]))
+    b = draw(st.sampled_from(dims or ["B"]))
+    k = draw(st.integers(1, 4))
+    return draw(st.sampled_from((
+        f"{a}*2/({b} - {a})", f"{a} + {a} % ({b} - {a})", f"{a} % ({b} - {a}) + 1", f"{a} // ({b} - {k})",
+        f"ceil({a} / ({b} - {k}))", f"floor({a} * {k} / ({a} - {b} + {k}))", f"({a} - {b}) / ({a} - {b})",
+        f"1 / ({a} - {a})", f"{a} * ({b} - {a}) / ({b} - {a})", f"max({a}, {b} % ({a} - {k}))",
+        f"{a} if {b} % ({a} - {b}) == 0 else {k}", f"ceil(8*{a}/3)", f"{a} + 0.0", f"{a} * {k}.0",
+        "ℂ", "Ｃ", "𝐂", f"{a}\u0336", "12345678901234567.0", "1e16 + 1", f"{a}\u200b",
+    )))
+
+
+ESCAPES = ("\x1b[2J", "\r", "\x07", "\u202e", "\n\\input{x}", "^^M", "|", "`", "<b>", "\x1b]0;t\x07")
+
+SOFT = ("retarget", "toggle", "number", "duplicate", "divisor")  # mutations that often leave a spec loadable
 HARD = ("delete", "junk", "junk", "add_key", "duplicate", "rename", "swap_op", "number", "expr", "expr", "share",
-        "retarget", "retarget", "retarget", "toggle")
+        "retarget", "retarget", "retarget", "toggle", "divisor", "divisor", "escape")
 
 
 def mutate(draw, spec: dict, kinds: tuple = HARD) -> dict:
@@ -900,6 +917,17 @@ def mutate(draw, spec: dict, kinds: tuple = HARD) -> dict:
                 + [f"{d} + 1" for d in dims] + [f"{d} // 2" for d in dims]
             value = draw(st.sampled_from(options))
             _get(spec, p[:-1])[p[-1]] = int(value) if value.isdigit() else value
+    elif kind == "divisor":  # a size (or a derived dim) that divides by something that may be 0
+        sizes = [p for p in paths if isinstance(_get(spec, p), (str, int)) and not isinstance(_get(spec, p), bool)
+                 and p[0] in ("input", "layers", "blocks", "dims")]
+        dims = [d for d in spec.get("dims", {}) if isinstance(d, str)] if isinstance(spec.get("dims"), dict) else []
+        if sizes:
+            p = draw(st.sampled_from(sizes))
+            _get(spec, p[:-1])[p[-1]] = _divisor_expr(draw, dims)
+    elif kind == "escape":  # control characters / markup in the spec's own name or a layer's name
+        names = [p for p in paths if p and p[-1] == "name" and isinstance(_get(spec, p), str)] + [("name",)]
+        p = draw(st.sampled_from(names))
+        _get(spec, p[:-1])[p[-1]] = str(_get(spec, p)) + draw(st.sampled_from(ESCAPES))
     elif kind == "toggle":  # a bool flipped, an activation / dtype / backend swapped for another valid one
         flips = [p for p in paths if isinstance(_get(spec, p), bool) or _get(spec, p) in ACTS + DTYPES
                  + ("flash", "math")]

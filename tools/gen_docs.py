@@ -352,7 +352,7 @@ def cli_markdown() -> str:
                          for n, c in sorted(group.commands.items())))
     out.append("")
     for name, command in sorted(group.commands.items()):
-        out += [f"## costspec {name}", "", command.help.strip() if command.help else "", ""]
+        out += [f"## costspec {name}", "", inspect.cleandoc(command.help) if command.help else "", ""]
         commands = [(name, command)]
         if isinstance(command, click.Group):
             commands = [(f"{name} {sub}", c) for sub, c in sorted(command.commands.items())]

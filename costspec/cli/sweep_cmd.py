@@ -47,6 +47,9 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
         size, text = ragged_sweep_csv(model, [parse_vary(v) for v in varies], ragged_lengths, pass_, sets, seq_dim)
         _write(text, output, size, spec)
         return
+    if fmt == "csv" and not gpu and not plot:  # plain costs: streamed in chunks, memory does not grow with the grid
+        _stream(model, [parse_vary(v) for v in varies], output, spec, pass_, sets)
+        return
     grid, values = sweep(model, [parse_vary(v) for v in varies], pass_, sets)
     times, notes = None, []
     if note := flash_backward_note(model, pass_):
@@ -77,6 +80,21 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
     _write(text, output, grid.size, spec)
 
 
+def _stream(model, varies, output: str | None, spec: str, pass_: str, sets) -> None:
+    """The CSV of the grid, evaluated and written in chunks (`costspec.sweep.write_csv`); to -o atomically."""
+    import sys
+
+    from ..safeio import atomic_output
+    from ..sweep import write_csv
+
+    if output:
+        with atomic_output(output, [spec]) as f:
+            rows = write_csv(model, varies, f, pass_, sets)
+        click.echo(f"wrote {rows} rows to {output}", err=True)
+    else:
+        write_csv(model, varies, sys.stdout, pass_, sets)
+
+
 def _write(text: str, output: str | None, rows: int, spec: str) -> None:
     from ..safeio import write_text
 
@@ -84,4 +102,4 @@ def _write(text: str, output: str | None, rows: int, spec: str) -> None:
         write_text(output, text + "\n", [spec])
         click.echo(f"wrote {rows} rows to {output}", err=True)
     else:
-        click.echo(text)
+        write_csv(model, grid, sys.stdout, pass_, sets)

@@ -16,10 +16,13 @@ def torch_command(spec, batch, sets, depth, fmt):
     """Print the torch module built from SPEC (module paths = layer names) with parameter counts."""
     from ..export.render import render
     from ..model import load
+    from ..budget import check_torch_build
     from ..torch_build import build_module, describe, import_torch
 
-    torch = import_torch("costspec torch")
     model = load(spec)
+    values = model.bind(batch, sets)
+    check_torch_build(model, values)  # before importing torch (seconds)
+    torch = import_torch("costspec torch")
     with torch.device("meta"):  # shapes and parameter counts only: no memory, no init
-        module, _ = build_module(model, model.bind(batch, sets))
+        module, _ = build_module(model, values)
     click.echo(render(describe(module, depth), fmt))

@@ -25,6 +25,7 @@ def _config_sets(ctx, param, values) -> dict[str, str]:
 @options.rtol
 @options.output_format("table", "json")
 @options.quiet
+@click.option("--force", is_flag=True, help="Run on cpu even when the estimated memory exceeds what is available.")
 @click.option("--against", "against", metavar="TARGET", default=None,
               help="Check the spec against your real model: package.module:callable (takes the spec's dims as "
                    "keyword arguments, returns an nn.Module or (module, inputs)) or hf:ModelClass (transformers, "
@@ -34,7 +35,7 @@ def _config_sets(ctx, param, values) -> dict[str, str]:
 @click.option("--config-set", "config_sets", multiple=True, callback=_config_sets, metavar="KEY=VALUE",
               help="With --against hf:ModelClass: set a config key, or a constructor argument such as "
                    "add_pooling_layer=false (repeatable).")
-def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, against, config, config_sets):
+def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, against, config, config_sets):
     """Build SPEC's torch module (or, with --against, your real model), count it, and compare per layer;
     exit 1 on any mismatch. Without --against this checks the engine against itself, not your model."""
     from ..export.render import render
@@ -48,7 +49,7 @@ def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, against
         from ..validate import check, to_result, validate
 
         with status(f"validate: building and counting {model.name} ({pass_}, {device})", quiet):
-            result = validate(model, values, pass_, device, rtol)
+            result = validate(model, values, pass_, device, rtol, force)
         click.echo(render(to_result(result), fmt))
         check(result)
         return

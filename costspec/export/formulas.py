@@ -6,6 +6,7 @@ import json
 import sympy
 
 from ..formula import ClosedForm, Formulas
+from ..text import for_terminal
 
 
 def render_json(result: Formulas) -> str:
@@ -33,11 +34,11 @@ def render_text(result: Formulas) -> str:
     sym = result.symbols
     keep = ", ".join(str(s) for s in sym.order) or "none"
     subst = ", ".join(f"{k}={v}" for k, v in sym.substituted.items()) or "none"
-    lines = [f"{result.spec_name} | pass: {result.pass_} | precision: {result.precision} | keep: {keep} | "
+    lines = [f"{for_terminal(result.spec_name)} | pass: {result.pass_} | precision: {result.precision} | keep: {keep} | "
              f"substituted: {subst}"]
     for r in result.rows:
         pad = "  " * r.depth
-        lines.append(f"{pad}{r.name}")
+        lines.append(f"{pad}{for_terminal(r.name)}")
         for what, form in (("TC", r.tc), ("CUDA", r.cuda), ("params", r.params)):
             lines.append(f"{pad}  {what:<7}{form.text()}")
     if result.rows:
@@ -49,7 +50,7 @@ def render_text(result: Formulas) -> str:
     lines.append("where")
     width = max(len(d.name) for d in sym.dims) if sym.dims else 0
     for d in sym.dims:
-        meaning = d.doc or "(no doc)"
+        meaning = for_terminal(d.doc) if d.doc else "(no doc)"
         if d.role == "kept":
             meaning += f" (spec value {d.value})"
         elif d.role in ("derived", "expanded"):

@@ -13,6 +13,7 @@ import re
 import sympy
 
 from ..formula import ClosedForm, Formulas, latex_summands
+from ..text import for_latex_comment, for_latex_text
 
 _ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "#": r"\#", "%": r"\%", "&": r"\&",
             "$": r"\$", "^": r"\textasciicircum{}", "~": r"\textasciitilde{}"}
@@ -25,7 +26,7 @@ SECTIONS = (("tc", r"\mathrm{TC}", "Tensor-Core FLOPs (GEMM, convolution and SDP
 
 def tex_escape(text: str) -> str:
     """Text-mode escape of names and docs: _ # % & $ { } ^ ~ and backslash."""
-    return "".join(_ESCAPES.get(ch, ch) for ch in text)
+    return "".join(_ESCAPES.get(ch, ch) for ch in for_latex_text(text))
 
 
 def label_key(*parts: str) -> str:
@@ -48,7 +49,7 @@ def render_latex(result: Formulas, standalone: bool = False) -> str:
         eqs.append(_equation(rf"F^{{{mark}}}", getattr(result, section), names, key(section)))
     eqs.append(_equation("F", result.total, names, key("total")))
     eqs.append(_equation("P", result.params, names, key("params")))
-    body = [f"% costspec latex: {result.spec_name}, {result.pass_} pass, precision {result.precision}. "
+    body = [f"% costspec latex: {for_latex_comment(result.spec_name)}, {result.pass_} pass, precision {result.precision}. "
             "Generated from the spec; regenerate rather than edit.",
             "% F: FLOPs (1 multiply-add = 2 FLOPs), TC: Tensor Cores, CUDA: CUDA cores, P: parameters. "
             "Needs \\usepackage{amsmath}.",

@@ -11,20 +11,17 @@ import csv
 import io
 import json
 import math
-import re
 from fractions import Fraction
 from typing import Any
 
 from ..results import Column, Result, Row, Table
+from ..text import for_markdown, for_terminal
 from ..vocab import Format
 from . import units
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def plain(text: str) -> str:
-    """Text safe for a terminal: control characters (CR, ESC, ...) shown as '?'."""
-    return _CONTROL.sub("?", text)
+    """Text safe for a terminal: control and reordering characters shown as escapes (`costspec.text`)."""
+    return for_terminal(text)
 
 
 def cell(column: Column, value: Any) -> str:
@@ -145,9 +142,7 @@ def render_csv(result: Result) -> str:
 
 
 def _md(text: str) -> str:
-    # `_` inside words never starts emphasis in CommonMark, so names such as vit_b_16 stay as they are
-    return plain(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("*", "\\*") \
-        .replace("<", "&lt;").replace(">", "&gt;")
+    return for_markdown(text)
 
 
 def render_markdown(result: Result) -> str:

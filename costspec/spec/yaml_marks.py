@@ -16,6 +16,7 @@ the last); `<<` merge keys work as in PyYAML (the mapping's own keys override me
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 
 import yaml
@@ -24,6 +25,7 @@ from yaml.events import (AliasEvent, DocumentStartEvent, MappingEndEvent, Mappin
 
 from ..errors import Location, SpecError
 from ..expr import MAX_INT_DIGITS
+from ..text import unsafe_chars
 
 MAX_BYTES = 1_000_000  # size of a spec file; real specs are a few kB
 MAX_NODES = 50_000  # YAML nodes (keys and values) after alias expansion
@@ -310,6 +312,11 @@ class _Walker:
 
     def mapping(self, node, path, depth):
         if id(node) not in self.own_keys:
+            merges = [k for k, _ in node.value if k.tag == _MERGE_TAG]
+            if len(merges) > 1:  # PyYAML lets the later one win silently
+                raise SpecError(f"{len(merges)} `<<` merge keys in one mapping (first at line "
+                                f"{merges[0].start_mark.line + 1})", self.where(merges[1], path),
+                                "one merge key; merge several mappings with <<: [*a, *b]")
             self.own_keys[id(node)] = {id(k) for k, _ in node.value if k.tag != _MERGE_TAG}
             try:
                 self.loader.flatten_mapping(node)  # resolves `<<` merge keys like PyYAML does
@@ -333,11 +340,21 @@ class _Walker:
             out[key] = self.walk(value_node, path + (key,), depth + 1)  # later wins: own keys over merged
         return out
 
+    def check_text(self, node, path) -> None:
+        """No control / reordering characters from YAML escapes (ESC, CR, BEL, U+202E...): names are
+        printed to terminals, markdown and LaTeX; `doc` and `source` may hold tabs and line breaks."""
+        prose = any(step in ("doc", "source") for step in path if isinstance(step, str))
+        bad = unsafe_chars(node.value, "\t\n" if prose else "")
+        if bad:
+            raise SpecError(f"control character U+{ord(bad[0]):04X} in {_show_node(node)}", self.where(node, path),
+                            "printable text (no escapes such as \\e, \\r, \\x07 or direction overrides)")
+
     def scalar(self, node, path):
         if not isinstance(node, yaml.ScalarNode):
             raise SpecError("expected a scalar", self.where(node, path))
         if node.tag in _TEXT_TAGS:
             return node.value  # a plain `<<` or `=` outside a key is just text
+        self.check_text(node, path)
         if node.tag not in _PLAIN_TAGS:
             if node.tag == "tag:yaml.org,2002:timestamp" and not node.style:
                 raise SpecError(f"{node.value} reads as a YAML date", self.where(node, path),
@@ -356,7 +373,21 @@ class _Walker:
                             self.where(node, path), "a number, string, boolean or null") from None
         if isinstance(value, float) and not math.isfinite(value):  # .inf / .nan: no size, cost or eps
             raise SpecError(f"{node.value} is not a finite number", self.where(node, path), "a finite number")
+        if isinstance(value, float) and value.is_integer():
+            exact = _written_integer(node.value)
+            if exact is not None and exact != int(value):  # 12345678901234567.0 reads as ...568
+                raise SpecError(f"{node.value} is not exactly representable as a float (it would read as "
+                                f"{int(value)})", self.where(node, path), f"the integer {exact}, written without '.0'")
         return value
+
+
+def _written_integer(text: str) -> int | None:
+    """The integer a YAML float literal denotes exactly ('1.5e3' -> 1500), or None if it is not one."""
+    try:
+        exact = Fraction(text.replace("_", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+    return int(exact) if exact.denominator == 1 else None
 
 
 def _short_tag(tag: str) -> str:
