@@ -26,7 +26,6 @@ torch is not imported here.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import yaml
 
-from .errors import CostspecError, SpecError, UsageError
+from .errors import CostspecError, SpecError
 from .results import Column, Result, Row, Table
 from .safeio import CALIBRATION, MAX_FRACTION_DIGITS, check_number_text, finite_number, read_yaml
 from .vocab import Pass

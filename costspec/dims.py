@@ -7,7 +7,7 @@ dim such as S = (img // patch)**2 + 1 appears as `S`, its definition used only t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 import sympy
 
@@ -57,6 +57,7 @@ class Dims:
         if len(self._expanded) != len(derived):
             self._expanded = {}
             for d in derived:
+                assert d.definition is not None
                 self._expanded[d.symbol] = d.definition.xreplace(self._expanded)
         return self._expanded
 
@@ -65,7 +66,7 @@ class Dims:
         if self._cache.get("size") != len(self.dims):
             self._cache = {"size": len(self.dims), "memo": {}, "rewrites": [
                 (d.symbol, form, frozenset(form.free_symbols)) for d in reversed(self.derived())
-                for form in (self.expand(d.symbol), d.definition) if not form.is_Symbol]}
+                for form in (self.expand(d.symbol), d.definition) if form is not None and not form.is_Symbol]}
         return self._cache["rewrites"]
 
     def canonical(self, expr: sympy.Expr) -> sympy.Expr:
@@ -96,8 +97,9 @@ class Dims:
             if name not in self.dims:
                 known = ", ".join(self.dims) or "none"
                 raise UsageError(f"{where} {name}: the spec has no dim '{name}' (dims: {known})")
-            if self.dims[name].definition is not None:
-                deps = ", ".join(sorted(str(s) for s in self.dims[name].definition.free_symbols))
+            definition = self.dims[name].definition
+            if definition is not None:
+                deps = ", ".join(sorted(str(s) for s in definition.free_symbols))
                 raise UsageError(f"{where} {name}: '{name}' is derived from {deps}; set those instead")
         out: dict[sympy.Symbol, sympy.Integer] = {}
         for d in self.dims.values():
@@ -124,7 +126,7 @@ class Dims:
         return out
 
 
-def as_dim_value(name: object, raw: object, where: str = "--set") -> int:
+def as_dim_value(name: object, raw: Any, where: str = "--set") -> int:
     """A dim value given by a user (CLI or Python API): an int or a numpy integer; bools, floats and
     strings are refused (8.0 or "8" is not silently a size)."""
     import operator

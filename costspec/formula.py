@@ -127,7 +127,7 @@ def choose_symbols(model: "Model", keep: Sequence[str] | None = None, expand: bo
                                  f"keep {deps} instead, or drop --expand")
     both = [n for n in kept if n in given]
     if both:
-        raise UsageError(f"--keep {both[0]} and --set {both[0]}={sets[both[0]]}: a dim is either kept symbolic or "
+        raise UsageError(f"--keep {both[0]} and --set {both[0]}={(sets or {})[both[0]]}: a dim is either kept symbolic or "
                          "given a value; drop one")
     values = model.bind(None, sets)
     kept_free = {dims.dims[n].symbol for n in kept if dims.dims[n].definition is None}
@@ -243,11 +243,11 @@ def closed_form(expr, symbols: Symbols) -> ClosedForm:
     expr = symbols.apply(expr)
     check_formula_terms(expr, lambda: "one closed form")
     num, den = sympy.fraction(sympy.cancel(sympy.together(expr)))
-    num_terms, num_den = _terms(num, symbols)
-    den_terms, den_den = _terms(den, symbols)
+    raw_num, num_den = _terms(num, symbols)
+    raw_den, den_den = _terms(den, symbols)
     # num/den = (num_terms / num_den) / (den_terms / den_den)
-    num_terms = [Term(c * den_den, p) for c, p in num_terms]
-    den_terms = [Term(c * num_den, p) for c, p in den_terms]
+    num_terms = [Term(c * den_den, p) for c, p in raw_num]
+    den_terms = [Term(c * num_den, p) for c, p in raw_den]
     if den_terms and den_terms[0].coeff < 0:
         num_terms = [Term(-t.coeff, t.powers) for t in num_terms]
         den_terms = [Term(-t.coeff, t.powers) for t in den_terms]
@@ -281,10 +281,10 @@ def _gen_key(gen: sympy.Expr, symbols: Symbols):
 
 def _arrange(terms: Iterable[Term | tuple], symbols: Symbols, depth: bool = True) -> tuple[Term | Group, ...]:
     """Group terms by their power of the depth symbols, order them, and pull out common factors."""
-    terms = [t if isinstance(t, Term) else Term(*t) for t in terms]
+    given = [t if isinstance(t, Term) else Term(*t) for t in terms]
     depth_syms = set(symbols.depth) if depth else set()
     groups: dict[tuple, list[Term]] = {}
-    for t in terms:
+    for t in given:
         key = tuple((g, e) for g, e in t.powers if g in depth_syms)
         rest = tuple((g, e) for g, e in t.powers if g not in depth_syms)
         groups.setdefault(key, []).append(Term(t.coeff, rest))
@@ -307,7 +307,7 @@ def _common_factor(terms: list[Term], symbols: Symbols) -> list[Term | Group]:
     """k*m*(S - c) for two terms k*m*S - k*c*m, S a kept derived dim: the count that the S - c
     rewrite introduced (the patches of S = patches + 1 tokens); any other sum stays expanded."""
     if len(terms) != 2:
-        return terms
+        return list(terms)
     derived = {d.symbol for d in symbols.dims if d.role == "derived"}
     shared = set.intersection(*({g for g, _ in t.powers} for t in terms))
     common = tuple((g, min(dict(t.powers)[g] for t in terms))
@@ -318,7 +318,7 @@ def _common_factor(terms: list[Term], symbols: Symbols) -> list[Term | Group]:
     if shift.coeff == 1 and len(shift.powers) == 1 and shift.powers[0][0] in derived and shift.powers[0][1] == 1 \
             and not const.powers and const.coeff < 0:
         return [Group(content, common, (shift, const))]
-    return terms
+    return list(terms)
 
 
 def _divide(powers: tuple, by: tuple) -> tuple:

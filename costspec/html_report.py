@@ -101,7 +101,7 @@ def _row_forms(model: Model, symbols: Symbols, quiet: bool) -> dict[str, RowForm
 
 def gather(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], pass_: str, sets: Mapping[str, int],
            gpu: Gpu | None = None, fusion: str = "default", efficiency: Efficiency | None = None,
-           varies: Sequence[tuple[str, list[int]]] = (), validation: dict | None = None,
+           varies: Sequence[tuple[str, Sequence[int]]] = (), validation: dict | None = None,
            compare: dict | None = None, quiet: bool = False) -> PageData:
     """All the report's data for `model` at bound `values` (from `Model.bind`)."""
     efficiency = efficiency or Efficiency()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import sympy
 
@@ -197,7 +197,7 @@ def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mappi
 MAX_SWEEP_POINTS = 4096  # each point evaluates the model at every distinct length
 
 
-def ragged_sweep_csv(model: Model, varies: list[tuple[str, list[int]]], lengths: list[int], pass_: str = "forward",
+def ragged_sweep_csv(model: Model, varies: Sequence[tuple[str, Sequence[int]]], lengths: list[int], pass_: str = "forward",
                      sets: Mapping[str, int] | None = None, seq_dim: str = "S", batch_dim: str = "B",
                      fusion: str = "default") -> tuple[int, str]:
     """`ragged_totals` at every point of the --vary grid, as CSV: (rows, text)."""

@@ -326,7 +326,8 @@ def _replacing(target: PathLike, inputs: Iterable[PathLike | None]) -> Iterator[
 
 
 @contextlib.contextmanager
-def atomic_output(target: PathLike, inputs: Iterable[PathLike | None] = (), encoding: str = "utf-8") -> Iterator[IO[str]]:
+def atomic_output(target: PathLike, inputs: Iterable[PathLike | None] = (),
+                  encoding: str = "utf-8") -> Iterator[IO[str]]:
     """A text stream whose content replaces `target` only when the block ends without an error.
 
     `inputs`: the command's input files; naming one of them as the target is an OutputError."""

@@ -10,7 +10,7 @@ Module paths map back to report rows by dropping the repeat index, or replacing 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import sympy
 
@@ -78,7 +78,7 @@ def build_module(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer]):
     _tie(built)
     first = next(model.op_nodes(), None)
 
-    def make_input(device="cpu", dtype=None) -> "torch.Tensor":
+    def make_input(device="cpu", dtype=None) -> Any:
         """An input of the spec's shape (no grad), random unless on meta: float, or what the first
         layer's op asks for (an embedding: int64 token ids in range)."""
         dtype = dtype or torch.get_default_dtype()
@@ -116,10 +116,11 @@ def _fill(container, nodes, ev, built: list) -> tuple:
 
     from .torch_modules import Call, Repeat, Residual, Scope
 
-    steps = []
+    steps: list[object] = []
     for node in nodes:
         if isinstance(node, ResidualNode):
             *body, add = node.children
+            assert isinstance(add, OpNode)  # the residual's closing add
             body_steps = _fill(container, body, ev, built)
             _add_child(container, add, _op_module(add, ev, built))
             steps.append(Residual(add.local, body_steps))
@@ -128,9 +129,9 @@ def _fill(container, nodes, ev, built: list) -> tuple:
         elif isinstance(node, RepeatNode):
             instances = nn.ModuleList()
             for i in range(ev(node.times)):
-                body = Scope()
-                body.steps = _fill(body, group_of(node, i).children, ev, built)
-                instances.append(body)
+                instance = Scope()
+                instance.steps = _fill(instance, group_of(node, i).children, ev, built)
+                instances.append(instance)
             _add_child(container, node, instances)
             steps.append(Repeat(node.local))
         elif isinstance(node, OpNode):

@@ -160,7 +160,7 @@ def check_sweep(model, text) -> None:
         _, got = sweep(model, [(dim.name, values)])
     except CostspecError as exc:
         if not any(isinstance(e, CostspecError) for e in evaluated.values()):
-            raise _fail(text, f"sweep {dim.name}={values} refused ({exc}) but evaluate accepts every point")
+            raise _fail(text, f"sweep {dim.name}={values} refused ({exc}) but evaluate accepts every point") from exc
         return
     for i, v in enumerate(values):
         e = evaluated[v]

@@ -32,7 +32,7 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
     from ..export.render import render
     from ..export.sweep_result import sweep_result, with_times
     from ..model import load
-    from ..safeio import check_not_input, write_text
+    from ..safeio import check_not_input
     from ..sweep import parse_vary, sweep, to_csv
 
     if output:
@@ -102,4 +102,4 @@ def _write(text: str, output: str | None, rows: int, spec: str) -> None:
         write_text(output, text + "\n", [spec])
         click.echo(f"wrote {rows} rows to {output}", err=True)
     else:
-        write_csv(model, grid, sys.stdout, pass_, sets)
+        click.echo(text)

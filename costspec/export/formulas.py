@@ -34,8 +34,8 @@ def render_text(result: Formulas) -> str:
     sym = result.symbols
     keep = ", ".join(str(s) for s in sym.order) or "none"
     subst = ", ".join(f"{k}={v}" for k, v in sym.substituted.items()) or "none"
-    lines = [f"{for_terminal(result.spec_name)} | pass: {result.pass_} | precision: {result.precision} | keep: {keep} | "
-             f"substituted: {subst}"]
+    lines = [f"{for_terminal(result.spec_name)} | pass: {result.pass_} | precision: {result.precision} | "
+             f"keep: {keep} | substituted: {subst}"]
     for r in result.rows:
         pad = "  " * r.depth
         lines.append(f"{pad}{for_terminal(r.name)}")

@@ -49,8 +49,8 @@ def render_latex(result: Formulas, standalone: bool = False) -> str:
         eqs.append(_equation(rf"F^{{{mark}}}", getattr(result, section), names, key(section)))
     eqs.append(_equation("F", result.total, names, key("total")))
     eqs.append(_equation("P", result.params, names, key("params")))
-    body = [f"% costspec latex: {for_latex_comment(result.spec_name)}, {result.pass_} pass, precision {result.precision}. "
-            "Generated from the spec; regenerate rather than edit.",
+    body = [f"% costspec latex: {for_latex_comment(result.spec_name)}, {result.pass_} pass, "
+            f"precision {result.precision}. Generated from the spec; regenerate rather than edit.",
             "% F: FLOPs (1 multiply-add = 2 FLOPs), TC: Tensor Cores, CUDA: CUDA cores, P: parameters. "
             "Needs \\usepackage{amsmath}.",
             r"\begin{align}", _join(eqs), r"\end{align}", _symbol_table(result)]

@@ -221,7 +221,7 @@ class _Composer:
                 self._attach(node, size, height)
         except yaml.YAMLError as exc:
             if not hasattr(exc, "costspec_path"):
-                exc.costspec_path = self._path()
+                setattr(exc, "costspec_path", self._path())  # noqa: B010 - an attribute PyYAML's class lacks
             raise
 
     def _start(self, event) -> tuple:
@@ -261,7 +261,8 @@ class _Composer:
     def _count(self, size: int, height: int, mark, path: tuple, alias: str | None) -> None:
         self.total += size
         if self.total > MAX_NODES:
-            what = f"{alias} expands to {size:,} YAML nodes and the {self.kind}" if alias and size > 1 else f"the {self.kind}"
+            what = (f"{alias} expands to {size:,} YAML nodes and the {self.kind}" if alias and size > 1
+                    else f"the {self.kind}")
             raise SpecError(f"{what} grows past {MAX_NODES:,} YAML nodes" + (" (an alias bomb?)" if alias else ""),
                             self._where(mark, path), f"at most {MAX_NODES:,} nodes, aliases expanded")
         if len(self.stack) + height > MAX_DEPTH:
