@@ -127,7 +127,8 @@ def choose_symbols(model: "Model", keep: Sequence[str] | None = None, expand: bo
                                  f"keep {deps} instead, or drop --expand")
     both = [n for n in kept if n in given]
     if both:
-        raise UsageError(f"--keep {both[0]} and --set {both[0]}={(sets or {})[both[0]]}: a dim is either kept symbolic or "
+        value = (sets or {})[both[0]]
+        raise UsageError(f"--keep {both[0]} and --set {both[0]}={value}: a dim is either kept symbolic or "
                          "given a value; drop one")
     values = model.bind(None, sets)
     kept_free = {dims.dims[n].symbol for n in kept if dims.dims[n].definition is None}

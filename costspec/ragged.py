@@ -197,7 +197,8 @@ def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mappi
 MAX_SWEEP_POINTS = 4096  # each point evaluates the model at every distinct length
 
 
-def ragged_sweep_csv(model: Model, varies: Sequence[tuple[str, Sequence[int]]], lengths: list[int], pass_: str = "forward",
+def ragged_sweep_csv(model: Model, varies: Sequence[tuple[str, Sequence[int]]], lengths: list[int],
+                     pass_: str = "forward",
                      sets: Mapping[str, int] | None = None, seq_dim: str = "S", batch_dim: str = "B",
                      fusion: str = "default") -> tuple[int, str]:
     """`ragged_totals` at every point of the --vary grid, as CSV: (rows, text)."""

@@ -21,7 +21,6 @@ from .tree import Node, OpNode, RepeatNode, ResidualNode, ScopeNode
 from .walk import group_of, row_name
 
 if TYPE_CHECKING:
-    import torch
 
     from .model import Model
 
