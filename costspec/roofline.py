@@ -82,8 +82,7 @@ def total_bytes(node: Node, pass_: Pass | str, mult: sympy.Expr, grad: GradState
                                                                                   fusion)
     if pass_ is Pass.FORWARD:
         return mult * node_bytes(node, "forward", grad.first, fusion)
-    return node_bytes(node, "backward", grad.first, fusion) + (mult - 1) * node_bytes(node, "backward", grad.rest,
-                                                                                       fusion)
+    return sum((k * node_bytes(node, "backward", rg, fusion) for rg, k in grad.split(mult)), ZERO)
 
 
 # ----------------------------------------------------------------------------------------------

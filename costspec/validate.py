@@ -236,12 +236,13 @@ def _reconcile(node: OpNode, phase: str, mult, grad: GradState, facts: dict, val
     count = ev(mult)
     if count == 0:  # e.g. an `others` group that the variants leave empty at these dims
         return []
-    first = node.op.reconcile(node.call, phase, grad.first, facts, ev) if (
-        phase == Phase.FORWARD or node.backward_parts(grad.first)) else []
-    rest = node.op.reconcile(node.call, phase, grad.rest, facts, ev) if (
-        count > 1 and (phase == Phase.FORWARD or node.backward_parts(grad.rest))) else []
+    classes = []
+    for rg, instances in grad.split(mult):
+        k = ev(instances)
+        if k and (phase == Phase.FORWARD or node.backward_parts(rg)):
+            classes.append((node.op.reconcile(node.call, phase, rg, facts, ev), k))
     out: dict[tuple[str, str], tuple[str, _Amount]] = {}
-    for rules, k in ((first, 1), (rest, count - 1)):
+    for rules, k in classes:
         for r in rules:
             target = node
             if r.measured_in:

@@ -37,18 +37,27 @@ MODEL_SLOT = "(model)"  # work measured in the model's root module, outside ever
 
 @dataclass(frozen=True)
 class GradState:
-    """Whether a node's input requires grad at its first instance in the model, and at the others.
+    """Whether a node's input requires grad at its leading instances in the model, and at the others.
 
     They differ inside a repeat whose input needs no gradient: its first instance sees none, the
-    later ones see one only if an earlier instance had parameters.
+    later ones see one only if an earlier instance had parameters. `leading` is how many of a row's
+    instances see `first`: one, except inside repeats whose bodies have no parameters at all, where
+    every instance of the body within the first instance of the enclosing repeat sees its input state.
     """
 
     first: bool
     rest: bool
+    leading: sympy.Expr = sympy.Integer(1)
 
     def then(self, makes_grad: bool) -> GradState:
         """The state after a node that has (or has not) parameters."""
-        return GradState(self.first or makes_grad, self.rest or makes_grad)
+        return GradState(self.first or makes_grad, self.rest or makes_grad, self.leading)
+
+    def split(self, instances: sympy.Expr) -> list[tuple[bool, sympy.Expr]]:
+        """(input requires grad, how many) over `instances` instances of a row: leading ones, then the rest."""
+        if instances == self.leading:
+            return [(self.first, instances)]
+        return [(self.first, self.leading), (self.rest, instances - self.leading)]
 
 
 NO_GRAD = GradState(False, False)
@@ -60,8 +69,12 @@ def node_cost(node: Node, pass_: Pass | str, instances: sympy.Expr, grad: GradSt
     if pass_ is Pass.FORWARD:
         return node.forward().scaled(instances)
     if pass_ is Pass.BACKWARD:
-        first = node.backward(grad.first)
-        return first + node.backward(grad.rest).scaled(instances - 1) if instances != 1 else first
+        total = None
+        for rg, count in grad.split(instances):
+            one = node.backward(rg).scaled(count)
+            total = one if total is None else total + one
+        assert total is not None
+        return total
     return node_cost(node, Pass.FORWARD, instances, grad) + node_cost(node, Pass.BACKWARD, instances,
                                                                       grad).without_params()
 
@@ -93,8 +106,12 @@ def _walk(node: Node, depth: int, mult: sympy.Expr, grad: GradState) -> Iterator
             first = child.first_group()
             later = state.then(first.makes_grad)  # instances after the repeat's very first one
             for group in child.children:
-                group_state = GradState(state.first, later.rest) if group is first else GradState(later.first,
-                                                                                                   later.rest)
+                if not child.makes_grad:  # no parameters in any instance: each sees the repeat's own input state
+                    group_state = GradState(state.first, state.rest, state.leading * group.count)
+                elif group is first:
+                    group_state = GradState(state.first, later.rest, state.leading)
+                else:
+                    group_state = GradState(later.first, later.rest, state.leading)
                 if child.grouped:
                     yield Step(group, depth + 1, child_mult * group.count, group_state)
                     yield from _walk(group, depth + 2, child_mult * group.count, group_state)

@@ -162,3 +162,25 @@ layers:
         assert sum(r.tc_flops for r in top) == report.tc and sum(r.cuda_flops for r in top) == report.cuda
     rows = {r.name: r for r in costspec.load(path).evaluate("backward").rows}
     assert rows["add"].cuda_flops == 0  # x needs no grad: no gradient sum at the fork
+
+
+def test_rows_of_a_parameter_free_repeat_nested_in_the_first_instance_sum_to_their_block():
+    """Found by the fuzzer (seed 101): inside the first instance of a repeat whose input needs no gradient,
+    every instance of a nested parameter-free repeat sees no gradient either, not only its first one. The
+    rows (one walk) and the blocks (Node.backward_terms) must agree, and the generated module agrees."""
+    model = costspec.load(ROOT / "tests/data/regressions/nested_repeat_without_params.yaml")
+    for batch in (6, 8):
+        rows = model.evaluate("backward", B=batch).rows
+        for i, row in enumerate(rows):
+            children = []
+            for below in rows[i + 1:]:
+                if below.depth <= row.depth:
+                    break
+                if below.depth == row.depth + 1:
+                    children.append(below)
+            if children:
+                assert sum(c.cuda_flops for c in children) == row.cuda_flops, (batch, row.name)
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from costspec.validate import validate
+
+    assert validate(model, model.bind(sets={"B": 6}), "train").ok

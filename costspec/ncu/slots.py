@@ -96,14 +96,13 @@ def _leaf_terms(node: Node, phase: str, mult, in_rg, values, table) -> SlotTerms
     assert op is not None
     terms.tensor_cores = op.precision.tensor_cores
     if any(terms.matmul.get(c) for c in GEMM_OUTPUT_CLASSES):
-        count = ev(mult)
-        first = _instance_outputs(node, phase, in_rg.first, ev)
-        rest = _instance_outputs(node, phase, in_rg.rest, ev) if phase == "backward" and count > 1 else first
-        if first is None or rest is None:
+        split = [(_instance_outputs(node, phase, rg if phase == "backward" else True, ev), ev(k))
+                 for rg, k in in_rg.split(mult)]
+        if any(outputs is None for outputs, _ in split):
             terms.notes.append(f"{terms.name}: no output-element count (its op has no gemm_outputs()); "
                                "the split-K term rho is not applied to it")
         else:
-            terms.gemm_outputs = first + (count - 1) * rest
+            terms.gemm_outputs = sum(int(outputs or 0) * k for outputs, k in split)
     return terms
 
 
