@@ -11,7 +11,9 @@ from conftest import ROOT, run_cli
 import costspec
 from costspec.errors import CostspecError, ExpressionError, UsageError
 from costspec.export.latex import render_latex
-from costspec.export.report import render_markdown, render_table
+from costspec.export.render import render
+from costspec.export.report import eval_result
+from costspec.results import Row
 from costspec.expr import dim_symbol, parse_expr
 from costspec.formula import formulas
 from costspec.text import (
@@ -57,13 +59,14 @@ def test_renderers_escape_names_that_bypass_the_loader():
         # the raw name survives only inside the one-line header comment (inert), never as live LaTeX
         assert all(line.startswith("% costspec latex:") for line in tex.splitlines() if "\\input{" in line)
     report = _evil(model.evaluate(), "spec_name")
-    rows = [dataclasses.replace(r, label=EVIL, name=EVIL) for r in report.rows]
-    report = dataclasses.replace(report, rows=rows)
-    for text in (render_table(report), render_markdown(report)):
+    report.table.rows[:] = [Row(EVIL, EVIL, r.depth, r.values) for r in report.rows]
+    result = eval_result(report)
+    for fmt in ("table", "markdown"):
+        text = render(result, fmt)
         assert "\x1b" not in text and "\r" not in text and "\u202e" not in text
-    table = render_markdown(report)
-    # 8 columns: 9 cell borders on every row; the name's own '|' is escaped
-    assert all(line.replace("\\|", "").count("|") == 9 for line in table.splitlines() if line.startswith("|"))
+    table = render(result, "markdown")
+    # 6 shown columns + the label: 8 cell borders on every row; the name's own '|' is escaped
+    assert all(line.replace("\\|", "").count("|") == 8 for line in table.splitlines() if line.startswith("|"))
 
 
 @pytest.mark.parametrize("name", ["ℂ", "Ｃ", "𝐂"])
