@@ -63,7 +63,7 @@ def build_module(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer]):
     `with torch.device("meta"):` for shape-only runs). `make_input(device, dtype)` returns a
     tensor of the spec's input shape (random on real devices), with requires_grad False.
     """
-    from .budget import check_torch_build
+    from .torch_budget import check_torch_build
 
     check_torch_build(model, values)
     torch = import_torch("building a torch module from a spec")

@@ -144,7 +144,7 @@ def validate(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], pass_: 
     if largest >= 2**62:
         raise UsageError(f"validate builds real torch tensors, and a dim of {largest} is beyond 64-bit sizes; "
                          "use `costspec eval` for exact numbers at this size")
-    from .budget import check_torch_build, check_validate_memory
+    from .torch_budget import check_torch_build, check_validate_memory
 
     check_torch_build(model, values)  # before importing torch (seconds)
     if device is not Device.META and not force:

@@ -20,6 +20,10 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
+# text a valid file may hold: no control, line-separator, direction-override or zero-width characters (the
+# YAML loader refuses them in names, costspec.text); surrogates cannot be encoded
+_PRINTABLE = st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp", "Cf"))
+
 PUSH_POP = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
 METRICS = ("smsp__sass_thread_inst_executed_op_fadd_pred_on.sum", "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",
@@ -55,7 +59,7 @@ keys = st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True)
 def catalog_docs(draw) -> dict:
     gpus = {}
     for key in draw(st.lists(keys, min_size=1, max_size=3, unique=True)):
-        entry: dict[str, Any] = {"name": draw(st.text(min_size=1, max_size=20).filter(str.strip)),
+        entry: dict[str, Any] = {"name": draw(st.text(_PRINTABLE, min_size=1, max_size=20).filter(str.strip)),
                                  "memory_gb": draw(positive), "memory_bw_gbps": draw(positive),
                                  "tensor": {d: draw(positive) for d in draw(st.lists(st.sampled_from(DTYPES),
                                                                                      max_size=4, unique=True))},
@@ -64,7 +68,7 @@ def catalog_docs(draw) -> dict:
                                                                                              max_size=2))]}}
         optional = {"arch": st.sampled_from(["ampere", "hopper"]), "compute_capability": st.sampled_from(["8.0", "9.0"]),
                     "sm_count": st.integers(0, 200), "l2_mb": st.integers(0, 100), "boost_clock_mhz": positive,
-                    "source": st.lists(st.text(max_size=10), max_size=2)}
+                    "source": st.lists(st.text(_PRINTABLE, max_size=10), max_size=2)}
         for name in draw(st.lists(st.sampled_from(sorted(optional)), unique=True)):
             entry[name] = draw(optional[name])
         gpus[key] = entry
@@ -104,7 +108,7 @@ def sidecar_docs(draw) -> dict:
     if draw(st.booleans()):
         doc["dims"] = {"M": 128, "D": 1024, "N": 10}
     if draw(st.booleans()):
-        doc["gpu"] = draw(st.text(max_size=20))
+        doc["gpu"] = draw(st.text(_PRINTABLE, max_size=20))
     return doc
 
 

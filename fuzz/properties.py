@@ -175,11 +175,12 @@ def check_sweep(model, text) -> None:
 
 def check_render(model, text) -> None:
     """Property 5 (issue 12): no control or direction-override character reaches a rendered report."""
-    from costspec.export.report import render_markdown, render_table
+    from costspec.export.render import render
+    from costspec.export.report import eval_result
     from costspec.text import unsafe_chars
 
-    report = model.evaluate()
-    for out in (render_table(report), render_markdown(report)):
+    result = eval_result(model.evaluate())
+    for out in (render(result, "table"), render(result, "markdown"), render(result, "csv")):
         bad = unsafe_chars(out, "\n")
         if bad:
             raise _fail(text, f"rendered report contains control character U+{ord(bad[0]):04X}")

@@ -16,7 +16,7 @@ def torch_command(spec, batch, sets, depth, fmt):
     """Print the torch module built from SPEC (module paths = layer names) with parameter counts."""
     from ..export.render import render
     from ..model import load
-    from ..budget import check_torch_build
+    from ..torch_budget import check_torch_build
     from ..torch_build import build_module, describe, import_torch
 
     model = load(spec)

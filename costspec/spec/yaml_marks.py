@@ -377,6 +377,9 @@ class _Walker:
         if isinstance(value, float) and value.is_integer():
             exact = _written_integer(node.value)
             if exact is not None and exact != int(value):  # 12345678901234567.0 reads as ...568
+                if len(str(abs(exact))) > 30:
+                    raise SpecError(f"{node.value} is an integer of {len(str(abs(exact)))} digits, more than a float "
+                                    "holds exactly", self.where(node, path), "an integer written without '.0'")
                 raise SpecError(f"{node.value} is not exactly representable as a float (it would read as "
                                 f"{int(value)})", self.where(node, path), f"the integer {exact}, written without '.0'")
         return value
