@@ -228,6 +228,7 @@ def test_config_needs_an_hf_target():
         load_target("against_models:toy_mlp", model, model.bind(), "meta", None, {"hidden_size": "8"})
 
 
+@pytest.mark.slow
 def test_cli_against_exit_codes(tmp_path):
     (tmp_path / "my_models.py").write_text((ROOT / "tests/against_models.py").read_text())
     spec = tmp_path / "bn.yaml"

@@ -49,12 +49,14 @@ def test_valid_specs_are_accepted_and_consistent(spec, sample):
     assert outcome.accepted or outcome.known, f"a valid spec was rejected: {outcome.error}\n{dump(spec)}"
 
 
+@pytest.mark.slow
 @settings(max_examples=40, **FAST)
 @given(mutated_specs(), st.integers(0, 3))
 def test_mutated_specs_are_accepted_or_refused_cleanly(text, sample):
     check_spec(text, meta=sample == 0)  # raises on anything but a CostspecError or a held property
 
 
+@pytest.mark.slow
 @settings(max_examples=8, **FAST)
 @given(repeat_cases(), st.booleans())
 def test_repeat_k_is_k_times_the_body(case, meta):

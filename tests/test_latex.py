@@ -93,13 +93,18 @@ def check_round_trip(model, pass_, **options):
     return found
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+# the largest spec's round trips take most of the file's time: the fast profile (-m "not slow") leaves them out
+LARGE = {"deepencoder", "sam_vit_b", "clip_vit_l14"}
+BY_SIZE = [pytest.param(p, id=p.stem, marks=pytest.mark.slow if p.stem in LARGE else ()) for p in SPECS]
+
+
+@pytest.mark.parametrize("spec", BY_SIZE)
 @pytest.mark.parametrize("pass_", ["forward", "backward", "train"])
 def test_every_spec_round_trips_through_parse_latex(spec, pass_):
     check_round_trip(costspec.load(spec), pass_)
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("spec", BY_SIZE)
 def test_round_trip_with_substituted_and_expanded_dims(spec):
     model = costspec.load(spec)
     free = [d.name for d in model.dims.free()]

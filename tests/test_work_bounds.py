@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 import costspec
-from costspec import budget
+from costspec import budget, torch_budget
 from costspec.errors import CostspecError, UsageError
 
 SECONDS = 5.0
@@ -143,10 +143,10 @@ def test_validate_memory_estimate_is_the_roofline_traffic_in_fp32():
     values = model.bind()
     # linear: reads x (128*1024) + W (1024*1024) + b (1024), writes y (128*1024); sigmoid reads and writes 128*1024
     per_layer = (128 * 1024 + 1024 * 1024 + 1024 + 128 * 1024) + 2 * 128 * 1024
-    assert budget.validate_memory(model, values, "forward") == 10 * per_layer * 4
+    assert torch_budget.validate_memory(model, values, "forward") == 10 * per_layer * 4
     with pytest.raises(UsageError, match="more than the 0.0 GiB available"):
-        budget.check_validate_memory(model, values, "forward", available=1)
-    budget.check_validate_memory(model, values, "forward", available=10 * per_layer * 4)
+        torch_budget.check_validate_memory(model, values, "forward", available=1)
+    torch_budget.check_validate_memory(model, values, "forward", available=10 * per_layer * 4)
 
 
 def test_op_instances_are_counted_on_the_document():
