@@ -119,6 +119,7 @@ def test_strict_moves_block_rows_too():
     assert attn_after.cuda_flops == attn_before.cuda_flops + moved
 
 
+@pytest.mark.slow
 def test_cli_eval_prints_the_flag():
     out = cli("eval", str(SPECS / "gpt2_small.yaml"), "--depth", "1")
     assert out.returncode == 0, out.stderr

@@ -126,6 +126,7 @@ def test_a_derived_or_missing_sequence_dim_is_refused():
         ragged(loads(TINY), [3, 4], sets={"S": 8})
 
 
+@pytest.mark.slow
 def test_cli_eval_and_sweep(tmp_path):
     out = cli("eval", str(SPECS / "gpt2_small.yaml"), "--lengths", "3,5,2")
     assert out.returncode == 0, out.stderr

@@ -67,6 +67,7 @@ def test_efficiency_factors_scale_the_time():
     assert slow.time_s == pytest.approx(2 * roof.time_s)
 
 
+@pytest.mark.slow
 def test_eval_gpu_columns_and_roofline_plot(cli, tmp_path):
     result = cli("eval", "specs/vit_b.yaml", "--batch", "8", "--gpu", "h100-sxm")
     assert result.returncode == 0, result.stderr

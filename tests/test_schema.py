@@ -2,6 +2,7 @@
 import json
 
 import jsonschema
+import pytest
 import yaml
 
 from conftest import ROOT, SPECS
@@ -21,6 +22,7 @@ def test_schema_op_names_and_attributes_come_from_the_registry():
     assert "add" not in layer  # engine-internal op, not written in specs
 
 
+@pytest.mark.slow
 def test_the_schema_is_valid_and_accepts_every_zoo_spec():
     schema = json.loads((ROOT / "schemas/costspec.schema.json").read_text())
     jsonschema.validators.validator_for(schema).check_schema(schema)

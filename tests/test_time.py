@@ -107,6 +107,7 @@ def test_intervals_count_reentries_and_close_backward():
     assert [(p, path, b - a) for p, path, a, b in iv.closed] == [("forward", "a", 1), ("backward", "b", 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
 def test_no_gpu_says_so_and_exits_2():
     result = subprocess.run([sys.executable, "-m", "costspec", "time", str(TOY), "--pass", "train"], cwd=ROOT,

@@ -141,6 +141,7 @@ def test_describe_lists_paths_and_parameter_counts():
     assert f"{sum(p.numel() for p in module.parameters()):,}" in text.splitlines()[2]
 
 
+@pytest.mark.slow
 def test_torch_command(tmp_path):
     spec = tmp_path / "tiny.yaml"
     spec.write_text(TINY_VIT)

@@ -181,6 +181,7 @@ def test_missing_residual_add_is_caught(monkeypatch):
     assert diff["blocks.add1"] == [("add", 2 * 5 * 8 * 2, 0)]
 
 
+@pytest.mark.slow
 def test_json_and_cli(tmp_path):
     spec = tmp_path / "tiny.yaml"
     spec.write_text(TINY_VIT.replace("BACKEND", "flash"))

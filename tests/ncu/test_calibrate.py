@@ -138,6 +138,7 @@ assert "torch" not in sys.modules
 """
 
 
+@pytest.mark.slow
 def test_cli_calibrate_then_eval_and_compare_without_torch(tmp_path):
     out = tmp_path / "calib.yaml"
     result = cli("ncu", "calibrate", TOY, FWD, BWD, "-o", str(out))

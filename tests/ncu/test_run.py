@@ -93,6 +93,7 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_has_cuda(), reason="a GPU is present")
 def test_no_gpu_without_print_command_exits_2(tmp_path):
     for extra in ((), ("--arch", "9.0")):
@@ -107,6 +108,7 @@ def test_bad_arch_exits_2(tmp_path):
     assert result.returncode == 2 and "known: 7.0" in result.stderr
 
 
+@pytest.mark.slow
 def test_print_command_without_output_and_the_new_archs():
     # no -o: the printed command writes SPEC_STEM.ncu.csv in the working directory
     _, words = _printed("specs/vit_b.yaml", "--batch", "8", "--arch", "9.0")
