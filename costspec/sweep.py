@@ -131,6 +131,9 @@ def make_grid(model: Model, varies: Sequence[tuple[str, Sequence[int]]],
                 else np.asarray(values)
         except OverflowError:
             axis = np.asarray([MAX_VALUE])
+        if axis.ndim == 1 and axis.dtype == object and all(isinstance(v, int) and not isinstance(v, bool)
+                                                           for v in axis):
+            axis = np.asarray([MAX_VALUE])  # Python integers beyond int64: refused below, by their size
         if axis.ndim != 1 or axis.dtype.kind not in "iu":
             raise UsageError(f"--vary {name}: values must be integers (Python or numpy ints), got {axis.dtype}")
         if len(axis) == 0 or axis.min() < 1 or axis.max() >= MAX_VALUE:
