@@ -781,5 +781,6 @@ class CostspecModel(Scope):
 __all__ = [
     "PatchEmbed", "TokenEmbedding", "PositionEmbedding", "ClsToken", "TakeToken", "SelfAttention", "Rotary",
     "RelPosBias", "window_partition", "window_unpartition", "Mlp", "GatedMlp", "LayerNorm2d", "QuickGELU",
-    "GELUTanh", "Join", "Reshape", "Transpose", "Scope", "CostspecModel", "Call", "Load", "Store", "Residual", "Parallel", "Repeat"
+    "GELUTanh", "Join", "Reshape", "Transpose", "Scope", "CostspecModel", "Call", "Load", "Store", "Residual",
+    "Parallel", "Repeat"
 ]
