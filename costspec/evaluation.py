@@ -22,6 +22,7 @@ from .vocab import Pass
 from .walk import NO_GRAD, matmul_engine, node_cost, walk
 
 if TYPE_CHECKING:
+    from .cost import Cost
     from .model import Model
 
 COLUMNS = (
@@ -148,11 +149,12 @@ def _columns(sparse: bool) -> list[Column]:
     return [SPARSE_COLUMNS[0], *SPARSE_COLUMNS[1:], *COLUMNS[1:]]
 
 
-def _sparse_values(cost, values: Mapping[sympy.Symbol, sympy.Integer], node: Node, row: bool = True) -> dict:
+def _sparse_values(cost: Cost, values: Mapping[sympy.Symbol, sympy.Integer], node: Node, row: bool = True) -> dict:
     """The dense-equivalent and sparse-executed Tensor-Core FLOPs of a row; its engine marked 2:4 when
     some of its GEMMs run sparse."""
     sparse_tc = exact_int(cost.sparse_tc, values, node)
-    out = {"tc_flops_dense_equivalent": exact_int(cost.tc_dense, values, node), "sparse_tc_flops": sparse_tc}
+    out: dict[str, int | str] = {"tc_flops_dense_equivalent": exact_int(cost.tc_dense, values, node),
+                                 "sparse_tc_flops": sparse_tc}
     if sparse_tc and row:
         out["matmul_engine"] = matmul_engine(node) + " 2:4"
     return out

@@ -172,8 +172,8 @@ def matmul_dtype(dtype: str) -> str:
 def catalog_result(gpus: Mapping[str, Gpu]) -> Result:
     """The catalog as the one result type: a row per GPU, its peaks in TFLOP/s and its memory."""
     columns = [Column("gpu_name", "name", "text"), Column("compute_capability", "CC", "text")]
-    dtypes = [("tensor", d, f"TC {d}") for d in ("bf16", "fp16", "tf32", "fp8")] + [("tensor_sparse", "bf16", "TC bf16 2:4"),
-                                                                                     ("cuda", "fp32", "CUDA fp32")]
+    dtypes = [("tensor", d, f"TC {d}") for d in ("bf16", "fp16", "tf32", "fp8")]
+    dtypes += [("tensor_sparse", "bf16", "TC bf16 2:4"), ("cuda", "fp32", "CUDA fp32")]
     columns += [Column(f"{engine}_{d}_tflops", title, "text") for engine, d, title in dtypes]
     columns += [Column("memory_bw_gbps", "HBM GB/s", "text"), Column("memory_gb", "mem GB", "text"),
                 Column("source", "source", "text", hidden=True)]

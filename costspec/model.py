@@ -36,8 +36,8 @@ class Model:
         if dtype is not None:
             spec_precision = data.get("precision", {})
             if not Precision(Precision.parse(dtype)).tensor_cores and spec_precision.get("sparsity", "none") != "none":
-                raise UsageError(f"--dtype {dtype} runs matmuls on CUDA cores, and this spec's precision has "
-                                 f"sparsity {spec_precision['sparsity']} (Sparse Tensor Cores): choose a Tensor-Core dtype")
+                raise UsageError(f"--dtype {dtype} runs matmuls on CUDA cores, and this spec's precision has sparsity "
+                                 f"{spec_precision['sparsity']} (Sparse Tensor Cores): choose a Tensor-Core dtype")
             data = {**data, "precision": {**spec_precision, "dtype": Precision.parse(dtype)}}
         self.name: str = data["name"]
         self.doc_line: str = data.get("doc", "")

@@ -250,3 +250,20 @@ def test_any_sparse_linear_executes_half_its_dense_gemm(m, k, n, bias, dtype):
     assert sparse.cost("backward").tc == dense.cost("backward").tc  # dW dense (no dX: the input needs none)
     with pytest.raises(SpecError, match="fp32 runs matmuls on CUDA cores"):
         costspec.loads(text.replace(f"dtype: {dtype}", "dtype: fp32"))
+
+
+def test_formula_and_latex_give_executed_and_dense_equivalent_closed_forms():
+    from costspec.export.formulas import render_text
+    from costspec.formula import formulas
+
+    model = costspec.loads(BASE + 'precision: {dtype: bf16, sparsity: "2:4"}\nlayers:\n  - linear: {out: 256}\n')
+    result = formulas(model, "forward", keep=["B", "C"])
+    B, C = sympy.symbols("B C", positive=True, integer=True)
+    assert sympy.simplify(result.tc.expr - 256 * B * C) == 0  # 2*B*C*256 dense, half executed
+    assert result.tc_dense is not None and sympy.simplify(result.tc_dense.expr - 512 * B * C) == 0
+    text = render_text(result)
+    assert "TC executed  = 256*B*C" in text and "TC dense-eq. = 512*B*C" in text
+    latex = model.latex(keep=["B", "C"])
+    assert r"F^{\mathrm{TC}} &= 256 B C" in latex and r"F^{\mathrm{TC}}_{\text{dense-eq.}} &= 512 B C" in latex
+    dense = formulas(costspec.loads(BASE + "layers:\n  - linear: {out: 256}\n"), "forward", keep=["B", "C"])
+    assert dense.tc_dense is None and "tc_dense_equivalent" not in dense.totals()
