@@ -149,6 +149,16 @@ def test_sweep_gpu_uses_the_sparse_peak_like_the_roofline():
         assert times.time_s[i] == pytest.approx(estimate(sm, report, values, H100).time_s)
 
 
+def test_sweep_reports_executed_and_dense_equivalent_columns():
+    from costspec.sweep import sweep
+
+    (dm, _), (sm, _) = _reports("forward")
+    _, sparse = sweep(sm, [("B", [1, 8])])
+    _, dense = sweep(dm, [("B", [1, 8])])
+    assert list(sparse["tc_flops_dense_equivalent"]) == list(dense["tc_flops"])
+    assert sparse["tc_flops"][1] == 147_151_945_728 and "tc_flops_dense_equivalent" not in dense
+
+
 def test_a_gpu_without_sparse_tensor_cores_cannot_time_a_sparse_layer():
     (_, _), (sm, _) = _reports("forward")
     fp16 = sm.with_precision("fp16")  # V100 runs fp16 on Tensor Cores, but has no Sparse Tensor Cores
