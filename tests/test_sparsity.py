@@ -277,3 +277,24 @@ def test_formula_and_latex_give_executed_and_dense_equivalent_closed_forms():
     assert r"F^{\mathrm{TC}} &= 256 B C" in latex and r"F^{\mathrm{TC}}_{\text{dense-eq.}} &= 512 B C" in latex
     dense = formulas(costspec.loads(BASE + "layers:\n  - linear: {out: 256}\n"), "forward", keep=["B", "C"])
     assert dense.tc_dense is None and "tc_dense_equivalent" not in dense.totals()
+
+
+def test_the_ladder_of_a_sparse_spec_keeps_the_rungs_with_a_sparse_peak():
+    from costspec.ladder import ladder
+
+    (_, _), (sm, _) = _reports("forward")
+    result = ladder(sm, sm.bind(8), H100)
+    assert result.meta["rungs"] == ["tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"]  # no fp32: CUDA cores
+    assert any("no sparse peak" in n and "fp32" in n for n in result.notes)
+
+
+def test_model_level_sparsity_leaves_gathered_relative_positions_dense():
+    text = (ROOT / "specs/sam_vit_b.yaml").read_text().replace("precision: {dtype: bf16}",
+                                                               'precision: {dtype: bf16, sparsity: "2:4"}')
+    sparse, dense = costspec.loads(text), costspec.load(ROOT / "specs/sam_vit_b.yaml")
+    s, d = _rows(sparse.report("forward", sparse.bind())), _rows(dense.report("forward", dense.bind()))
+    rel = [n for n in s if n.endswith(".rel_pos")]
+    assert rel and all(s[n].tc_flops == d[n].tc_flops > 0 and s[n].sparse_tc_flops == 0 for n in rel)
+    qkv = [n for n in s if n.endswith(".qkv")]
+    assert qkv and all(2 * s[n].tc_flops == d[n].tc_flops for n in qkv)
+    assert 2 * s["patch_embed"].tc_flops == d["patch_embed"].tc_flops  # the patch conv's weight is pruned too
