@@ -74,6 +74,7 @@ def test_backward_gemms_stay_dense_so_train_saves_only_the_forward_half():
     assert sparse_bwd.tc == dense_bwd.tc and sparse_bwd.sparse_tc == 0
 
 
+@pytest.mark.slow  # subprocess CLI round trips / torch import: 7-10 s on 2 cores
 def test_eval_json_labels_both_figures(write_spec, cli):
     path = write_spec(VIT_B_SPARSE)
     out = cli("eval", path, "--batch", "8", "--format", "json")
@@ -219,6 +220,7 @@ def test_bad_sparsity_is_a_located_one_line_error(text, message):
         costspec.loads(text, "s.yaml")
 
 
+@pytest.mark.slow  # subprocess CLI round trips / torch import: 7-10 s on 2 cores
 def test_cli_refuses_fp32_sparse_with_exit_2(write_spec, cli):
     path = write_spec(BASE + 'precision: {dtype: fp32, sparsity: "2:4"}\nlayers:\n  - linear: {out: 8}\n')
     out = cli("eval", path)
@@ -231,6 +233,7 @@ def test_cli_refuses_fp32_sparse_with_exit_2(write_spec, cli):
     assert out.returncode == 2 and "t4 has no sparse (2:4) Tensor-Core bf16 peak" in out.stderr
 
 
+@pytest.mark.slow  # subprocess CLI round trips / torch import: 7-10 s on 2 cores
 def test_validate_compares_the_dense_equivalent_and_says_so():
     pytest.importorskip("torch")
     from costspec.validate import validate
