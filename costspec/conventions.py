@@ -19,9 +19,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sympy
+
+if TYPE_CHECKING:
+    from .errors import Location
 
 FLOPS_PER_MAC = 2
 
@@ -100,6 +103,11 @@ class Precision:
         return ELEMENT_BITS[self.dtype]
 
     def __str__(self) -> str:
+        return self.dtype  # the dtype name: what torch builders, ncu runs and calibrations take
+
+    @property
+    def label(self) -> str:
+        """The precision as report headers show it: the dtype, and the sparsity pattern when sparse."""
         return f"{self.dtype} {self.sparsity}" if self.sparsity else self.dtype
 
     def sparse_weight_bytes(self, weights: sympy.Expr) -> sympy.Expr:
@@ -109,7 +117,7 @@ class Precision:
         return kept * self.bytes_per_element + kept * sympy.Rational(sparse_metadata_bits(self.dtype), 8)
 
     @staticmethod
-    def of_spec(value: Any, inherited: "Precision", where: Any) -> "Precision":
+    def of_spec(value: Any, inherited: "Precision", where: "Location") -> "Precision":
         """The precision a spec's `precision:` value gives: a dtype string, or {dtype, sparsity} (keys left out
         keep the enclosing precision's). A sparse precision must run matmuls on Tensor Cores; `where` (a
         Location) places the error."""

@@ -140,7 +140,7 @@ def build_report(model: Model, pass_: Pass | str, values: Mapping[sympy.Symbol, 
         row.values["share"] = row.values["total_flops"] / (tc + cuda) if tc + cuda else None
     dims = {str(s): int(v) for s, v in values.items()}
     notes = layer_notes(model.op_nodes()) + ([SPARSE_NOTE] if sparse else [])
-    return Report(model.name, pass_, str(model.precision), dims, Table(_columns(sparse), rows, total_row), notes)
+    return Report(model.name, pass_, model.precision.label, dims, Table(_columns(sparse), rows, total_row), notes)
 
 
 def _columns(sparse: bool) -> list[Column]:

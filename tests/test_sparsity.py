@@ -185,7 +185,7 @@ layers:
 """)
     model = costspec.load(spec)
     rows = _rows(model.report("forward", model.bind()))
-    assert str(model.precision) == "fp16 2:4"
+    assert model.precision.label == "fp16 2:4" and str(model.precision) == "fp16"
     assert rows["linear1"].tc_flops == 4 * 64 * 256  # 2*B*C*256 dense, half executed
     assert rows["linear2"].tc_flops == 2 * 4 * 256 * 64 and rows["linear2"].sparse_tc_flops == 0
     assert rows["linear3"].tc_flops == 4 * 64 * 64  # a dtype string keeps the enclosing sparsity
