@@ -301,3 +301,14 @@ def test_model_level_sparsity_leaves_gathered_relative_positions_dense():
     qkv = [n for n in s if n.endswith(".qkv")]
     assert qkv and all(2 * s[n].tc_flops == d[n].tc_flops for n in qkv)
     assert 2 * s["patch_embed"].tc_flops == d["patch_embed"].tc_flops  # the patch conv's weight is pruned too
+
+
+def test_the_html_report_shows_executed_and_dense_equivalent_cards():
+    from costspec.export.html_page import render_page
+    from costspec.html_report import gather
+
+    (dm, _), (sm, _) = _reports("forward")
+    sparse_page = render_page(gather(sm, sm.bind(8), "forward", {}, H100, quiet=True))
+    dense_page = render_page(gather(dm, dm.bind(8), "forward", {}, H100, quiet=True))
+    assert "Tensor-Core FLOPs executed (2:4 GEMMs at half)" in sparse_page
+    assert "Tensor-Core FLOPs dense-equivalent" in sparse_page and "dense-equivalent" not in dense_page
