@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
+from .conventions import SPARSE_MATMUL_CLASSES
+from .cost import runs_sparse
 from .errors import ExpressionError, SpecError
 from .expr import as_exact_int
 from .ops.base import layer_notes
@@ -139,8 +141,26 @@ def build_report(model: Model, pass_: Pass | str, values: Mapping[sympy.Symbol, 
     for row in rows:
         row.values["share"] = row.values["total_flops"] / (tc + cuda) if tc + cuda else None
     dims = {str(s): int(v) for s, v in values.items()}
-    notes = layer_notes(model.op_nodes()) + ([SPARSE_NOTE] if sparse else [])
+    notes = layer_notes(model.op_nodes()) + ([SPARSE_NOTE, *_unpatterned(model, values)] if sparse else [])
     return Report(model.name, pass_, model.precision.label, dims, Table(_columns(sparse), rows, total_row), notes)
+
+
+def _unpatterned(model: Model, values: Mapping[sympy.Symbol, sympy.Integer]) -> list[str]:
+    """A note naming the 2:4 GEMMs whose reduction dim is not a whole number of groups of 4 at these dims."""
+    odd = []
+    for op in model.op_nodes():
+        if not op.precision.sparse:
+            continue
+        parts = {p.name for p in op.fwd_parts if runs_sparse(op.precision, p.name, p.params)}
+        for g in op.op.gemms(op.call):
+            k = sympy.sympify(g.k).xreplace(values)
+            if g.part in parts and g.kind in SPARSE_MATMUL_CLASSES and k.is_Integer and int(k) % 4:
+                odd.append(f"{op.name}{'.' + g.part if g.part else ''} (k={int(k)})")
+    if not odd:
+        return []
+    return ["2:4 GEMMs whose reduction dim k is not a multiple of 4, the pattern's group: " + ", ".join(
+        dict.fromkeys(odd)) + "; they are still charged half their dense FLOPs (a sparse kernel pads k up to a "
+        "multiple of 4 and executes a little more)"]
 
 
 def _columns(sparse: bool) -> list[Column]:

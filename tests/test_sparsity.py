@@ -312,3 +312,12 @@ def test_the_html_report_shows_executed_and_dense_equivalent_cards():
     dense_page = render_page(gather(dm, dm.bind(8), "forward", {}, H100, quiet=True))
     assert "Tensor-Core FLOPs executed (2:4 GEMMs at half)" in sparse_page
     assert "Tensor-Core FLOPs dense-equivalent" in sparse_page and "dense-equivalent" not in dense_page
+
+
+def test_a_reduction_dim_that_is_not_whole_groups_of_4_is_named():
+    model = costspec.loads('costspec: 1\nname: odd\ndims: {B: 4, K: 6}\nprecision: {dtype: bf16, sparsity: "2:4"}\n'
+                           "input: [B, K]\nlayers:\n  - linear: {out: 64}\n  - linear: {out: 8}\n")
+    notes = model.report("forward", model.bind()).notes
+    assert any("not a multiple of 4" in n and "linear1 (k=6)" in n and "linear2" not in n for n in notes)
+    at_8 = model.report("forward", model.bind(sets={"K": 8})).notes
+    assert not any("not a multiple of 4" in n for n in at_8)
