@@ -12,12 +12,19 @@
   scale per 32 elements = 17/32 byte), as sympy Rationals so byte counts stay exact.
 * Everything else (bias and residual adds, scaling, activations, norms, softmax) is CUDA-core
   work: elements x FLOPs-per-element from the cost table (costspec/data/cost_table.yaml).
+* 2:4 structured sparsity (`precision: {sparsity: "2:4"}`) prunes weights: the forward GEMM / conv
+  of a part that holds a weight runs on Sparse Tensor Cores, which execute half its dense FLOPs.
+  Backward GEMMs, attention's QK^T / AV and all pointwise work stay dense (docs/conventions.md).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import sympy
+
+if TYPE_CHECKING:
+    from .errors import Location
 
 FLOPS_PER_MAC = 2
 
@@ -42,11 +49,38 @@ ELEMENT_BITS = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "fp8_e
                 "fp4": 4, "nvfp4": 4, "mxfp4": 4}
 
 
+# Structured sparsity. "2:4" is NVIDIA's 50% pattern (cuSPARSELt: 2:4 for 8- and 16-bit types, 1:2 for
+# tf32, the same 50% of the values). Sparse Tensor Cores run the product with the pruned operand in
+# half the dense time, so they execute 1/SPARSE_SPEEDUP of its dense FLOPs.
+SPARSITY_PATTERNS = ("2:4",)
+DENSE = "none"
+SPARSE_SPEEDUP = 2
+SPARSE_KEPT = sympy.Rational(1, 2)  # fraction of the weight's values stored
+# Matmul classes whose second operand is the layer's weight (attention's sdpa multiplies activations).
+SPARSE_MATMUL_CLASSES = ("gemm", "conv")
+# Parts that hold parameters but whose GEMM does not multiply by a weight matrix a sparse kernel could
+# run: the decomposed relative positions multiply q by rows gathered from their tables per query.
+DENSE_ONLY_PARTS = frozenset({"rel_pos"})
+
+
+def sparse_metadata_bits(dtype: str) -> int:
+    """Index bits stored per kept value of a 2:4 weight: a 2-bit position in its group of 4 for 4-, 8- and
+    16-bit values; tf32's 1:2 pattern is stored as the 2:4 pattern of its two 16-bit halves (4 bits)."""
+    return 2 * max(1, ELEMENT_BITS[dtype] // 16)
+
+
 @dataclass(frozen=True)
 class Precision:
-    """The numeric format a layer runs in, and so the engine its matmul-class FLOPs go to."""
+    """The numeric format a layer runs in, and so the engine its matmul-class FLOPs go to; with
+    `sparsity` "2:4", its weight GEMMs run on Sparse Tensor Cores (forward only)."""
 
     dtype: str = "bf16"
+    sparsity: str | None = None
+
+    @property
+    def sparse(self) -> bool:
+        """True when the weight GEMMs of this precision run 2:4 sparse."""
+        return self.sparsity is not None
 
     @property
     def tensor_cores(self) -> bool:
@@ -69,7 +103,40 @@ class Precision:
         return ELEMENT_BITS[self.dtype]
 
     def __str__(self) -> str:
-        return self.dtype
+        return self.dtype  # the dtype name: what torch builders, ncu runs and calibrations take
+
+    @property
+    def label(self) -> str:
+        """The precision as report headers show it: the dtype, and the sparsity pattern when sparse."""
+        return f"{self.dtype} {self.sparsity}" if self.sparsity else self.dtype
+
+    def sparse_weight_bytes(self, weights: sympy.Expr) -> sympy.Expr:
+        """Bytes of `weights` dense values stored 2:4 compressed: the kept half at the element size plus
+        their position metadata (bf16: 1/2 x 2 B + 1/2 x 2 bits = 9/8 B per dense value, vs 2 B)."""
+        kept = SPARSE_KEPT * weights
+        return kept * self.bytes_per_element + kept * sympy.Rational(sparse_metadata_bits(self.dtype), 8)
+
+    @staticmethod
+    def of_spec(value: Any, inherited: "Precision", where: "Location") -> "Precision":
+        """The precision a spec's `precision:` value gives: a dtype string, or {dtype, sparsity} (keys left out
+        keep the enclosing precision's). A sparse precision must run matmuls on Tensor Cores; `where` (a
+        Location) places the error."""
+        from .errors import SpecError
+
+        if isinstance(value, str):
+            value = {"dtype": value}
+        dtype = value.get("dtype", inherited.dtype)
+        sparsity = value.get("sparsity", inherited.sparsity or DENSE)
+        sparsity = None if sparsity == DENSE else sparsity
+        if sparsity is not None and sparsity not in SPARSITY_PATTERNS:
+            raise SpecError(f"unknown sparsity {sparsity!r}", where.child("sparsity"),
+                            '"2:4" (quoted: unquoted 2:4 is the base-60 integer 124 in YAML) or none')
+        precision = Precision(dtype, sparsity)
+        if precision.sparse and not precision.tensor_cores:
+            raise SpecError(f"sparsity {sparsity} runs on Sparse Tensor Cores, and {dtype} runs matmuls on CUDA "
+                            "cores", where, "a Tensor-Core dtype (" + ", ".join(sorted(_TENSOR_CORE_DTYPES))
+                            + ") or sparsity: none on this layer")
+        return precision
 
     @staticmethod
     def parse(dtype: str) -> str:

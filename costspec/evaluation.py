@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
+from .conventions import SPARSE_MATMUL_CLASSES
+from .cost import runs_sparse
 from .errors import ExpressionError, SpecError
 from .expr import as_exact_int
 from .ops.base import layer_notes
@@ -22,6 +24,7 @@ from .vocab import Pass
 from .walk import NO_GRAD, matmul_engine, node_cost, walk
 
 if TYPE_CHECKING:
+    from .cost import Cost
     from .model import Model
 
 COLUMNS = (
@@ -35,6 +38,16 @@ COLUMNS = (
     Column("count", "count", "count", hidden=True),
     Column("repeat", "repeat", "count", hidden=True),
 )
+# Added after tc_flops when a layer runs 2:4 sparse: `tc_flops` is then what the Tensor Cores execute.
+SPARSE_COLUMNS = (
+    Column("tc_flops", "TC executed", "flops"),
+    Column("tc_flops_dense_equivalent", "TC dense-eq.", "flops"),
+    Column("sparse_tc_flops", "on sparse TC", "flops", hidden=True),
+)
+SPARSE_NOTE = ("2:4 sparse layers: 'TC executed' counts the forward weight GEMMs at half their dense FLOPs (the "
+               "Sparse Tensor Cores skip the pruned zeros); 'TC dense-eq.' counts them dense, as FlopCounterMode "
+               "and dense FLOP counts do; backward GEMMs, attention's QK^T / AV and pointwise work run dense "
+               "(docs/conventions.md#24-structured-sparsity)")
 
 
 @dataclass
@@ -72,6 +85,21 @@ class Report:
     def total(self) -> int:
         return self.tc + self.cuda
 
+    @property
+    def sparse(self) -> bool:
+        """True when some layer runs 2:4 sparse (the table has the dense-equivalent column)."""
+        return "tc_flops_dense_equivalent" in self.table.keys()
+
+    @property
+    def sparse_tc(self) -> int:
+        """Executed FLOPs on Sparse Tensor Cores (0 for a dense model)."""
+        return self._total("sparse_tc_flops") if self.sparse else 0
+
+    @property
+    def tc_dense(self) -> int:
+        """Tensor-Core FLOPs with 2:4 GEMMs counted dense (= tc for a dense model)."""
+        return self._total("tc_flops_dense_equivalent") if self.sparse else self.tc
+
 
 def exact_int(expr, values: Mapping[sympy.Symbol, sympy.Integer], node: Node) -> int:
     """An expression of the dims at bound `values`, as an exact int (a located SpecError if it is not one)."""
@@ -92,6 +120,7 @@ def exact_int(expr, values: Mapping[sympy.Symbol, sympy.Integer], node: Node) ->
 def build_report(model: Model, pass_: Pass | str, values: Mapping[sympy.Symbol, sympy.Integer]) -> Report:
     """Rows and totals for `pass_` at bound dim `values`."""
     pass_ = Pass.parse(pass_, "pass")
+    sparse = any(op.precision.sparse for op in model.op_nodes())
     rows = []
     for step in walk(model.root):
         node = step.node
@@ -101,17 +130,54 @@ def build_report(model: Model, pass_: Pass | str, values: Mapping[sympy.Symbol, 
             "tc_flops": tc, "cuda_flops": cuda, "total_flops": tc + cuda,
             "params": exact_int(cost.params, values, node), "matmul_engine": matmul_engine(node),
             "kind": node.kind, "count": exact_int(step.instances, values, node),
-            "repeat": exact_int(node.times, values, node) if isinstance(node, RepeatNode) else None}))
+            "repeat": exact_int(node.times, values, node) if isinstance(node, RepeatNode) else None,
+            **(_sparse_values(cost, values, node) if sparse else {})}))
     total = node_cost(model.root, pass_, sympy.Integer(1), NO_GRAD)
     tc, cuda = exact_int(total.tc, values, model.root), exact_int(total.cuda, values, model.root)
     total_row = Row("", "total", 0, {"tc_flops": tc, "cuda_flops": cuda, "total_flops": tc + cuda,
                                      "params": exact_int(total.params, values, model.root), "share": 1.0,
-                                     "matmul_engine": None, "kind": "model", "count": 1, "repeat": None})
+                                     "matmul_engine": None, "kind": "model", "count": 1, "repeat": None,
+                                     **(_sparse_values(total, values, model.root, row=False) if sparse else {})})
     for row in rows:
         row.values["share"] = row.values["total_flops"] / (tc + cuda) if tc + cuda else None
     dims = {str(s): int(v) for s, v in values.items()}
-    return Report(model.name, pass_, str(model.precision), dims, Table(list(COLUMNS), rows, total_row),
-                  layer_notes(model.op_nodes()))
+    notes = layer_notes(model.op_nodes()) + ([SPARSE_NOTE, *_unpatterned(model, values)] if sparse else [])
+    return Report(model.name, pass_, model.precision.label, dims, Table(_columns(sparse), rows, total_row), notes)
 
 
-__all__ = ["COLUMNS", "Report", "build_report", "exact_int"]
+def _unpatterned(model: Model, values: Mapping[sympy.Symbol, sympy.Integer]) -> list[str]:
+    """A note naming the 2:4 GEMMs whose reduction dim is not a whole number of groups of 4 at these dims."""
+    odd = []
+    for op in model.op_nodes():
+        if not op.precision.sparse:
+            continue
+        parts = {p.name for p in op.fwd_parts if runs_sparse(op.precision, p.name, p.params)}
+        for g in op.op.gemms(op.call):
+            k = sympy.sympify(g.k).xreplace(values)
+            if g.part in parts and g.kind in SPARSE_MATMUL_CLASSES and k.is_Integer and int(k) % 4:
+                odd.append(f"{op.name}{'.' + g.part if g.part else ''} (k={int(k)})")
+    if not odd:
+        return []
+    return ["2:4 GEMMs whose reduction dim k is not a multiple of 4, the pattern's group: " + ", ".join(
+        dict.fromkeys(odd)) + "; they are still charged half their dense FLOPs (a sparse kernel pads k up to a "
+        "multiple of 4 and executes a little more)"]
+
+
+def _columns(sparse: bool) -> list[Column]:
+    if not sparse:
+        return list(COLUMNS)
+    return [SPARSE_COLUMNS[0], *SPARSE_COLUMNS[1:], *COLUMNS[1:]]
+
+
+def _sparse_values(cost: Cost, values: Mapping[sympy.Symbol, sympy.Integer], node: Node, row: bool = True) -> dict:
+    """The dense-equivalent and sparse-executed Tensor-Core FLOPs of a row; its engine marked 2:4 when
+    some of its GEMMs run sparse."""
+    sparse_tc = exact_int(cost.sparse_tc, values, node)
+    out: dict[str, int | str] = {"tc_flops_dense_equivalent": exact_int(cost.tc_dense, values, node),
+                                 "sparse_tc_flops": sparse_tc}
+    if sparse_tc and row:
+        out["matmul_engine"] = matmul_engine(node) + " 2:4"
+    return out
+
+
+__all__ = ["COLUMNS", "SPARSE_COLUMNS", "Report", "build_report", "exact_int"]

@@ -468,9 +468,11 @@ class Formulas:
     cuda: ClosedForm
     total: ClosedForm
     params: ClosedForm
+    tc_dense: ClosedForm | None = None  # 2:4 sparse models: TC FLOPs with the sparse GEMMs counted dense
 
     def totals(self) -> dict[str, ClosedForm]:
-        return {"tc": self.tc, "cuda": self.cuda, "total": self.total, "params": self.params}
+        dense = {"tc_dense_equivalent": self.tc_dense} if self.tc_dense is not None else {}
+        return {"tc": self.tc, **dense, "cuda": self.cuda, "total": self.total, "params": self.params}
 
 
 def formulas(model: "Model", pass_: Pass | str = Pass.FORWARD, keep: Sequence[str] | None = None,
@@ -488,6 +490,7 @@ def formulas(model: "Model", pass_: Pass | str = Pass.FORWARD, keep: Sequence[st
         rows.append(FormulaRow(node.name, node.label, level, node.kind, closed_form(cost.tc, symbols),
                                closed_form(cost.cuda, symbols), closed_form(params, symbols)))
     total = model.cost(pass_)
-    return Formulas(model.name, model.doc_line, pass_, str(model.precision), symbols, tuple(rows),
+    return Formulas(model.name, model.doc_line, pass_, model.precision.label, symbols, tuple(rows),
                     closed_form(total.tc, symbols), closed_form(total.cuda, symbols),
-                    closed_form(total.tc + total.cuda, symbols), closed_form(model.cost("forward").params, symbols))
+                    closed_form(total.tc + total.cuda, symbols), closed_form(model.cost("forward").params, symbols),
+                    closed_form(total.tc_dense, symbols) if total.sparse_tc != 0 else None)

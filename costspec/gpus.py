@@ -1,7 +1,7 @@
 """The GPU catalog: peaks per engine and dtype, memory bandwidth (data in data/gpus.yaml)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -32,6 +32,7 @@ class Gpu:
     tensor: Mapping[str, float]  # TFLOP/s
     cuda: Mapping[str, float]  # TFLOP/s
     source: tuple[str, ...]
+    tensor_sparse: Mapping[str, float] = field(default_factory=dict)  # TFLOP/s with 2:4 sparsity (datasheet)
 
     @property
     def bandwidth(self) -> float:
@@ -47,6 +48,16 @@ class Gpu:
                              f"(has: {', '.join(self.tensor)})")
         return self.tensor[key] * 1e12
 
+    def sparse_tensor_peak(self, dtype: str) -> float:
+        """Sparse Tensor-Core FLOP/s for 2:4 GEMMs in `dtype`, as the datasheet prints it: dense-equivalent
+        FLOP/s, i.e. the rate at which a 2:4 GEMM's dense FLOPs complete (cuSPARSELt's convention)."""
+        key = matmul_dtype(dtype)
+        if key not in self.tensor_sparse:
+            has = ", ".join(self.tensor_sparse) or "none"
+            raise UsageError(f"{self.key} has no sparse (2:4) Tensor-Core {key} peak in the catalog (has: {has}); "
+                             "a 2:4 layer needs one (a catalog entry's tensor_sparse)")
+        return self.tensor_sparse[key] * 1e12
+
     def supports(self, dtype: str) -> bool:
         """True when the catalog gives this GPU a Tensor-Core peak for `dtype` (fp32 always runs)."""
         return dtype == "fp32" or matmul_dtype(dtype) in self.tensor
@@ -59,7 +70,7 @@ class Gpu:
 
 
 _FIELDS = ("name", "arch", "compute_capability", "sm_count", "boost_clock_mhz", "memory_gb", "memory_bw_gbps",
-           "l2_mb", "tensor", "cuda", "source")
+           "l2_mb", "tensor", "tensor_sparse", "cuda", "source")
 _EXPECTED_ENTRY = "name, memory_gb, memory_bw_gbps, tensor and cuda peaks (TFLOP/s per dtype)"
 
 
@@ -121,7 +132,7 @@ def _entry(doc: MarkedDoc, key: str, e: object) -> Gpu:
                positive(e["memory_bw_gbps"], at + ("memory_bw_gbps",), "memory_bw_gbps"),
                positive(e.get("l2_mb") or 0, at + ("l2_mb",), "l2_mb", zero_ok=True),
                None if clock is None else positive(clock, at + ("boost_clock_mhz",), "boost_clock_mhz"),
-               peaks("tensor"), peaks("cuda"), tuple(source))
+               peaks("tensor"), peaks("cuda"), tuple(source), peaks("tensor_sparse"))
 
 
 def _kind(value: object) -> str:
@@ -161,7 +172,8 @@ def matmul_dtype(dtype: str) -> str:
 def catalog_result(gpus: Mapping[str, Gpu]) -> Result:
     """The catalog as the one result type: a row per GPU, its peaks in TFLOP/s and its memory."""
     columns = [Column("gpu_name", "name", "text"), Column("compute_capability", "CC", "text")]
-    dtypes = [("tensor", d, f"TC {d}") for d in ("bf16", "fp16", "tf32", "fp8")] + [("cuda", "fp32", "CUDA fp32")]
+    dtypes = [("tensor", d, f"TC {d}") for d in ("bf16", "fp16", "tf32", "fp8")]
+    dtypes += [("tensor_sparse", "bf16", "TC bf16 2:4"), ("cuda", "fp32", "CUDA fp32")]
     columns += [Column(f"{engine}_{d}_tflops", title, "text") for engine, d, title in dtypes]
     columns += [Column("memory_bw_gbps", "HBM GB/s", "text"), Column("memory_gb", "mem GB", "text"),
                 Column("source", "source", "text", hidden=True)]
@@ -171,10 +183,12 @@ def catalog_result(gpus: Mapping[str, Gpu]) -> Result:
                         "memory_bw_gbps": f"{g.memory_bw_gbps:g}", "memory_gb": f"{g.memory_gb:g}",
                         "source": list(g.source)}
         for engine, d, _ in dtypes:
-            peaks = g.tensor if engine == "tensor" else g.cuda
+            peaks = {"tensor": g.tensor, "tensor_sparse": g.tensor_sparse, "cuda": g.cuda}[engine]
             values[f"{engine}_{d}_tflops"] = f"{peaks[d]:g}" if d in peaks else None
         rows.append(Row(key, key, 0, values))
     return Result("", [Table(columns, rows, label_title="key")], {}, [
-        "Peaks in dense TFLOP/s (no 2:4 sparsity); sources in costspec/data/gpus.yaml."],
-        {"gpus": {k: {"name": g.name, "tensor_tflops": dict(g.tensor), "cuda_tflops": dict(g.cuda),
+        "Peaks in dense TFLOP/s, except 'TC bf16 2:4': the datasheet's 2:4 sparse peak (dense-equivalent "
+        "FLOP/s), which 2:4 layers run at; sources in costspec/data/gpus.yaml."],
+        {"gpus": {k: {"name": g.name, "tensor_tflops": dict(g.tensor), "tensor_sparse_tflops": dict(g.tensor_sparse),
+                      "cuda_tflops": dict(g.cuda),
                       "memory_bw_gbps": g.memory_bw_gbps, "memory_gb": g.memory_gb} for k, g in sorted(gpus.items())}})

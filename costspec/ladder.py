@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Mapping
 
 from .conventions import Precision
-from .gpus import Gpu
+from .gpus import Gpu, matmul_dtype
 from .results import Column, Result, Row, Table
 from .roofline import Efficiency, estimate
 
@@ -37,6 +37,9 @@ def ladder(model: Model, values: Mapping, gpu: Gpu, pass_: str = "forward", fusi
     """One row per precision `gpu` supports: bytes, intensity, bound, time, speed-up vs fp32 and bf16."""
     efficiency = efficiency or Efficiency()
     rungs = [dtype for dtype in LADDER if gpu.supports(dtype)]
+    sparse = any(op.precision.sparse for op in model.op_nodes())
+    if sparse:  # 2:4 layers run only on Sparse Tensor Cores: the rungs with a sparse peak on this GPU
+        rungs = [d for d in rungs if Precision(d).tensor_cores and matmul_dtype(d) in gpu.tensor_sparse]
     rows: list[Row] = []
     times: dict[str, float] = {}
     for dtype in rungs:
@@ -70,7 +73,8 @@ def ladder(model: Model, values: Mapping, gpu: Gpu, pass_: str = "forward", fusi
              "vs fp32 / vs bf16 = estimated time in that dtype / time in this one (roofline, "
              f"fusion {fusion})"]
     if skipped:
-        notes.append(f"not run by {gpu.key} on Tensor Cores (no catalog peak): {', '.join(skipped)}")
+        why = "(no catalog peak, or no sparse peak for this spec's 2:4 layers)" if sparse else "(no catalog peak)"
+        notes.append(f"not run by {gpu.key} on Tensor Cores {why}: {', '.join(skipped)}")
     header = f"{model.name} | precision ladder | {gpu.key} | pass: {pass_} | {dims}"
     return Result(header, [Table(columns, rows)], notes=notes,
                   meta={"spec": model.name, "gpu": gpu.key, "pass": pass_, "rungs": rungs})

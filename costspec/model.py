@@ -34,12 +34,16 @@ class Model:
         self.doc = doc
         data: Any = doc.data
         if dtype is not None:
-            data = {**data, "precision": {**data.get("precision", {}), "dtype": Precision.parse(dtype)}}
+            spec_precision = data.get("precision", {})
+            if not Precision(Precision.parse(dtype)).tensor_cores and spec_precision.get("sparsity", "none") != "none":
+                raise UsageError(f"--dtype {dtype} runs matmuls on CUDA cores, and this spec's precision has sparsity "
+                                 f"{spec_precision['sparsity']} (Sparse Tensor Cores): choose a Tensor-Core dtype")
+            data = {**data, "precision": {**spec_precision, "dtype": Precision.parse(dtype)}}
         self.name: str = data["name"]
         self.doc_line: str = data.get("doc", "")
         self.source = data.get("source")
         self.dims: Dims = parse_dims(data.get("dims"), doc.locate)
-        self.precision = Precision(data.get("precision", {}).get("dtype", "bf16"))
+        self.precision = Precision.of_spec(data.get("precision", {}), Precision(), doc.locate(("precision",)))
         self.table = flops_per_element(data.get("costs"), doc.locate(("costs",)))
         builder = TreeBuilder(data, doc.locate, self.dims, self.table, collect)
         self.root, self.out_shape = builder.build(self.precision)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
+from .conventions import SPARSE_MATMUL_CLASSES, SPARSE_SPEEDUP, Precision
+from .cost import runs_sparse
 from .evaluation import Report
 from .gpus import POINTWISE_DTYPE, Gpu
 from .ops.base import ZERO
@@ -60,7 +62,23 @@ def _op_traffic(op: OpNode, pass_: str, in_rg: bool, fusion: str) -> dict[str, s
     if pass_ == "backward" and not op.runs_backward(in_rg):
         return {}
     size = op.precision.bytes_per_element
-    return {t.part: (t.reads + t.writes) * size for t in op.op.traffic(op.call, pass_, in_rg, fusion)}
+    out = {t.part: (t.reads + t.writes) * size for t in op.op.traffic(op.call, pass_, in_rg, fusion)}
+    if pass_ == "forward" and op.precision.sparse:
+        for part, weights in _sparse_weights(op).items():
+            if part in out:  # the weight is read compressed: kept values + metadata instead of dense values
+                out[part] = out[part] - weights * size + op.precision.sparse_weight_bytes(weights)
+    return out
+
+
+def _sparse_weights(op: OpNode) -> dict[str, sympy.Expr]:
+    """Dense weight elements per part whose forward GEMMs run 2:4 sparse: n x k of each GEMM / conv (its
+    weight matrix; `count` of them for grouped convs and experts), from the op's GEMM geometry."""
+    sparse_parts = {p.name for p in op.fwd_parts if runs_sparse(op.precision, p.name, p.params)}
+    out: dict[str, sympy.Expr] = {}
+    for g in op.op.gemms(op.call):
+        if g.part in sparse_parts and g.kind in SPARSE_MATMUL_CLASSES:
+            out[g.part] = out.get(g.part, ZERO) + g.n * g.k * g.count
+    return out
 
 
 def node_bytes(node: Node, pass_: str, in_rg: bool, fusion: str) -> sympy.Expr:
@@ -110,7 +128,7 @@ def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: Fu
         if leaf:
             prec = _leaf_precision(node)
             terms = {
-                "TC": row.tc_flops / (gpu.tensor_peak(prec.dtype) * efficiency.tc) if row.tc_flops else 0.0,
+                "TC": tc_seconds(gpu, prec, row.tc_flops, row.get("sparse_tc_flops") or 0) / efficiency.tc,
                 "CUDA": row.cuda_flops / (gpu.cuda_peak(POINTWISE_DTYPE if prec.tensor_cores else prec.dtype)
                                     * efficiency.cuda) if row.cuda_flops else 0.0,
                 "memory": nbytes / (gpu.bandwidth * efficiency.memory) if nbytes else 0.0,
@@ -136,12 +154,29 @@ def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: Fu
     table.attach(COLUMNS[3], {r.name: t for r, t in zip(report.rows, times)}, total_time)
     mfu = None
     if total_time and report.tc and model.precision.tensor_cores:
-        mfu = report.tc / (total_time * gpu.tensor_peak(model.precision.dtype))
+        # the share of the time the Tensor Cores need at their peak (dense or 2:4 sparse)
+        mfu = tc_seconds(gpu, model.precision, report.tc, report.sparse_tc) / total_time
     notes = [f"roofline on {gpu.name}: time = max(TC FLOPs / TC peak, CUDA FLOPs / CUDA peak, bytes / "
              f"{gpu.memory_bw_gbps:g} GB/s) per kernel, summed; fusion: {fusion}; "
              f"efficiency tc={efficiency.tc:g} cuda={efficiency.cuda:g} memory={efficiency.memory:g}; "
              "'*' marks a block whose leaves have different bounds (the dominant one shown)"]
+    if report.sparse:
+        notes.append("2:4 sparse GEMMs run at the catalog's sparse Tensor-Core peak, which (as datasheets print it) "
+                     "counts their dense-equivalent FLOPs: their time is dense-equivalent FLOPs / sparse peak; "
+                     "their weights are read compressed (the kept half plus its position metadata)")
     return RooflineReport(gpu, fusion, report.rows, nbytes, total_time, mfu, notes)
+
+
+def tc_seconds(gpu: Gpu, precision: Precision, tc: float, sparse_tc: float) -> float:
+    """Seconds the Tensor Cores need for `tc` executed FLOPs at peak, `sparse_tc` of them on Sparse Tensor
+    Cores. The datasheet's sparse peak counts a 2:4 GEMM's dense-equivalent FLOPs (SPARSE_SPEEDUP x executed)."""
+    if not tc:
+        return 0.0
+    dense = tc - sparse_tc
+    seconds = dense / gpu.tensor_peak(precision.dtype) if dense else 0.0
+    if sparse_tc:
+        seconds += SPARSE_SPEEDUP * sparse_tc / gpu.sparse_tensor_peak(precision.dtype)
+    return seconds
 
 
 def _encloses(walked, j: int, i: int) -> bool:

@@ -274,6 +274,8 @@ def _exprs(model: Model, pass_: str) -> dict[str, Any]:
     exprs: dict[str, Any] = {d.name: d.symbol for d in model.dims.derived()}
     exprs.update({"tc_flops": cost.tc, "cuda_flops": cost.cuda, "total_flops": cost.tc + cost.cuda,
                   "params": cost.params})
+    if cost.sparse_tc != 0:  # 2:4 layers: tc_flops is executed; the dense-equivalent counts them dense
+        exprs["tc_flops_dense_equivalent"] = cost.tc_dense
     return exprs
 
 

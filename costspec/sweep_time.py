@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
 
+from .conventions import SPARSE_SPEEDUP
 from .gpus import POINTWISE_DTYPE, Gpu
 from .walk import node_cost
 from .progress import progress
@@ -44,7 +45,16 @@ def _leaves(model: Model, pass_: str, fusion: str):
         op = node.owner if isinstance(node, PartNode) else node
         assert isinstance(op, OpNode), "a leaf row is an op or a part of one"
         precision = op.precision
-        yield precision, cost.tc, cost.cuda, total_bytes(node, pass_, mult, in_rg, fusion)
+        yield precision, cost.tc, cost.sparse_tc, cost.cuda, total_bytes(node, pass_, mult, in_rg, fusion)
+
+
+def _tc_seconds(gpu: Gpu, precision, tc, sparse_tc):
+    """`roofline.tc_seconds` over grid arrays: dense TC FLOPs at the dense peak, 2:4 GEMMs' dense-equivalent
+    FLOPs (SPARSE_SPEEDUP x executed) at the sparse peak."""
+    seconds = (tc - sparse_tc) / gpu.tensor_peak(precision.dtype)
+    if precision.sparse and sparse_tc.any():
+        seconds = seconds + SPARSE_SPEEDUP * sparse_tc / gpu.sparse_tensor_peak(precision.dtype)
+    return seconds
 
 
 def grid_times(model: Model, grid: Grid, pass_: str, gpu: Gpu, fixed: Mapping[str, int] | None = None,
@@ -58,12 +68,12 @@ def grid_times(model: Model, grid: Grid, pass_: str, gpu: Gpu, fixed: Mapping[st
     hits = {b: np.zeros(grid.size, dtype=bool) for b in BOUNDS}
     total_bytes_ = np.zeros(grid.size, dtype=np.int64)
     with progress("sweep --gpu: leaves", len(leaves), quiet) as tick:
-        for precision, tc, cuda, nbytes in leaves:
-            exprs = {"tc": tc, "cuda": cuda, "bytes": sympy.sympify(nbytes)}
+        for precision, tc, sparse_tc, cuda, nbytes in leaves:
+            exprs = {"tc": tc, "sparse_tc": sparse_tc, "cuda": cuda, "bytes": sympy.sympify(nbytes)}
             v = {k: np.asarray(a) for k, a in evaluate_grid(model, grid, exprs, fixed).items()}
             zero = np.zeros(grid.size)
             terms = {
-                "TC": v["tc"] / (gpu.tensor_peak(precision.dtype) * efficiency.tc) if np.any(v["tc"]) else zero,
+                "TC": _tc_seconds(gpu, precision, v["tc"], v["sparse_tc"]) / efficiency.tc if np.any(v["tc"]) else zero,
                 "CUDA": v["cuda"] / (gpu.cuda_peak(POINTWISE_DTYPE if precision.tensor_cores else precision.dtype)
                                      * efficiency.cuda) if np.any(v["cuda"]) else zero,
                 "memory": v["bytes"] / (gpu.bandwidth * efficiency.memory),

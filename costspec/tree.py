@@ -130,7 +130,7 @@ class OpNode(Node):
 
     def part_forward(self, name: str) -> Cost:
         part = next(p for p in self.fwd_parts if p.name == name)
-        return route(part.work, part.params, self.precision, self.table)
+        return route(part.work, part.params, self.precision, self.table, part.name)
 
     def runs_backward(self, in_rg: bool) -> bool:
         """False when nothing before this op needs a gradient and it has no parameters of its own (an
@@ -538,7 +538,8 @@ class TreeBuilder:
         if "args" in layer and kind not in ("repeat", "block"):
             raise SpecError("'args' only belongs to a repeat or a block", self.locate(path + ("args",)))
         if "precision" in layer:
-            env = _Env(env.names, env.raw_params, Precision(layer["precision"]), env.blocks_stack, env.depth)
+            precision = Precision.of_spec(layer["precision"], env.precision, self.locate(path + ("precision",)))
+            env = _Env(env.names, env.raw_params, precision, env.blocks_stack, env.depth)
         name = layer.get("name")
         if kind == "residual":
             if name is not None:

@@ -169,7 +169,21 @@ def validate(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], pass_: 
         ignored=sorted(((op, n, why) for (op, why), n in measured.ignored.items()), key=lambda t: (-t[1], t[0])),
         outside=sorted(measured.outside.items()),
         unknown=[(u.phase, path_slot.get(u.module, u.module), u.op, u.elements) for u in measured.unknown],
-        problems=measured.problems, notes=layer_notes(model.op_nodes()))
+        problems=measured.problems, notes=layer_notes(model.op_nodes()) + _sparse_note(model))
+
+
+def _sparse_note(model: Model) -> list[str]:
+    """2:4 layers run dense in the generated module, so the comparison is on dense-equivalent matmul FLOPs."""
+    from .cost import runs_sparse
+
+    sparse = sorted({op.name for op in model.op_nodes()
+                     if any(runs_sparse(op.precision, p.name, p.params) for p in op.fwd_parts)})
+    if not sparse:
+        return []
+    shown = ", ".join(sparse[:4]) + (f" and {len(sparse) - 4} more" if len(sparse) > 4 else "")
+    return [f"2:4 sparse layers ({shown}): the generated module runs their weights dense and FlopCounterMode counts "
+            "dense FLOPs, so matmul is compared on the dense-equivalent FLOPs; the executed Tensor-Core FLOPs "
+            "(half of their forward weight GEMMs, `eval`) are not measured here"]
 
 
 def _path_slots(model: Model, module, outside: str) -> tuple[dict[str, str], dict[str, OpNode]]:

@@ -11,7 +11,7 @@ from . import cli, options
               help="A YAML catalog of your own GPUs, added to (or overriding) the built-in one.")
 @options.output_format()
 def gpus_command(catalog, fmt):
-    """List the GPUs with their dense Tensor-Core and CUDA-core peaks and memory bandwidth."""
+    """List the GPUs with their Tensor-Core peaks (dense; bf16 also 2:4 sparse), CUDA-core peaks and bandwidth."""
     from ..export.render import render
     from ..gpus import catalog as load_catalog
     from ..gpus import catalog_result

@@ -67,7 +67,7 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
     if fmt == "csv":
         text = to_csv(grid, columns)
     else:
-        meta = {"spec": model.name, "pass": pass_, "precision": str(model.precision), "fixed": dict(sets),
+        meta = {"spec": model.name, "pass": pass_, "precision": model.precision.label, "fixed": dict(sets),
                 "varied": list(grid.names), "gpu": gpu}
         text = render(sweep_result(grid, columns, meta, notes), fmt)
     if plot:

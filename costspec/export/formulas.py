@@ -43,9 +43,10 @@ def render_text(result: Formulas) -> str:
             lines.append(f"{pad}  {what:<7}{form.text()}")
     if result.rows:
         lines.append("")
-    width = 12
-    for what, form in (("TC FLOPs", result.tc), ("CUDA FLOPs", result.cuda), ("total FLOPs", result.total),
-                       ("params", result.params)):
+    width = 12 if result.tc_dense is None else 13
+    tc = [("TC FLOPs", result.tc)] if result.tc_dense is None else [  # 2:4 GEMMs: executed and dense-equivalent
+        ("TC executed", result.tc), ("TC dense-eq.", result.tc_dense)]
+    for what, form in (*tc, ("CUDA FLOPs", result.cuda), ("total FLOPs", result.total), ("params", result.params)):
         lines.append(f"{what:<{width}}= {form.text()}")
     lines.append("where")
     width = max(len(d.name) for d in sym.dims) if sym.dims else 0

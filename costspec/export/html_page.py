@@ -61,6 +61,9 @@ def _cards(d: PageData) -> str:
     r = d.report
     cards = [(units.si(r.total), f"total FLOPs ({r.pass_})"), (units.si(r.tc), "Tensor-Core FLOPs"),
              (units.si(r.cuda), "CUDA-core FLOPs"), (units.params(r.params), "parameters")]
+    if r.sparse:  # 2:4 layers: the TC card is executed FLOPs; the dense-equivalent beside it
+        cards[1:2] = [(units.si(r.tc), "Tensor-Core FLOPs executed (2:4 GEMMs at half)"),
+                      (units.si(r.tc_dense), "Tensor-Core FLOPs dense-equivalent")]
     if d.roof:
         cards.append((units.seconds(d.roof.time_s), f"estimated time on {d.gpu.key if d.gpu else ''}"))
         cards.append((units.si(d.roof.bytes, "B"), "bytes moved"))

@@ -47,6 +47,9 @@ def render_latex(result: Formulas, standalone: bool = False) -> str:
                 lhs = rf"F^{{{mark}}}_{{\text{{\texttt{{{tex_escape(row.name)}}}}}}}"
                 eqs.append(_equation(lhs, form, names, key(section, row.name)))
         eqs.append(_equation(rf"F^{{{mark}}}", getattr(result, section), names, key(section)))
+        if section == "tc" and result.tc_dense is not None:  # 2:4 GEMMs above at their executed FLOPs
+            eqs.append("% Tensor-Core FLOPs with the 2:4 sparse GEMMs counted dense (dense-equivalent)\n")
+            eqs.append(_equation(r"F^{\mathrm{TC}}_{\text{dense-eq.}}", result.tc_dense, names, key("tc", "dense")))
     eqs.append(_equation("F", result.total, names, key("total")))
     eqs.append(_equation("P", result.params, names, key("params")))
     body = [f"% costspec latex: {for_latex_comment(result.spec_name)}, {result.pass_} pass, "

@@ -33,6 +33,8 @@ def eval_result(report: Report, depth: int | None = None, roof=None) -> Result:
                   "dims": report.dims, "totals": {"tc_flops": report.tc, "cuda_flops": report.cuda,
                                                   "total_flops": report.total, "params": report.params},
                   "conventions": CONVENTIONS}
+    if report.sparse:  # tc_flops is what the Tensor Cores execute; the dense-equivalent counts 2:4 GEMMs dense
+        meta["totals"].update({"tc_flops_dense_equivalent": report.tc_dense, "sparse_tc_flops": report.sparse_tc})
     notes = list(report.notes)
     if roof is not None:
         meta["roofline"] = {"gpu": roof.gpu.key, "fusion": str(roof.fusion), "bytes": roof.bytes,

@@ -8,9 +8,9 @@ from ..sweep import Grid
 from ..sweep_time import GridTimes
 
 _KINDS: dict[str, Kind] = {"tc_flops": "flops", "cuda_flops": "flops", "total_flops": "flops", "params": "params",
-                           "bytes": "bytes", "time_s": "seconds", "bound": "text"}
+                           "bytes": "bytes", "time_s": "seconds", "bound": "text", "tc_flops_dense_equivalent": "flops"}
 _TITLES = {"tc_flops": "TC FLOPs", "cuda_flops": "CUDA FLOPs", "total_flops": "total", "params": "params",
-           "bytes": "bytes", "time_s": "est. time", "bound": "bound"}
+           "bytes": "bytes", "time_s": "est. time", "bound": "bound", "tc_flops_dense_equivalent": "TC dense-eq."}
 
 
 def with_times(values: Mapping[str, Any], times: GridTimes | None) -> dict[str, Any]:

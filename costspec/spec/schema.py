@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ..conventions import DTYPES
+from ..conventions import DENSE, DTYPES, SPARSITY_PATTERNS
 from ..cost_table import default_table
 from ..ops import spec_ops
 
@@ -22,6 +22,11 @@ _SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
 _COUNT = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],
           "x-expected": "a non-negative integer or an expression string"}
 _LAYERS = {"type": "array", "items": {"$ref": "#/$defs/layer"}, "minItems": 1}
+_SPARSITY = {"anyOf": [{"enum": [*SPARSITY_PATTERNS, DENSE]}],
+             "x-expected": '"2:4" (quoted: unquoted 2:4 is the base-60 integer 124 in YAML) or none',
+             "description": '"2:4": weight GEMMs run on Sparse Tensor Cores (forward); none: dense'}
+_PRECISION = {"type": "object", "additionalProperties": False,
+              "properties": {"dtype": {"enum": list(DTYPES)}, "sparsity": _SPARSITY}}
 _MODULE_PATH = r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$"
 _MODULE_PATTERN = r"^([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*$"
 _IGNORE = {"type": "array", "minItems": 1,
@@ -56,7 +61,9 @@ def build_schema() -> dict:
     layer_props: dict = {name: op.schema() for name, op in sorted(ops.items())}
     layer_props.update({
         "name": {"type": "string", "pattern": NAME_PATTERN, "description": "this layer's name in dotted paths"},
-        "precision": {"enum": list(DTYPES), "description": "override the spec's dtype for this layer"},
+        "precision": {"anyOf": [{"enum": list(DTYPES)}, _PRECISION],
+                      "x-expected": "a dtype (" + ", ".join(DTYPES) + ") or {dtype, sparsity}",
+                      "description": "override the spec's precision for this layer (keys left out keep it)"},
         "residual": {"anyOf": [_LAYERS, {"type": "object", "additionalProperties": False,
                                          "required": ["body", "shortcut"],
                                          "properties": {"body": _LAYERS, "shortcut": _LAYERS}}],
@@ -123,8 +130,7 @@ def build_schema() -> dict:
                        "description": "paper / config the spec follows"},
             "dims": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
                      "additionalProperties": dim, "description": "named sizes; each is a sympy symbol"},
-            "precision": {"type": "object", "additionalProperties": False,
-                          "properties": {"dtype": {"enum": list(DTYPES)}}},
+            "precision": _PRECISION,
             "costs": {"type": "object", "additionalProperties": False,
                       "properties": {kind: {"type": "number", "minimum": 0} for kind in sorted(default_table())},
                       "description": "override CUDA-core FLOPs per element of cost-table kinds"},
