@@ -228,11 +228,11 @@ class TokenEmbedding(nn.Module):
 
 
 class PositionEmbedding(nn.Module):
-    """x + table[:S] (a learned (length, C) table, broadcast over the batch)."""
+    """x + table[:S] (a learned (length, C) table, broadcast over the batch; frozen: no gradient)."""
 
-    def __init__(self, length: int, dim: int):
+    def __init__(self, length: int, dim: int, trainable: bool = True):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(length, dim))
+        self.weight = nn.Parameter(torch.zeros(length, dim), requires_grad=trainable)
         if not self.weight.is_meta:
             nn.init.normal_(self.weight, std=0.02)
 

@@ -167,7 +167,7 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
         import transformers
     except ImportError:
         raise MissingExtraError("transformers", "hf", "costspec validate --against hf:...") from None
-    cls: Any = getattr(transformers, class_name, None)
+    cls: Any = getattr(transformers, class_name, None) or _model_module_class(class_name)
     if not (inspect.isclass(cls) and getattr(cls, "config_class", None) is not None):
         raise UsageError(f"--against hf:{class_name}: transformers {transformers.__version__} has no model class "
                          f"{class_name!r}")
@@ -197,6 +197,25 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
     with torch.device(device):
         module = model_cls(config, **kwargs)
     return module, None, described
+
+
+def _model_module_class(class_name: str) -> Any:
+    """A class transformers does not export at its top level (WhisperEncoder): looked up in the modeling
+    module of the model type its name starts with (whisper -> transformers.models.whisper.modeling_whisper)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    lowered = class_name.lower()
+    types = sorted((t for t in CONFIG_MAPPING_NAMES if lowered.startswith(t.replace("_", "").replace("-", ""))),
+                   key=len, reverse=True)
+    for model_type in types:
+        module_name = model_type.replace("-", "_")
+        try:
+            module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+        except ImportError:
+            continue
+        if inspect.isclass(getattr(module, class_name, None)):
+            return getattr(module, class_name)
+    return None
 
 
 def _constructor_params(cls) -> set[str]:
