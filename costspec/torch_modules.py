@@ -143,12 +143,12 @@ class _FanOut(torch.autograd.Function):
     tensor was made: n adds per element (a reader whose output went unused contributes nothing)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, n: int):  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, n: int):
         ctx.set_materialize_grads(False)
         return tuple(x.view_as(x) for _ in range(n + 1))
 
     @staticmethod
-    def backward(ctx, *grads):  # type: ignore[override]
+    def backward(ctx, *grads):
         present = [g for g in grads if g is not None]
         total = present[0] if present else None
         for g in present[1:]:

@@ -228,8 +228,9 @@ class Attention(OpDef):
         Attr("queries", "count", "learned queries n: n learned query tokens (parameters) attend to the input's "
              "tokens, output [B, n, C] (SigLIP's attention-pooling head); q and the output projection run on "
              "B*n rows, k and v on B*S (fused_qkv fuses k and v). 0 (default): self-attention", default=0),
-        Attr("rel_bias", "choice", "a learned relative-position bias added to every score: t5 (a per-layer table "
-             "of `buckets` x heads over T5's log-bucketed distances) or swin (a (2w-1)^2 x heads table over the "
+        Attr("rel_bias", "choice", "a learned relative-position bias added to every score: t5 (a table of "
+             "`buckets` x heads over T5's log-bucketed distances; per layer, or made in one layer and read by later "
+             "ones: rel_bias_readers, rel_bias_shared) or swin (a (2w-1)^2 x heads table over the "
              "relative offsets in each window, Swin). The bucket / offset of each (query, key) pair depends on "
              "positions only and is computed once (a buffer); gathering the table is free, adding it is one add "
              "per score", default="none", choices=("none", "t5", "swin")),
@@ -492,7 +493,8 @@ class Attention(OpDef):
         if a.rel_bias != "none" and not a.rel_bias_shared:
             # the gathered table's gradient added into its rows; with readers, first their gradients summed
             pairs = g.h * g.t * g.t
-            parts.append(Part("rel_bias", pointwise("scatter_add", pairs) + pointwise("add", a.rel_bias_readers * pairs)))
+            summed = pointwise("add", a.rel_bias_readers * pairs)
+            parts.append(Part("rel_bias", pointwise("scatter_add", pairs) + summed))
         sdpa = sdpa_backward(self._sdpa(call), a.backend)
         readers = len([p for p in qkv if p[0] != "q"]) if queries else len(qkv)  # projections reading x
         if readers > 1 and input_grad:  # dX of the projections reading x summed: one add per extra reader
@@ -599,7 +601,8 @@ class Attention(OpDef):
         and dV per query head and reads them back for the group sum. RoPE reads and writes q and k
         (plus its cos/sin tables); the relative positions read q and the tables, write rel_h and rel_w
         and read them back into the bias; a rel_bias table is gathered into a bias per (query, key)
-        pair of one problem (written once, read per score by the SDPA). Learned queries are read once."""
+        pair of one problem (written once, read per score by the SDPA); with readers, their gradients are
+        read and added into it. Learned queries are read once."""
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
         shape = self._sdpa(call)
