@@ -48,4 +48,7 @@ def _register(module_name: str) -> None:
 
 
 # One line per family group (keep this list additive: each group's owner appends its line).
-_register("vision")  # vit, deit (issue 15, h-import; dinov2, clip, sam follow)
+_register("vision")  # vit, deit, dinov2 (issue 15, h-import)
+_register("towers")  # clip, clip_vision_model, sam, sam_vision_model
+_register("bert")  # bert, roberta
+_register("decoders")  # gpt2, llama
