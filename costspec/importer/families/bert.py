@@ -47,7 +47,8 @@ def build_bert(cfg: HFConfig, roberta: bool = False) -> str:
         spec.note(GELU_NEW_NOTE)
     spec.precision(cfg.dtype, cfg.dtype_source)
     spec.input(["B", "S"], "token ids")
-    spec.doc = (f"{label} encoder imported from a Hugging Face config: token + segment + learned position embeddings, LayerNorm, post-LN layers "
+    spec.doc = (f"{label} encoder imported from a Hugging Face config: token + segment + learned position "
+                "embeddings, LayerNorm, post-LN layers "
                 f"(width {C}, {heads} heads with separate q/k/v projections, {fn} MLP); no pooler, no LM head")
     if roberta:
         spec.note("RoBERTa numbers positions from pad_token_id + 1 (create_position_ids_from_input_ids), so S is at "

@@ -54,17 +54,19 @@ def build_gpt2(cfg: HFConfig) -> str:
                 + (" tied to the token embedding" if tied else " (its own weight: tie_word_embeddings false)"))
     scale = "" if cfg.get_bool("scale_attn_weights", True) else ", scale: none"
     hidden = "F" if inner is not None else "4*C"
+    scale_note = "; scale_attn_weights" if scale else ""
+    inner_note = "" if inner is not None else " (n_inner null: 4 x n_embd)"
     spec.block("gpt2_block", f"""\
 - residual:
     - layernorm: {{}}  # ln_1 (layer_norm_epsilon does not change the cost)
       source: ln_1
     # causal: QK^T and AV counted over the full S x S (as executed, as FlopCounterMode counts)
-    - attention: {{heads: heads, causal: true{scale}}}  # c_attn (fused qkv, bias), c_proj{"; scale_attn_weights" if scale else ""}
+    - attention: {{heads: heads, causal: true{scale}}}  # c_attn (fused qkv, bias), c_proj{scale_note}
       source: attn
 - residual:
     - layernorm: {{}}  # ln_2
       source: ln_2
-    - mlp: {{hidden: {hidden}, fn: {fn}}}  # c_fc -> activation_function -> c_proj{"" if inner is not None else " (n_inner null: 4 x n_embd)"}
+    - mlp: {{hidden: {hidden}, fn: {fn}}}  # c_fc -> activation_function -> c_proj{inner_note}
       source: mlp
 """)
     spec.header.append("# `source:` names modules of transformers' GPT2LMHeadModel")
@@ -111,8 +113,11 @@ def build_llama(cfg: HFConfig) -> str:
     kv = cfg.get_int("num_key_value_heads", heads)
     if heads % kv:
         raise ImportProblem(f"{cfg.where('num_key_value_heads')} = {kv} does not divide num_attention_heads = {heads}")
-    head_dim = cfg.get_int("head_dim", C // heads if C % heads == 0 else 0) if cfg.has("head_dim") or C % heads == 0 \
-        else cfg.get_int("head_dim")
+    if cfg.get("head_dim") is not None:
+        head_dim = cfg.get_int("head_dim")
+    else:  # LlamaConfig: head_dim = hidden_size // num_attention_heads
+        check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
+        head_dim = C // heads
     explicit_d = head_dim * heads != C
     spec.dim("B", 1, "batch size")
     spec.dim("S", cfg.get_int("max_position_embeddings", 2048),

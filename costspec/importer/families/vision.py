@@ -9,10 +9,11 @@ from .common import GELU_NEW_NOTE, activation, check_divides, qkv_grad_ignore, s
 DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
 
 
-def _vit_dims(spec: SpecText, cfg: HFConfig, mlp: int | None) -> tuple[int, int]:
-    """img, patch, C, heads, L (and F when `mlp` is given); returns (C, heads)."""
+def _vit_dims(spec: SpecText, cfg: HFConfig, mlp: int | None, patch_default: int = 16) -> tuple[int, int]:
+    """img, patch, C, heads, L (and F when `mlp` is given); returns (C, heads). Defaults: the config
+    class's (ViTConfig, DeiTConfig: patch 16; Dinov2Config: patch 14)."""
     img = square_size(cfg, "image_size", 224)
-    patch = square_size(cfg, "patch_size", 16)
+    patch = square_size(cfg, "patch_size", patch_default)
     if img % patch:
         raise ImportProblem(f"{cfg.where('image_size')} = {img} is not a multiple of patch_size = {patch}")
     C = cfg.get_int("hidden_size", 768)
@@ -136,7 +137,7 @@ DINOV2_IGNORED = {
 
 def build_dinov2(cfg: HFConfig) -> str:
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type dinov2, transformers' Dinov2Model)")
-    C, heads = _vit_dims(spec, cfg, None)
+    C, heads = _vit_dims(spec, cfg, None, patch_default=14)
     ratio = cfg.get("mlp_ratio", 4)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
         raise ImportProblem(f"{cfg.where('mlp_ratio')} = {ratio!r}: expected a positive number")
