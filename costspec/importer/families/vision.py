@@ -159,7 +159,8 @@ def build_dinov2(cfg: HFConfig) -> str:
                   "validate --against shows params +C in the embeddings row")
     _precision(spec, cfg)
     spec.input(["B", _channels(cfg), "img", "img"], "num_channels")
-    spec.doc = (f"DINOv2 image encoder imported from a Hugging Face config: patch {square_size(cfg, 'patch_size', 14)}, "
+    patch = square_size(cfg, "patch_size", 14)
+    spec.doc = (f"DINOv2 image encoder imported from a Hugging Face config: patch {patch}, "
                 f"width {C}, {heads} heads, pre-LN blocks with layer scale, "
                 + ("SwiGLU MLP" if swiglu else f"{fn} MLP") + ", final LayerNorm; no pooler, no head")
     mlp = ("{hidden: F, gated: true, fn: silu}  # use_swiglu_ffn: weights_in (gate and up in one Linear), "
