@@ -92,7 +92,7 @@ def build_gpt2(cfg: HFConfig) -> str:
 
 
 GPT2 = Family(("gpt2",), "GPT2LMHeadModel", build_gpt2, "GPT-2 with its LM head (tied unless the config says not)",
-              architectures=("GPT2Model",))
+              architectures=("GPT2Model",), refused=("n_ctx larger than n_positions", "add_cross_attention: true"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,6 +190,8 @@ def build_llama(cfg: HFConfig) -> str:
 
 
 LLAMA = Family(("llama",), "LlamaModel", build_llama, "Llama-style decoder backbone (LlamaModel: no LM head)",
-               architectures=("LlamaForCausalLM",))
+               architectures=("LlamaForCausalLM",),
+               refused=("num_key_value_heads that does not divide num_attention_heads",
+                        "quantization_config (an unknown key: quantized weights change the precision)"))
 
 FAMILY_LIST = (GPT2, LLAMA)
