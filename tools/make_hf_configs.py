@@ -43,6 +43,12 @@ ZOO_CONFIGS: dict[str, tuple[str, dict]] = {
     "llama_1b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
                                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
                                  "max_position_embeddings": 2048}),
+    # specs/t5_small_encoder.yaml: the T5Config defaults are t5-small (d_model 512, d_kv 64, d_ff 2048, 6 layers,
+    # 8 heads, vocab 32128, 32 buckets up to 128, relu)
+    "t5_small_encoder": ("T5Config", {}),
+    # specs/whisper_tiny_encoder.yaml: the WhisperConfig defaults are whisper-tiny (d_model 384, 4 encoder
+    # layers, 6 heads, FFN 1536, 80 mel bins, 1500 positions)
+    "whisper_tiny_encoder": ("WhisperConfig", {}),
 }
 
 

@@ -50,3 +50,4 @@ _register("vision")  # vit, deit, dinov2 (issue 15, h-import)
 _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
 _register("bert")  # bert, roberta
 _register("decoders")  # gpt2, llama
+_register("encdec")  # t5, whisper: the encoders of encoder-decoders (h-encdec)
