@@ -170,3 +170,13 @@ def test_composite_configs_read_their_vision_config(tmp_path):
     data["vision_config"]["num_experts"] = 2
     with pytest.raises(ImportProblem, match="key vision_config.num_experts not understood"):
         import_hf(write_config(tmp_path, data))
+
+
+def test_json_format(tmp_path, capsys):
+    code, text, _ = run(["import", "hf", str(VIT_B), "--format", "json"], capsys)
+    data = json.loads(text)
+    assert code == 0 and data["family"] == "vit" and data["hf_class"] == "ViTModel" and data["written"] is None
+    assert loads(data["spec"]).name == "vit_b"
+    out = tmp_path / "v.yaml"
+    code, text, _ = run(["import", "hf", str(VIT_B), "-o", str(out), "--format", "json"], capsys)
+    assert json.loads(text)["written"] == str(out) and "spec" not in json.loads(text) and out.exists()
