@@ -129,7 +129,7 @@ def build_llama(cfg: HFConfig) -> str:
              "num_key_value_heads")
     if explicit_d:
         spec.dim("D", head_dim, "head dim (not hidden_size / heads)", "head_dim")
-    spec.dim("F", cfg.get_int("intermediate_size", 11008), "SwiGLU intermediate size", "intermediate_size")
+    spec.dim("F", cfg.get_int("intermediate_size", 11008), "gated MLP intermediate size", "intermediate_size")
     spec.dim("L", cfg.get_int("num_hidden_layers", 32), "decoder layers", "num_hidden_layers")
     spec.dim("V", cfg.get_int("vocab_size", 32000), "vocabulary size", "vocab_size")
     fn = activation(cfg, "hidden_act", "silu")
