@@ -17,6 +17,7 @@ from hypothesis import strategies as st  # noqa: E402
 from conftest import ROOT  # noqa: E402
 from import_check import assert_exact, import_and_check, write_config  # noqa: E402
 
+from costspec.against.check import summary  # noqa: E402
 from costspec.importer import import_hf  # noqa: E402
 from costspec.importer.config import ImportProblem  # noqa: E402
 from costspec.model import load, loads  # noqa: E402
@@ -54,6 +55,23 @@ def test_hub_configs_legacy_keys_are_understood(tmp_path):
         zoo = load(ROOT / f"specs/{spec}.yaml")
         got, want = imported.report("train", imported.bind(2)), zoo.report("train", zoo.bind(2))
         assert (got.tc, got.cuda, got.params) == (want.tc, want.cuda, want.params)
+
+
+def test_t5_gated_gelu_differs_only_by_gelu_new_ops(tmp_path):
+    """feed_forward_proj gated-gelu (Flan-T5, T5 v1.1) runs transformers' gelu_new, python-level ops the
+    spec prices as one gelu_tanh (the note in the spec says so): matmul FLOPs and parameters exact, the
+    differences only in those kinds."""
+    config = transformers.T5Config(**T5_SMALL, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+    _, results = import_and_check(config, tmp_path, passes=("train",))
+    text = import_hf(tmp_path / "config.json").text
+    assert "fn: gelu_tanh" in text and "feed_forward_proj gated-gelu (gelu_new)" in text
+    gelu_new = {"gelu_tanh", "gelu_tanh_backward", "tanh", "tanh_backward", "unknown:aten.pow", "add", "mul",
+                "scale"}
+    for phase in results["train"].phases.values():
+        total = phase.rows[-1]
+        assert total.real_params == total.spec_params
+        assert {kind for _, kind, _, _ in phase.failures} <= gelu_new, phase.failures
+    assert all(t["real_reconciled"] == t["spec_matmul"] for t in summary(results["train"]).values())
 
 
 @pytest.mark.parametrize("key, value, message", [
