@@ -185,19 +185,26 @@ def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[st
 
 
 class ScopeTracker(ModuleTracker):
-    """torch's ModuleTracker (what FlopCounterMode attributes with), with two backward scopes closed
-    that torch's leaves open for the rest of the backward pass (measured: torch 2.13 notes, §6a):
+    """torch's ModuleTracker (what FlopCounterMode attributes with), with the backward scopes that
+    torch's opens late or leaves open for the rest of the backward pass (measured: torch 2.13
+    notes, §6a) opened and closed where the module's own backward work runs:
 
     * a module whose inputs need no gradient (the first layer with parameters) leaves its
       backward scope when its parameters' gradients are computed; torch's tracker waits for
       input gradients that never come, and charges every later backward op to it as well;
     * a module that returns its input unchanged (Dropout(p=0), a flatten of one axis) has no
       backward scope; torch's tracker enters one when the output's gradient arrives and never
-      leaves it, because the exit hook (on the same tensor) fired first.
+      leaves it, because the exit hook (on the same tensor) fired first;
+    * a value that many modules return or read (T5's position bias: computed in the first layer,
+      returned by it and passed through every later one, added to the scores of all of them) has
+      its gradient complete only when the last reader's backward ran. A module enters its
+      backward scope when the first of its outputs' gradients arrives (torch's waits for all),
+      and leaves it when the gradients of the inputs it does not pass through are computed
+      (torch's waits for all inputs), so the pass-through value holds no scope open.
     """
 
     def _fw_pre_hook(self, mod, input) -> None:
-        super()._fw_pre_hook(mod, input)
+        self._get_append_fn(self._get_mod_name(mod), False)()  # the input-gradient exit: _fw_post_hook
         args, _ = tree_flatten(input)
         if torch.is_grad_enabled() and not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             params = [p for p in mod.parameters() if p.requires_grad]
@@ -205,12 +212,18 @@ class ScopeTracker(ModuleTracker):
                 self._hooks.append(register_multi_grad_hook(params, self._get_pop_fn(self._get_mod_name(mod), True)))
 
     def _fw_post_hook(self, mod, input, output) -> None:
-        inputs = {id(a) for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor)}
+        name = self._get_mod_name(mod)
+        self._get_pop_fn(name, False)()
+        inputs = [a for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
         outputs = [a for a in tree_flatten(output)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
-        if outputs and all(id(a) in inputs for a in outputs):  # identity: no backward work of its own
-            self._get_pop_fn(self._get_mod_name(mod), False)()
+        passed = {id(a) for a in outputs} & {id(a) for a in inputs}
+        if outputs and len(passed) == len({id(a) for a in outputs}):  # identity: no backward work of its own
             return
-        super()._fw_post_hook(mod, input, output)
+        own = [a for a in inputs if id(a) not in passed] or inputs
+        if own:
+            self._hooks.append(register_multi_grad_hook(own, self._get_pop_fn(name, True)))
+        if outputs:
+            self._hooks.append(register_multi_grad_hook(outputs, self._get_append_fn(name, True), mode="any"))
 
 
 @dataclass

@@ -75,6 +75,8 @@ def build_module(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer]):
     built: list[tuple[OpNode, object]] = []
     root.steps = _fill(root, model.root.children, ev, built)
     _tie(built)
+    for i, (node, module) in enumerate(built):  # values shared with an earlier layer (OpDef.link)
+        node.op.link(node.call, module, built[:i])
     first = next(model.op_nodes(), None)
     for name, ref in model.root.inputs.items():
         size = tuple(ev(d) for d in ref.shape)

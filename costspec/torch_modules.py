@@ -138,13 +138,36 @@ class RelPosBias(nn.Module):
         return bias.reshape(b, h, s, s)
 
 
+class _FanOut(torch.autograd.Function):
+    """One tensor handed to n + 1 readers (views); the backward sums their gradients here, where the
+    tensor was made: n adds per element (a reader whose output went unused contributes nothing)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, n: int):
+        ctx.set_materialize_grads(False)
+        return tuple(x.view_as(x) for _ in range(n + 1))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        present = [g for g in grads if g is not None]
+        total = present[0] if present else None
+        for g in present[1:]:
+            total = total + g
+        return total, None
+
+
 class RelBiasTable(nn.Module):
     """A learned relative-position bias (heads columns) gathered per (query, key) pair: T5's log-bucketed
     distances ("t5", buckets, max_distance; bidirectional, as T5's encoder) or Swin's offsets in a
-    qh x qw window ("swin", qh, qw). The pair -> row index depends on positions only: a buffer."""
+    qh x qw window ("swin", qh, qw). The pair -> row index depends on positions only: a buffer.
 
-    def __init__(self, heads: int, kind: str, a: int, b: int):
+    A T5 table with `readers` hands its bias to that many later layers (T5 computes it in its first
+    layer and passes it on): `add_reader` gives each its slot of `shared`, filled in every forward."""
+
+    def __init__(self, heads: int, kind: str, a: int, b: int, readers: int = 0):
         super().__init__()
+        self.readers, self.linked = readers, 0
+        self.shared: tuple[torch.Tensor, ...] = ()
         if kind == "t5":
             rows, self.tokens = a, None
             self.buckets, self.max_distance = a, b
@@ -170,9 +193,20 @@ class RelBiasTable(nn.Module):
         self.tokens = s
         self.register_buffer("index", self.t5_index(s), persistent=False)
 
+    def add_reader(self) -> int | None:
+        """The slot of `shared` the next reading layer takes, or None when all `readers` are taken."""
+        if self.linked >= self.readers:
+            return None
+        self.linked += 1
+        return self.linked - 1
+
     def forward(self) -> torch.Tensor:
         bias = F.embedding(self.index, self.table)  # (t, t, heads): a gather
-        return bias.permute(2, 0, 1).unsqueeze(0)  # (1, heads, t, t)
+        bias = bias.permute(2, 0, 1).unsqueeze(0)  # (1, heads, t, t)
+        if self.readers:  # the later layers read their views; their gradients are summed in here
+            bias, *rest = _FanOut.apply(bias, self.readers)
+            self.shared = tuple(rest)
+        return bias
 
 
 class TokenEmbedding(nn.Module):
@@ -194,11 +228,11 @@ class TokenEmbedding(nn.Module):
 
 
 class PositionEmbedding(nn.Module):
-    """x + table[:S] (a learned (length, C) table, broadcast over the batch)."""
+    """x + table[:S] (a learned (length, C) table, broadcast over the batch; frozen: no gradient)."""
 
-    def __init__(self, length: int, dim: int):
+    def __init__(self, length: int, dim: int, trainable: bool = True):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(length, dim))
+        self.weight = nn.Parameter(torch.zeros(length, dim), requires_grad=trainable)
         if not self.weight.is_meta:
             nn.init.normal_(self.weight, std=0.02)
 
@@ -270,10 +304,13 @@ class SelfAttention(nn.Module):
             self.rope = Rotary(self.rope_dims, rope_len)
         if rel_pos:
             self.rel_pos = RelPosBias(head_dim, (window, window) if window else grid)
-        if rel_bias is not None:
+        # ("t5_shared", ...): the bias of an earlier layer's table, (table, slot) set by Attention.link
+        self.bias_source: tuple[RelBiasTable, int] | None = None
+        if rel_bias is not None and rel_bias[0] != "t5_shared":
             self.rel_bias = RelBiasTable(heads, *rel_bias)
             if rel_bias[0] == "t5":
                 self.rel_bias.set_tokens(rope_len)
+        self.reads_bias = rel_bias is not None and rel_bias[0] == "t5_shared"
         if sliding_window:  # additive mask, built once: 0 for keys i-w+1..i, -inf elsewhere
             i = torch.arange(rope_len)[:, None]
             j = torch.arange(rope_len)[None, :]
@@ -329,6 +366,11 @@ class SelfAttention(nn.Module):
         mask = self.rel_pos(_alias(q)) if hasattr(self, "rel_pos") else None  # (B, h, S, S)
         if hasattr(self, "rel_bias"):
             mask = self.rel_bias()  # (1, h, S, S), broadcast over the problems
+        elif self.reads_bias:  # an earlier layer's (its table made it in this forward)
+            if self.bias_source is None or not self.bias_source[0].shared:
+                raise RuntimeError("a shared T5 bias read before a layer with a table made it")
+            table, slot = self.bias_source
+            mask = table.shared[slot]
         if self.shift:  # (nW, t, t) per window, repeated over the batch: (B*nW, 1, t, t)
             shifted = self.shift_mask.unsqueeze(0).expand(b, -1, -1, -1).reshape(-1, 1, *self.shift_mask.shape[1:])
             mask = shifted if mask is None else shifted + mask  # + the bias table (1, h, t, t)

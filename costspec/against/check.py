@@ -244,12 +244,18 @@ def _extra_rules(entries: list[Ignored], paths: list[str], rowmap: RowMap, phase
     return out
 
 
+# RMSNorm classes whose name does not say so: T5's "LayerNorm" scales by the root mean square (no mean
+# subtracted, no bias), as nn.RMSNorm does (T5 and its descendants: mT5, UMT5, LongT5, Pix2Struct)
+RMSNORM_BY_OTHER_NAMES = frozenset({"T5LayerNorm"})
+
+
 def _rmsnorm_classes(module) -> list[type]:
     """RMSNorm classes of the real model (LlamaRMSNorm, ...) counted as torch.nn.RMSNorm is: their
     pow / mean / add / rsqrt / mul ops as one rmsnorm kind (registered for this run only)."""
     from .. import runtime_count
 
-    classes = sorted({type(m) for m in module.modules() if type(m).__name__.endswith("RMSNorm")
+    classes = sorted({type(m) for m in module.modules()
+                      if (type(m).__name__.endswith("RMSNorm") or type(m).__name__ in RMSNORM_BY_OTHER_NAMES)
                       and runtime_count.decomposed_kinds(m) is None}, key=str)
     for cls in classes:
         runtime_count.DECOMPOSED[cls.__name__] = runtime_count.DECOMPOSED["RMSNorm"]

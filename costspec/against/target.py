@@ -167,7 +167,7 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
         import transformers
     except ImportError:
         raise MissingExtraError("transformers", "hf", "costspec validate --against hf:...") from None
-    cls: Any = getattr(transformers, class_name, None)
+    cls: Any = getattr(transformers, class_name, None) or _model_module_class(class_name)
     if not (inspect.isclass(cls) and getattr(cls, "config_class", None) is not None):
         raise UsageError(f"--against hf:{class_name}: transformers {transformers.__version__} has no model class "
                          f"{class_name!r}")
@@ -176,6 +176,7 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
     described = [f"transformers {transformers.__version__} {class_name} on {device}, no weights"]
     defaults = config_cls()
     data = _read_config(config_file) if config_file is not None else {}
+    data = _tower_config(data, config_cls, described)
     described.append(f"config: {config_file}" if config_file is not None
                      else f"config: {config_cls.__name__}() defaults")
     ctor = _constructor_params(cls)
@@ -197,6 +198,44 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
     with torch.device(device):
         module = model_cls(config, **kwargs)
     return module, None, described
+
+
+def _model_module_class(class_name: str) -> Any:
+    """A class transformers does not export at its top level (WhisperEncoder): looked up in the modeling
+    module of the model type its name starts with (whisper -> transformers.models.whisper.modeling_whisper)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    lowered = class_name.lower()
+    types = sorted((t for t in CONFIG_MAPPING_NAMES if lowered.startswith(t.replace("_", "").replace("-", ""))),
+                   key=len, reverse=True)
+    for model_type in types:
+        module_name = model_type.replace("-", "_")
+        try:
+            module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+        except ImportError:
+            continue
+        if inspect.isclass(getattr(module, class_name, None)):
+            return getattr(module, class_name)
+    return None
+
+
+def _tower_config(data: dict, config_cls: Any, described: list[str]) -> dict:
+    """A composite config (CLIP's, SAM's: `model_type` clip, with a `vision_config`) given for a tower
+    class (CLIPVisionModelWithProjection): the nested config of the tower's model_type, with the
+    composite's own keys that the tower's config class also has (CLIP's top-level projection_dim,
+    which CLIPModel's visual_projection uses). Any other config: as it is."""
+    wanted = getattr(config_cls, "model_type", None)
+    if not wanted or data.get("model_type") in (None, wanted):
+        return data
+    for key, value in data.items():
+        if isinstance(value, dict) and value.get("model_type") == wanted:
+            defaults = config_cls()
+            shared = {k: v for k, v in data.items() if not isinstance(v, dict) and hasattr(defaults, k)
+                      and k not in ("model_type", "architectures", "transformers_version", "_name_or_path")}
+            described.append(f"config: {key} of the {data['model_type']} config"
+                             + (f" with its {', '.join(sorted(shared))}" if shared else ""))
+            return {**value, **shared}
+    return data
 
 
 def _constructor_params(cls) -> set[str]:

@@ -229,11 +229,19 @@ class Attention(OpDef):
         Attr("queries", "count", "learned queries n: n learned query tokens (parameters) attend to the input's "
              "tokens, output [B, n, C] (SigLIP's attention-pooling head); q and the output projection run on "
              "B*n rows, k and v on B*S (fused_qkv fuses k and v). 0 (default): self-attention", default=0),
-        Attr("rel_bias", "choice", "a learned relative-position bias added to every score: t5 (a per-layer table "
-             "of `buckets` x heads over T5's log-bucketed distances) or swin (a (2w-1)^2 x heads table over the "
+        Attr("rel_bias", "choice", "a learned relative-position bias added to every score: t5 (a table of "
+             "`buckets` x heads over T5's log-bucketed distances; per layer, or made in one layer and read by later "
+             "ones: rel_bias_readers, rel_bias_shared) or swin (a (2w-1)^2 x heads table over the "
              "relative offsets in each window, Swin). The bucket / offset of each (query, key) pair depends on "
              "positions only and is computed once (a buffer); gathering the table is free, adding it is one add "
              "per score", default="none", choices=("none", "t5", "swin")),
+        Attr("rel_bias_shared", "bool", "rel_bias: t5 -- this layer reads the bias of the nearest earlier layer "
+             "with a table (T5 computes it in its first layer and passes it to every later one): it adds it to its "
+             "scores but has no table (no parameters, no gather); its gradient is summed at that layer",
+             default=False),
+        Attr("rel_bias_readers", "count", "rel_bias: t5 with a table -- how many later layers read this layer's bias "
+             "(rel_bias_shared: true; T5: L-1). Their gradients and this layer's are summed here, where the bias is "
+             "made: one add per (head, query, key) element and reader. 0 (default): none", default=0),
         Attr("shift", "count", "Swin's shifted windows: the grid is rolled by -shift on both axes before the "
              "window partition (and back after), and an additive mask keeps each window's tokens to their own "
              "region (one add per score); needs window (dividing the grid) and 0 < shift < window. 0: none",
@@ -361,6 +369,12 @@ class Attention(OpDef):
             if sympy.sympify(a.shift - a.window).is_number and a.shift >= a.window:
                 raise call.fail(f"shift {a.shift} is not smaller than the window {a.window}", "shift",
                                 "0 < shift < window")
+        if (a.rel_bias_shared or not _is_zero(a.rel_bias_readers)) and a.rel_bias != "t5":
+            which = "rel_bias_shared" if a.rel_bias_shared else "rel_bias_readers"
+            raise call.fail(f"{which} shares a T5 bias between layers: set rel_bias: t5", which, "rel_bias: t5 with it")
+        if a.rel_bias_shared and not _is_zero(a.rel_bias_readers):
+            raise call.fail("a layer reading another layer's bias (rel_bias_shared) has no table for others to read",
+                            "rel_bias_readers", "rel_bias_readers on the layer with the table")
         if a.rel_bias == "swin" and not self._windowed(call):
             raise call.fail("rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)",
                             "rel_bias", "window: w with it")
@@ -476,7 +490,7 @@ class Attention(OpDef):
             parts.append(Part("rope", self._rope_work(call, g)))
         if a.rel_pos:
             parts.append(Part("rel_pos", self._rel_pos_forward(g), self._rel_pos_params(g)))
-        if a.rel_bias != "none":  # a table gather (no FLOPs); its add to the scores is in the SDPA
+        if a.rel_bias != "none" and not a.rel_bias_shared:  # a table gather (no FLOPs); its add is in the SDPA
             parts.append(Part("rel_bias", Work(), self._rel_bias_table(call, g) * g.h))
         sdpa = sdpa_forward(self._sdpa(call), a.backend)
         if not _is_zero(a.shift) and a.rel_bias != "none":  # shift mask + bias table: one mask for the SDPA
@@ -499,8 +513,11 @@ class Attention(OpDef):
             parts.append(Part("rope", self._rope_work(call, g)))
         if a.rel_pos:
             parts.append(Part("rel_pos", self._rel_pos_backward(g)))
-        if a.rel_bias != "none":  # the gathered table's gradient added into its rows
-            parts.append(Part("rel_bias", pointwise("scatter_add", g.h * g.t * g.t)))
+        if a.rel_bias != "none" and not a.rel_bias_shared:
+            # the gathered table's gradient added into its rows; with readers, first their gradients summed
+            pairs = g.h * g.t * g.t
+            summed = pointwise("add", a.rel_bias_readers * pairs)
+            parts.append(Part("rel_bias", pointwise("scatter_add", pairs) + summed))
         sdpa = sdpa_backward(self._sdpa(call), a.backend)
         readers = len([p for p in qkv if p[0] != "q"]) if queries or g.ckv is not None else len(qkv)
         reads_grad = call.wiring.needs_grad(1, input_grad) if g.ckv is not None else input_grad
@@ -617,7 +634,8 @@ class Attention(OpDef):
         and dV per query head and reads them back for the group sum. RoPE reads and writes q and k
         (plus its cos/sin tables); the relative positions read q and the tables, write rel_h and rel_w
         and read them back into the bias; a rel_bias table is gathered into a bias per (query, key)
-        pair of one problem (written once, read per score by the SDPA). Learned queries are read once."""
+        pair of one problem (written once, read per score by the SDPA); with readers, their gradients are
+        read and added into it. Learned queries are read once."""
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
         shape = self._sdpa(call)
@@ -640,9 +658,11 @@ class Attention(OpDef):
         if a.rope:
             n, tables = (g.nq + g.nk) * a.rope_dims / g.d, 2 * g.t * a.rope_dims
             out.append(Traffic("rope", n + tables, n))
-        if a.rel_bias != "none":
+        if a.rel_bias != "none" and not a.rel_bias_shared:  # (a reader's bias is read by its SDPA only)
             table, pairs = self._rel_bias_table(call, g) * g.h, g.h * g.t * g.t
-            out.append(Traffic("rel_bias", table, pairs) if pass_ == "forward" else Traffic("rel_bias", pairs, table))
+            summed = a.rel_bias_readers * pairs  # the readers' gradients: each read and added in
+            out.append(Traffic("rel_bias", table, pairs) if pass_ == "forward"
+                       else Traffic("rel_bias", pairs + 2 * summed, table + summed))
         if a.rel_pos:
             rel = g.nb * g.h * g.t * (g.qh + g.qw)  # rel_h and rel_w
             gathered = (g.qh * g.qh + g.qw * g.qw) * g.d
@@ -661,7 +681,8 @@ class Attention(OpDef):
         grid = tuple(ev(x) for x in _pair(a.grid)) if (self._windowed(call) or a.rel_pos) else None
         rel_bias = None
         if a.rel_bias == "t5":
-            rel_bias = ("t5", ev(a.buckets), ev(a.max_distance))
+            rel_bias = (("t5_shared", 0, 0) if a.rel_bias_shared
+                        else ("t5", ev(a.buckets), ev(a.max_distance), ev(a.rel_bias_readers)))
         elif a.rel_bias == "swin":
             rel_bias = ("swin", ev(g.qh), ev(g.qw))
         return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), bool(a.q_bias), bool(a.o_bias), a.fused_qkv,
@@ -671,6 +692,24 @@ class Attention(OpDef):
                              rope_dims=ev(a.rope_dims) if a.rope else 0, sliding_window=ev(a.sliding_window),
                              queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift),
                              cross=ev(g.ckv) if g.ckv is not None else 0)
+
+    def link(self, call: OpCall, module, earlier: list) -> None:
+        """rel_bias_shared: read the bias of the nearest earlier attention layer with a T5 table."""
+        if not call.attrs.rel_bias_shared:
+            return
+        owners = [(n, m) for n, m in earlier if n.op is self and n.call.attrs.rel_bias == "t5"
+                  and not n.call.attrs.rel_bias_shared]
+        if not owners:
+            raise call.fail("rel_bias_shared reads the T5 bias of an earlier layer, but no earlier attention layer "
+                            "has a table", "rel_bias_shared",
+                            "an earlier attention with rel_bias: t5 and rel_bias_readers (T5: the first layer)")
+        node, owner = owners[-1]
+        slot = owner.rel_bias.add_reader()
+        if slot is None:
+            raise call.fail(f"more layers read the T5 bias of '{node.name}' than its rel_bias_readers "
+                            f"{owner.rel_bias.readers}", "rel_bias_shared",
+                            f"rel_bias_readers on '{node.name}' counting every layer that reads it")
+        module.bias_source = (owner.rel_bias, slot)
 
     def gemms(self, call: OpCall) -> list[Gemm]:
         """Projections as GEMMs on their rows (the (padded) tokens, or the learned queries); SDPA's QK^T

@@ -388,6 +388,11 @@ class OpDef:
         """Make `module` use the weight of `source` (see tied_to)."""
         raise NotImplementedError
 
+    def link(self, call: OpCall, module: Any, earlier: list) -> None:
+        """Connect `module` to a value an earlier layer's module computes (T5's shared position bias).
+        `earlier`: the (OpNode, module) pairs built before this one, in layer order (a repeat's
+        instances one by one). torch_build calls it after building the whole model. Default: nothing."""
+
     def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list["Traffic"]:
         """Elements read and written per part (bytes = elements x the precision's element size).
 

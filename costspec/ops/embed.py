@@ -122,10 +122,13 @@ class PositionEmbedding(OpDef):
 
     name = "position_embedding"
     doc = ("Learned absolute position embedding: a (length x C) table whose first S rows are added to the "
-           "tokens [B, S, C] (BERT, GPT-2); one add per element.")
+           "tokens [B, S, C] (BERT, GPT-2); one add per element. With trainable: false a fixed table (Whisper's "
+           "sinusoidal positions, a frozen parameter): its parameters counted, no gradient computed for it.")
     default_name = "pos_embed"
     attrs = (Attr("length", "size", "table rows, the maximum sequence length (default: the input's S)",
-                  default=lambda shape, a: shape[1] if len(shape) > 1 else 1),)
+                  default=lambda shape, a: shape[1] if len(shape) > 1 else 1),
+             Attr("trainable", "bool", "whether the table gets a gradient (false: a frozen table, e.g. Whisper's "
+                  "sinusoidal encoder positions; still counted in the parameters, as torch counts it)", default=True))
 
     def output_shape(self, call: OpCall):
         requires(self, call, 3, "tokens [B, S, C]")
@@ -146,7 +149,9 @@ class PositionEmbedding(OpDef):
         """d(table[:S]) = the output gradient summed over the batch; dx = the output gradient (no work).
 
         NB: the (S, C) table gains a leading batch dim in the add, which autograd always reduces
-        (even at B = 1), so B*S*C elements are summed at every batch size."""
+        (even at B = 1), so B*S*C elements are summed at every batch size. A frozen table: no work."""
+        if not call.attrs.trainable:
+            return [Part("", Work())]
         return [Part("", pointwise("bias_grad", numel(call.in_shape)))]
 
     def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
@@ -155,12 +160,14 @@ class PositionEmbedding(OpDef):
         b, s, c = call.in_shape
         if pass_ == "forward":
             return [Traffic("", b * s * c + s * c, b * s * c)]
+        if not call.attrs.trainable:
+            return [Traffic("", ZERO, ZERO)]
         return [Traffic("", b * s * c, call.attrs.length * c)]
 
     def build(self, call: OpCall, ev):
         from ..torch_modules import PositionEmbedding as TorchPositionEmbedding
 
-        return TorchPositionEmbedding(ev(call.attrs.length), ev(call.in_shape[2]))
+        return TorchPositionEmbedding(ev(call.attrs.length), ev(call.in_shape[2]), bool(call.attrs.trainable))
 
 
 @register_op

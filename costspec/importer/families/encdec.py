@@ -1,0 +1,233 @@
+"""The encoders of encoder-decoder models: T5 (T5EncoderModel) and Whisper (WhisperEncoder).
+
+Only the encoder stack is imported (the decoder needs cross-attention, not written by this importer):
+the config keys that describe the decoder are read as such and named in the spec's notes.
+"""
+from __future__ import annotations
+
+from ..config import HFConfig, ImportProblem
+from ..emit import SpecText
+from . import Family
+from .common import ACTIVATIONS, GELU_NEW_NOTE, activation, check_divides
+
+DECODER_ONLY = "describes the decoder, which this importer leaves out (the spec is the encoder)"
+
+# ----------------------------------------------------------------------------------------------
+# T5
+# ----------------------------------------------------------------------------------------------
+T5_IGNORED = {
+    "num_decoder_layers": DECODER_ONLY,
+    "scale_decoder_outputs": DECODER_ONLY,
+    "is_encoder_decoder": "the model is an encoder-decoder; the spec is its encoder",
+    "tie_word_embeddings": "ties the LM head to the embedding: no LM head in the encoder",
+    "dense_act_fn": "derived by T5Config from feed_forward_proj (read)",
+    "is_gated_act": "derived by T5Config from feed_forward_proj (read)",
+    "n_positions": "a legacy key T5 does not use: its positions are the relative-position bias",
+    "output_past": "a legacy generation flag (use_cache)",
+}
+T5_REFUSED = ("feed_forward_proj with an activation the importer does not price",
+              "relative_attention_max_distance not above relative_attention_num_buckets / 4")
+
+
+def _t5_mlp(cfg: HFConfig) -> tuple[bool, str, str]:
+    """(gated, costspec fn, transformers' activation) from feed_forward_proj ('relu', 'gated-gelu', ...)."""
+    proj = cfg.get_str("feed_forward_proj", "relu")
+    parts = proj.split("-")
+    gated = len(parts) == 2 and parts[0] == "gated"
+    if len(parts) > 2 or (len(parts) == 2 and not gated):
+        raise cfg.refuse("feed_forward_proj", "expected an activation or gated-<activation> (relu, gated-gelu, ...)")
+    act = "gelu_new" if proj == "gated-gelu" else parts[-1]  # T5Config's special case
+    if act not in ACTIVATIONS:
+        raise cfg.refuse("feed_forward_proj", f"an activation the importer does not price (expected one of "
+                                              f"{', '.join(ACTIVATIONS)}, or gated-<one of them>)")
+    return gated, ACTIVATIONS[act], act
+
+
+def build_t5(cfg: HFConfig) -> str:
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type t5, transformers' T5EncoderModel)")
+    C = cfg.get_int("d_model", 512)
+    heads = cfg.get_int("num_heads", 8)
+    D = cfg.get_int("d_kv", 64)
+    buckets = cfg.get_int("relative_attention_num_buckets", 32)
+    distance = cfg.get_int("relative_attention_max_distance", 128)
+    if buckets < 4 or distance <= buckets // 4:
+        raise cfg.refuse("relative_attention_max_distance", f"with {buckets} buckets: expected at least 4 buckets "
+                                                             "and a max distance above buckets / 4")
+    gated, fn, act = _t5_mlp(cfg)
+    L = cfg.get_int("num_layers", 6)
+    spec.dim("B", 1, "batch size")
+    spec.dim("S", 512, "sequence length (tokens; T5's relative positions have no table limit)")
+    spec.dim("C", C, "width", "d_model")
+    spec.dim("heads", heads, "attention heads", "num_heads")
+    spec.dim("D", D, "per-head dim (heads*D need not be C)", "d_kv")
+    spec.dim("F", cfg.get_int("d_ff", 2048), "MLP hidden size", "d_ff")
+    spec.dim("L", L, "encoder blocks", "num_layers")
+    spec.dim("V", cfg.get_int("vocab_size", 32128), "vocabulary size", "vocab_size")
+    if act == "gelu_new":
+        spec.note(GELU_NEW_NOTE.replace("hidden activation gelu_new", "feed_forward_proj gated-gelu (gelu_new)"))
+    spec.note(f"The encoder only (num_decoder_layers {cfg.get('num_decoder_layers', L)} decoder blocks and the LM "
+              "head are not imported). The relative-position bias is made in the first block and read by the others; "
+              "their gradients are summed where it is made.")
+    spec.precision(cfg.dtype, cfg.dtype_source)
+    spec.input(["B", "S"], "token ids")
+    mlp_kind = f"gated {fn}" if gated else fn
+    spec.doc = (f"T5 encoder imported from a Hugging Face config: token embedding, {L} pre-norm blocks (width {C}, "
+                f"{heads} heads of dim {D} with separate q/k/v/o projections, no score scale, a relative-position "
+                f"bias of {buckets} buckets shared by all blocks, {mlp_kind} MLP), RMS norms, final norm; no biases")
+    mlp = (f"- mlp: {{hidden: F, gated: true, fn: {fn}, bias: false}}  # {act}(wi_0(x)) * wi_1(x) -> wo" if gated
+           else f"- mlp: {{hidden: F, fn: {fn}, bias: false}}  # wi -> {act} -> wo")
+    spec.block("t5_block", f"""\
+params: {{reads: true, readers: 0}}
+layers:
+  - residual:
+      - rmsnorm: {{}}  # T5LayerNorm: no mean subtracted, no bias (layer_norm_epsilon does not change the cost)
+        name: norm1
+        source: layer.0.layer_norm
+      # no attention mask: every sequence fills S. The first block gathers the bias, the others read it
+      - attention: {{heads: heads, head_dim: D, fused_qkv: false, qkv_bias: false, proj_bias: false,
+                    scale: none, rel_bias: t5, buckets: {buckets}, max_distance: {distance},
+                    rel_bias_shared: reads, rel_bias_readers: readers}}
+        source: layer.0.SelfAttention
+  - residual:
+      - rmsnorm: {{}}
+        name: norm2
+        source: layer.1.layer_norm
+      {mlp}
+        source: layer.1.DenseReluDense
+""")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' T5EncoderModel")
+    spec.ignore("""\
+- module: encoder.block.0.layer.0.SelfAttention
+  extra: {select: "S*S", add: "S*S"}
+  pass: forward
+  reason: >-
+    T5's _relative_position_bucket picks exact or log-spaced buckets with torch.where and adds the
+    direction offset in place on the (S, S) grid of positions: work on shapes only, which the counter
+    keeps because it counts torch.where for SDPA's causal masks; the spec's bucket index is a buffer
+""")
+    at = "\n  at:\n    - {indices: [0], name: first, args: {reads: false, readers: L - 1}}" if L > 1 else (
+        "\n  args: {reads: false}")
+    spec.layers(f"""\
+- embedding: {{vocab: V, dim: C}}
+  name: embed
+  source: [shared, encoder.embed_tokens]  # one table: `shared` holds it, embed_tokens looks it up
+- repeat: L
+  name: blocks
+  body: t5_block
+  source: encoder.block{at}
+- rmsnorm: {{}}
+  name: final_norm
+  source: encoder.final_layer_norm
+""")
+    cfg.check_understood(T5_IGNORED)
+    return spec.render()
+
+
+# ----------------------------------------------------------------------------------------------
+# Whisper
+# ----------------------------------------------------------------------------------------------
+NOT_IN_EVAL = "a training-time augmentation or drop; costspec counts the model as it runs in eval mode"
+CLASSIFIER = "WhisperForAudioClassification's head only"
+WHISPER_IGNORED = {
+    "vocab_size": DECODER_ONLY, "decoder_layers": DECODER_ONLY, "decoder_attention_heads": DECODER_ONLY,
+    "decoder_ffn_dim": DECODER_ONLY, "max_target_positions": DECODER_ONLY, "decoder_layerdrop": DECODER_ONLY,
+    "tie_word_embeddings": DECODER_ONLY, "forced_decoder_ids": DECODER_ONLY, "alignment_heads": DECODER_ONLY,
+    "median_filter_width": "word-level timestamps of the decoder's cross-attention (post-processing)",
+    "scale_embedding": "scales the decoder's token embeddings (the encoder computes the factor and does not use it)",
+    "is_encoder_decoder": "the model is an encoder-decoder; the spec is its encoder",
+    "encoder_layerdrop": NOT_IN_EVAL, "apply_spec_augment": NOT_IN_EVAL, "mask_time_prob": NOT_IN_EVAL,
+    "mask_time_length": NOT_IN_EVAL, "mask_time_min_masks": NOT_IN_EVAL, "mask_feature_prob": NOT_IN_EVAL,
+    "mask_feature_length": NOT_IN_EVAL, "mask_feature_min_masks": NOT_IN_EVAL,
+    "use_weighted_layer_sum": CLASSIFIER, "classifier_proj_size": CLASSIFIER,
+    "init_std": "initialisation only",
+    "num_hidden_layers": "an alias WhisperConfig sets to encoder_layers (read)",
+}
+WHISPER_REFUSED = ("activation_function the importer does not price",)
+
+
+def build_whisper(cfg: HFConfig) -> str:
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type whisper, transformers' "
+                                  "WhisperEncoder)")
+    C = cfg.get_int("d_model", 384)
+    heads = cfg.get_int("encoder_attention_heads", 6)
+    check_divides(cfg, "d_model", C, "encoder_attention_heads", heads)
+    L = cfg.get_int("encoder_layers", 4)
+    alias = cfg.get("num_hidden_layers", L)
+    if alias != L:
+        raise ImportProblem(f"{cfg.where('num_hidden_layers')} = {alias!r} differs from encoder_layers = {L} "
+                            "(WhisperConfig keeps them equal)")
+    fn = activation(cfg, "activation_function", "gelu")
+    spec.dim("B", 1, "batch size")
+    spec.dim("M", cfg.get_int("num_mel_bins", 80), "mel bins", "num_mel_bins")
+    spec.dim("S", cfg.get_int("max_source_positions", 1500), "positions after the stride-2 conv",
+             "max_source_positions")
+    spec.derived("T", "2*S", "input frames (WhisperEncoder requires exactly 2 * max_source_positions)")
+    spec.dim("C", C, "width", "d_model")
+    spec.dim("heads", heads, "attention heads", "encoder_attention_heads")
+    spec.dim("F", cfg.get_int("encoder_ffn_dim", 1536), "MLP hidden size", "encoder_ffn_dim")
+    spec.dim("L", L, "encoder blocks", "encoder_layers")
+    if cfg.get("activation_function") == "gelu_new":
+        spec.note(GELU_NEW_NOTE.replace("hidden activation", "activation_function"))
+    spec.note(f"The encoder only ({cfg.get('decoder_layers', L)} decoder layers and the LM head are not imported).")
+    spec.precision(cfg.dtype, cfg.dtype_source)
+    spec.input(["B", "M", "T"], "log-Mel spectrogram (input_features)")
+    spec.doc = (f"Whisper audio encoder imported from a Hugging Face config: two conv1d + GELU (the second with "
+                f"stride 2), a frozen sinusoidal position table, {L} pre-LN blocks (width {C}, {heads} heads, k_proj "
+                f"without bias, {fn} MLP), final LayerNorm")
+    spec.block("whisper_block", f"""\
+- residual:
+    - layernorm: {{}}
+      source: self_attn_layer_norm
+    # no attention mask (Whisper ignores it); q_proj, v_proj and out_proj have a bias, k_proj none
+    - attention: {{heads: heads, fused_qkv: false, k_bias: false}}
+      source: self_attn
+- residual:
+    - layernorm: {{}}
+      source: final_layer_norm
+    - mlp: {{hidden: F, fn: {fn}}}  # fc1 -> activation_function -> fc2
+      source: [fc1, fc2]
+""")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' WhisperEncoder")
+    spec.ignore("""\
+- module: "layers.*.self_attn"
+  extra: {scale: "L*B*S*C"}
+  reason: >-
+    transformers' WhisperAttention multiplies q by head_dim**-0.5 after q_proj and calls SDPA with
+    scaling 1.0, which still multiplies: one extra multiply per element of q (B*S*C per layer),
+    forward and backward; the spec scales once, in the SDPA
+""")
+    spec.layers("""\
+- conv1d: {out: C, kernel: 3, padding: 1}
+  name: conv1
+  source: conv1
+- activation: {fn: gelu}  # Whisper's convs are followed by GELU whatever activation_function says
+  name: act1
+- conv1d: {out: C, kernel: 3, stride: 2, padding: 1}
+  name: conv2
+  source: conv2
+- activation: {fn: gelu}
+  name: act2
+- permute: {order: [0, 2, 1]}  # [B, C, S] -> [B, S, C]
+# sinusoidal positions stored as a frozen (S x C) table: counted in the parameters, never trained
+- position_embedding: {length: S, trainable: false}
+  name: embed_positions
+  source: embed_positions
+- repeat: L
+  name: layers
+  body: whisper_block
+  source: layers
+- layernorm: {}
+  name: layer_norm
+  source: layer_norm
+""")
+    cfg.check_understood(WHISPER_IGNORED)
+    return spec.render()
+
+
+T5 = Family(("t5",), "T5EncoderModel", build_t5, "T5 encoder (the encoder stack of an encoder-decoder; no decoder)",
+            architectures=("T5EncoderModel", "T5ForConditionalGeneration", "T5Model"), refused=T5_REFUSED)
+WHISPER = Family(("whisper",), "WhisperEncoder", build_whisper,
+                 "Whisper audio encoder (the encoder of an encoder-decoder; no decoder)",
+                 architectures=("WhisperForConditionalGeneration", "WhisperModel"), refused=WHISPER_REFUSED)
+
+FAMILY_LIST = (T5, WHISPER)
