@@ -96,12 +96,17 @@ def build_resnet(cfg: HFConfig) -> str:
         raise ImportProblem(f"{cfg.where('hidden_sizes')} = {sizes!r}: a bottleneck stage needs at least "
                             f"{REDUCTION} channels (its inner width is hidden_size // {REDUCTION})")
     strides = [first_stride] + [2] * (len(sizes) - 1)
+    same_first = first_stride == 1 and sizes[0] == stem
+    channels = ["E" if i == 0 and same_first else f"C{i + 1}" for i in range(len(sizes))]
     steps = STEM_STEPS + sum(1 for s in strides if s == 2)
 
     spec.dim("B", 1, "batch size (images)")
     spec.dim("img", 224, "image side in pixels (not in the config: ImageNet's 224)")
     spec.dim("E", stem, "stem channels", "embedding_size")
     for i, (size, depth) in enumerate(zip(sizes, depths), 1):
+        if i == 1 and same_first:  # identity blocks only: stage 1 keeps the stem's channels, dim E
+            spec.dim("D1", depth, "stage 1 blocks (hidden_sizes[0] = embedding_size: E channels)", "depths[0]")
+            continue
         spec.dim(f"C{i}", size, f"stage {i} output channels" + (f" (bottleneck width C{i} // {REDUCTION})"
                                                                  if bottleneck else ""), f"hidden_sizes[{i - 1}]")
         spec.dim(f"D{i}", depth, f"stage {i} blocks", f"depths[{i - 1}]")
@@ -124,7 +129,7 @@ def build_resnet(cfg: HFConfig) -> str:
               "statistics of a training step. No classifier (ResNetForImageClassification adds flatten + linear).")
     spec.ignore(f"""\
 - module: pooler
-  extra: {{scale: "-B*C{n}*G**2"}}
+  extra: {{scale: "-B*{channels[-1]}*G**2"}}
   pass: backward
   reason: >-
 {_folded(POOL_REASON)}
@@ -132,7 +137,7 @@ def build_resnet(cfg: HFConfig) -> str:
     stages = []
     in_channels = "E"
     for i, stride in enumerate(strides, 1):
-        out = f"C{i}"
+        out = channels[i - 1]
         # ResNetBottleNeckLayer / ResNetBasicLayer: a shortcut when the channels or the stride change
         projects = stride != 1 or (sizes[i - 2] if i > 1 else stem) != sizes[i - 1]
         lines = []
