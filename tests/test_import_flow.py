@@ -1,7 +1,8 @@
 """`costspec import hf` for the families that need the dataflow (issue 15): resnet (projection
 shortcuts), gpt_neox and phi (parallel residuals, partial rotary). Each import is checked with
 `validate --against` its transformers class built on `meta` from the same config.json (forward and
-train: exact matmul FLOPs and parameters, every pointwise kind through named rules only)."""
+train: exact matmul FLOPs and parameters, every pointwise kind through named rules only). Each check
+builds and counts a real model: the ones over 2 s are marked slow."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from conftest import ROOT  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -18,7 +20,7 @@ from costspec.against.check import summary, validate_against  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
 from costspec.importer import import_hf  # noqa: E402
 from costspec.importer.config import ImportProblem  # noqa: E402
-from costspec.model import loads  # noqa: E402
+from costspec.model import load, loads  # noqa: E402
 
 
 def check_import(config, tmp_path, sets: dict | None = None, dims: dict | None = None):
@@ -52,6 +54,7 @@ def resnet_config(**kw):
     return transformers.ResNetConfig(**{**base, **kw})
 
 
+@pytest.mark.slow
 def test_resnet_bottleneck_import_matches_resnetmodel(tmp_path):
     text, totals = check_import(resnet_config(), tmp_path, dims={"img": 64})
     assert "shortcut:" in text and "repeat: D1 - 1" in text
@@ -67,6 +70,7 @@ def test_resnet_bottleneck_import_matches_resnetmodel(tmp_path):
     assert totals["forward"]["spec_matmul"] == stem + stage1 + stage2
 
 
+@pytest.mark.slow
 def test_resnet_basic_and_downsampling_options(tmp_path):
     # resnet-18 style: basic blocks, stage 1 keeps the stem's channels (an identity first block),
     # downsample_in_first_stage puts a stride (and so a projection) on stage 1 instead
@@ -102,6 +106,7 @@ def phi_config(**kw):
     return transformers.PhiConfig(**{**base, **kw})
 
 
+@pytest.mark.slow
 def test_gpt_neox_parallel_import_matches_gptneoxmodel(tmp_path):
     text, totals = check_import(neox_config(), tmp_path)
     assert "- parallel:" in text and "rope_dims: R" in text
@@ -117,6 +122,7 @@ def test_gpt_neox_sequential_full_rotary_no_bias(tmp_path):
     assert "- parallel:" not in text and "rope_dims" not in text and "qkv_bias: false" in text
 
 
+@pytest.mark.slow
 def test_phi_import_matches_phimodel(tmp_path):
     # Phi's hidden_act gelu_new is the tanh GELU (imported as gelu_tanh); transformers runs it as 8
     # python-level ops, so the real model is built with the same function as one op
@@ -192,3 +198,37 @@ def test_random_phi_configs_import_exactly(drawn, pct, data, tmp_path):
     kv = data.draw(st.sampled_from([k for k in (1, 2, 4) if heads % k == 0]))
     check_import(phi_config(**shape, partial_rotary_factor=pct, num_key_value_heads=kv, hidden_act="gelu"),
                  tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Published configs (tests/data/hf_configs_flow: the model repositories' config.json, label maps left
+# out): the zoo round trip, and Phi-2 against PhiModel at its full size
+# ----------------------------------------------------------------------------------------------
+CONFIGS = ROOT / "tests/data/hf_configs_flow"
+
+
+@pytest.mark.parametrize("name", [pytest.param("resnet50", marks=pytest.mark.slow), "pythia_160m"])
+def test_import_reproduces_the_zoo_spec(name):
+    imported = loads(import_hf(CONFIGS / f"{name}.json").text)
+    zoo = load(ROOT / f"specs/{name}.yaml")
+    assert imported.precision.dtype == zoo.precision.dtype
+    for pass_ in ("forward", "train"):
+        for batch in (1, 8):
+            a, b = imported.report(pass_, imported.bind(batch)), zoo.report(pass_, zoo.bind(batch))
+            assert (a.tc, a.cuda, a.params) == (b.tc, b.cuda, b.params), (pass_, batch)
+
+
+@pytest.mark.slow
+def test_phi_2_config_matches_phimodel(tmp_path):
+    data = json.loads((CONFIGS / "phi_2.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    imported = import_hf(path)
+    assert "R: {value: 32" in imported.text  # int(80 * 0.4)
+    model = loads(imported.text)
+    values = model.bind(sets={"S": 256, "L": 2})  # the full width, 2 of 32 layers, 256 tokens
+    for pass_ in ("forward", "train"):
+        real = load_target("hf:PhiModel", model, values, "meta", str(path),
+                           {"hidden_act": "gelu_pytorch_tanh", "num_hidden_layers": "2"})
+        result = validate_against(model, values, real, pass_)
+        assert result.ok, "\n".join(result.failures())

@@ -52,3 +52,5 @@ _register("vision")  # vit, deit, dinov2 (issue 15, h-import)
 _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
 _register("bert")  # bert, roberta
 _register("decoders")  # gpt2, llama
+_register("resnet")  # resnet (issue 15, h-flowspecs)
+_register("neox")  # gpt_neox, phi (issue 15, h-flowspecs)

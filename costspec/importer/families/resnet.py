@@ -112,7 +112,11 @@ def build_resnet(cfg: HFConfig) -> str:
         spec.dim(f"D{i}", depth, f"stage {i} blocks", f"depths[{i - 1}]")
     spec.derived("G", f"(img + {2**steps - 1}) // {2**steps}",
                  f"side of the last feature map: img / {2**steps} rounded up ({steps} stride-2 steps)")
-    spec.precision(cfg.dtype, cfg.dtype_source)
+    if cfg.dtype == "fp32" and not cfg.dtype_source.startswith("--dtype"):
+        spec.precision("tf32", f"{cfg.dtype_source}; PyTorch runs cuDNN convolutions in TF32 on Tensor Cores by "
+                       "default (torch.backends.cudnn.allow_tf32)")
+    else:
+        spec.precision(cfg.dtype, cfg.dtype_source)
     spec.input(["B", str(cfg.get_int("num_channels", 3)), "img", "img"], "num_channels")
     n = len(sizes)
     widths = ", ".join(str(s // REDUCTION if bottleneck else s) for s in sizes)
