@@ -17,7 +17,7 @@ import sympy
 from .errors import MissingExtraError, SpecError
 from .expr import as_exact_int
 from .results import Column, Result, Row, Table
-from .tree import Node, OpNode, RepeatNode, ResidualNode, ScopeNode
+from .tree import Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 from .walk import group_of, row_name
 
 if TYPE_CHECKING:
@@ -76,6 +76,12 @@ def build_module(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer]):
     root.steps = _fill(root, model.root.children, ev, built)
     _tie(built)
     first = next(model.op_nodes(), None)
+    for name, ref in model.root.inputs.items():
+        size = tuple(ev(d) for d in ref.shape)
+        reader = next((n for n in model.op_nodes() if n.input_from is ref), None)
+        device = torch.get_default_device()
+        value = reader.op.example_input(reader.call, size, ev, device, torch.get_default_dtype()) if reader else None
+        root.add_input(name, torch.randn(size) if value is None else value)
 
     def make_input(device="cpu", dtype=None) -> Any:
         """An input of the spec's shape (no grad), random unless on meta: float, or what the first
@@ -113,16 +119,24 @@ def _fill(container, nodes, ev, built: list) -> tuple:
     module is appended to `built` with its node."""
     from torch import nn
 
-    from .torch_modules import Call, Repeat, Residual, Scope
+    from .torch_modules import Call, Load, Parallel, Repeat, Residual, Scope, Store
 
     steps: list[object] = []
     for node in nodes:
+        if node.input_from is not None:
+            steps.append(Load(node.input_from.name))
         if isinstance(node, ResidualNode):
             *body, add = node.children
             assert isinstance(add, OpNode)  # the residual's closing add
             body_steps = _fill(container, body, ev, built)
             _add_child(container, add, _op_module(add, ev, built))
             steps.append(Residual(add.local, body_steps))
+        elif isinstance(node, ParallelNode):
+            *branches, join = node.children
+            assert isinstance(join, OpNode)  # the join that closes the branches
+            branch_steps = tuple(_fill(container, branch.children, ev, built) for branch in branches)
+            _add_child(container, join, _op_module(join, ev, built))
+            steps.append(Parallel(join.local, branch_steps))
         elif isinstance(node, ScopeNode) and node.transparent:  # an unnamed sequence
             steps.extend(_fill(container, node.children, ev, built))
         elif isinstance(node, RepeatNode):
@@ -135,12 +149,14 @@ def _fill(container, nodes, ev, built: list) -> tuple:
             steps.append(Repeat(node.local))
         elif isinstance(node, OpNode):
             _add_child(container, node, _op_module(node, ev, built))
-            steps.append(Call(node.local))
+            steps.append(Call(node.local, node.reads))
         else:  # a named scope (sequence, block use)
             scope = Scope()
             scope.steps = _fill(scope, node.children, ev, built)
             _add_child(container, node, scope)
             steps.append(Call(node.local))
+        if node.saves is not None:
+            steps.append(Store(node.saves))
     return tuple(steps)
 
 

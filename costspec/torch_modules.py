@@ -400,21 +400,57 @@ class GELUTanh(nn.Module):
         return F.gelu(x, approximate="tanh")
 
 
-class ResidualAdd(nn.Module):
-    """The add that closes a `residual:` block, and the fork that opens it.
+class _Fork(torch.autograd.Function):
+    """n aliases of one tensor as ONE autograd node, whose backward sums their gradients explicitly
+    (n - 1 adds per element, unused aliases skipped). Autograd runs it once every alias's gradient is
+    in, so the sum runs inside the backward scope of the module that forked, and after every branch."""
 
-    `fork(x)` (a call with one argument) returns an alias of x for the body; `add(skip, h)` returns
-    skip + h, where the caller passes a fresh alias of x as `skip`. The fork being this module's
-    own call, autograd's sum of the two branch gradients of x (one add per element) runs in this
-    module's backward scope, where the `add` op's backward costs it. The skip alias is made just
-    before the add, so that autograd (which runs later-created nodes first) finishes the add's
-    backward scope before it starts on the body.
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, n: int):  # type: ignore[override]
+        ctx.set_materialize_grads(False)
+        return tuple(x.clone() for _ in range(n))  # (views of an input would be rebased by autograd)
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        total = None
+        for g in grads:
+            if g is not None:
+                total = g if total is None else total + g
+        return total, None
+
+
+class Join(nn.Module):
+    """A join of several values (`add`, `mul`, `concat`), and the fork before it.
+
+    `fork(x, n)` returns n aliases of x for the branches (one autograd node: the sum of their
+    gradients, n - 1 adds per element, runs in this module's backward scope, where the join's op
+    costs it); `join(a, b, ...)` joins. A `fanout` (a saved value read several times) only forks.
+    A residual keeps the two-call form: `join(x)` is its fork (an alias), and its skip is a fresh
+    alias of x made just before the add, so that autograd (which runs later-created nodes first)
+    finishes the add's backward scope before it starts on the body.
     """
 
-    def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
-        if h is None:  # fork: the body's input, a view of x
+    def __init__(self, mode: str, axis: int = -1, uses: int = 0):
+        super().__init__()
+        self.mode, self.axis, self.uses = mode, axis, uses
+
+    def forward(self, x: torch.Tensor, *others: torch.Tensor, fork: int = 0):
+        if fork:
+            return _Fork.apply(x, fork)
+        if not others:
+            if self.mode == "fanout":
+                return _Fork.apply(x, self.uses)
             return _alias(x)
-        return x + h
+        if self.mode == "concat":
+            return torch.cat((x, *others), dim=self.axis)
+        out = x
+        for other in others:
+            out = out * other if self.mode == "mul" else out + other
+        return out
+
+    def extra_repr(self) -> str:
+        return self.mode + (f", axis={self.axis}" if self.mode == "concat" else "") + \
+            (f", uses={self.uses}" if self.mode == "fanout" else "")
 
 
 class Reshape(nn.Module):
@@ -607,22 +643,50 @@ class MixtureOfExperts(nn.Module):
 # Containers (torch_build): a scope runs its steps in order
 # ----------------------------------------------------------------------------------------------
 class Call(NamedTuple):
-    """Run the child module `name` on the running tensor."""
+    """Run the child module `name` on the running tensor, with the values `reads` as further arguments."""
+
+    name: str
+    reads: tuple[str, ...] = ()
+
+
+class Load(NamedTuple):
+    """Make the value `name` the running tensor (`input:`)."""
+
+    name: str
+
+
+class Store(NamedTuple):
+    """Remember the running tensor as the value `name` (`save:`)."""
 
     name: str
 
 
 class Residual(NamedTuple):
-    """x + body(x): fork with the ResidualAdd child `add`, run `body`, add."""
+    """x + body(x): fork with the Join child `add`, run `body`, add."""
 
     add: str
     body: tuple
 
 
+class Parallel(NamedTuple):
+    """Branches from one value, joined by the Join child `join`: () is the value itself."""
+
+    join: str
+    branches: tuple
+
+
 class Repeat(NamedTuple):
-    """Run every module of the ModuleList child `name` in order."""
+    """Run every module of the ModuleList child `name` in order (each instance with its own values)."""
 
     name: str
+
+
+def _take(values: dict, name: str) -> torch.Tensor:
+    """The value `name` for one consumer: the next alias a fanout made for it, or an alias of the value."""
+    value = values[name]
+    if isinstance(value, list):
+        return _alias(value.pop(0) if len(value) > 1 else value[0])
+    return _alias(value)
 
 
 class Scope(nn.Module):
@@ -630,27 +694,45 @@ class Scope(nn.Module):
 
     Its children are the scope's layers under their local names; `steps` says how to run them
     (residuals are transparent in names, so their layers are children of the scope itself).
+    `values` holds the named values (`save:` / `inputs:`); nested scopes share it, a repeat's
+    instances each get their own copy (their values are theirs).
     """
 
     def __init__(self):
         super().__init__()
         self.steps: tuple = ()
 
-    def _run(self, steps, x):
+    def _run(self, steps, x, values: dict):
         for step in steps:
             if isinstance(step, Call):
-                x = getattr(self, step.name)(x)
+                module = getattr(self, step.name)
+                x = module(x, values) if isinstance(module, Scope) else module(x, *(_take(values, r)
+                                                                                     for r in step.reads))
+            elif isinstance(step, Load):
+                x = _take(values, step.name)
+            elif isinstance(step, Store):  # after a fanout: the running value is one of its aliases
+                if isinstance(x, tuple):
+                    values[step.name], x = list(x[1:]), _alias(x[0])
+                else:
+                    values[step.name] = x
             elif isinstance(step, Residual):
                 add = getattr(self, step.add)
-                h = self._run(step.body, add(x))  # body(fork(x))
+                h = self._run(step.body, add(x), values)  # body(fork(x))
                 x = add(_alias(x), h)  # x + body(x)
+            elif isinstance(step, Parallel):
+                join = getattr(self, step.join)
+                forks = join(x, fork=len(step.branches))  # one node: the fork's gradient sum (see Join)
+                outs = [self._run(branch, _alias(fork), values) for branch, fork in zip(step.branches, forks)]
+                # every branch joins through a fresh alias: autograd runs them right after the join, so the
+                # join's backward scope closes before any branch's opens
+                x = join(*(_alias(out) for out in outs))
             else:
                 for instance in getattr(self, step.name):
-                    x = instance(x)
+                    x = instance(x, dict(values))
         return x
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._run(self.steps, x)
+    def forward(self, x: torch.Tensor, values: dict | None = None) -> torch.Tensor:
+        return self._run(self.steps, x, {} if values is None else values)
 
 
 class CostspecModel(Scope):
@@ -663,9 +745,21 @@ class CostspecModel(Scope):
     def extra_repr(self) -> str:
         return f"{self.spec_name}, input {list(self.input_shape)}"
 
+    def add_input(self, name: str, value: torch.Tensor) -> None:
+        """A further model input (`inputs:`), held as a buffer so the module is still called with one
+        tensor: constant data that needs no gradient, as an encoder's output fed to a decoder is."""
+        self.register_buffer(f"input_{name}", value, persistent=False)
+        self.input_names = (*getattr(self, "input_names", ()), name)
+
+    def forward(self, x: torch.Tensor, values: dict | None = None) -> torch.Tensor:
+        values = {} if values is None else values
+        for name in getattr(self, "input_names", ()):
+            values[name] = getattr(self, f"input_{name}")
+        return self._run(self.steps, x, values)
+
 
 __all__ = [
     "PatchEmbed", "TokenEmbedding", "PositionEmbedding", "ClsToken", "TakeToken", "SelfAttention", "Rotary",
     "RelPosBias", "window_partition", "window_unpartition", "Mlp", "GatedMlp", "LayerNorm2d", "QuickGELU",
-    "GELUTanh", "ResidualAdd", "Reshape", "Transpose", "Scope", "CostspecModel", "Call", "Residual", "Repeat"
+    "GELUTanh", "Join", "Reshape", "Transpose", "Scope", "CostspecModel", "Call", "Load", "Store", "Residual", "Parallel", "Repeat"
 ]

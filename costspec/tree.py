@@ -19,7 +19,8 @@ from .dims import Dims
 from .errors import Location, SpecError
 from .expr import parse_expr
 from .ops import OPS, spec_ops
-from .ops.base import REQUIRED, Attrs, Constraint, OpCall, OpDef, Part, Work
+from .ops.base import (GRAD_INPUT, GRAD_NO, GRAD_YES, NO_WIRING, REQUIRED, Attrs, Constraint, OpCall, OpDef,
+                       Part, Wiring, Work, numel)
 from .spec.schema import COMPOSITION_KEYS
 
 MAX_TREE_DEPTH = 64  # nested blocks / scopes
@@ -32,6 +33,9 @@ class Node:
     kind = "node"
     transparent = False  # rows of a transparent node (residual) show in its parent
     source: tuple[str, ...] = ()  # the real model's module path(s) of this layer (`source:`, validate --against)
+    saves: str | None = None  # `save: name`: this layer's output is the named value
+    input_from: "ValueRef | None" = None  # `input: name`: this layer reads a saved value / model input
+    reads: tuple[str, ...] = ()  # values an op reads besides its input (`with:`, `kv:`), in order
 
     def __init__(self, local: str, loc: Location, explicit: bool = False):
         self.local = local
@@ -72,6 +76,8 @@ class Node:
         Costs (`backward`) and bytes (roofline) both add up these terms."""
         terms, rg = [], in_rg
         for child in self.children:
+            if child.input_from is not None:
+                rg = child.input_from.rg
             terms.append((child, rg, child.count))
             rg = rg or child.makes_grad
         return terms
@@ -187,9 +193,11 @@ class PartNode(Node):
 
 
 class ScopeNode(Node):
-    """A sequence of layers; named (a scope in dotted names) or the model root."""
+    """A sequence of layers; named (a scope in dotted names) or the model root (whose `inputs` are the
+    further model inputs, `inputs:`)."""
 
     kind = "scope"
+    inputs: Mapping[str, "ValueRef"] = {}
 
 
 class ResidualNode(Node):
@@ -201,6 +209,38 @@ class ResidualNode(Node):
     def backward_terms(self, in_rg: bool):
         *body, add = super().backward_terms(in_rg)
         return body + [(add[0], in_rg, add[2])]  # the gradient sum at the fork exists iff x needs grad
+
+
+class ParallelNode(Node):
+    """Branches forking from one value, joined (`parallel:`, a residual with a shortcut): every branch
+    and the join see the fork's input gradient state; transparent in names and rows."""
+
+    kind = "parallel"
+    transparent = True
+
+    def backward_terms(self, in_rg: bool):
+        return [(child, in_rg, child.count) for child in self.children]
+
+
+@dataclass(eq=False)
+class ValueRef:
+    """A named value of the dataflow: a layer's output (`save:`) or a model input (`inputs:`).
+
+    rg: whether it needs a gradient (it comes after layers with parameters); mult: instances of its
+    saving layer in the model; uses: how many consumers read it per saving instance (the layer after it
+    in its sequence, unless that one reads another value, plus every `input:` / `with:` / `kv:` read).
+    """
+
+    name: str
+    shape: tuple
+    rg: bool
+    loc: Location
+    mult: sympy.Expr = sympy.Integer(1)
+    uses: sympy.Expr = sympy.Integer(0)
+    node: Node | None = None  # the saving layer (None: a model input)
+    parent: Node | None = None
+    unsure: bool = False  # saved in a repeat whose first instance may differ in gradient state
+    node_precision: Precision | None = None
 
 
 class GroupNode(ScopeNode):
@@ -276,15 +316,75 @@ class TreeBuilder:
         self.blocks = data.get("blocks", {})
         self.constraints: list[Constraint] = []
         self.op_count = 0
+        # the dataflow: named values visible here, all saved values, the running value's state
+        self.values: dict[str, ValueRef] = {}
+        self.saved: list[ValueRef] = []
+        self.mult: sympy.Expr = sympy.Integer(1)  # instances of the layer being built, in the model
+        self.rg = False  # whether the running value needs a gradient
+        self.running: ValueRef | None = None  # the saved value the running value is, right after a save
+        self.unsure = False  # inside a repeat whose first instance's input needs no gradient
 
     def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:
         check_op_instances(self.data, self.locate(("layers",)))
         env = _Env(dict(self.dims.symbols), {}, precision)
         shape = tuple(self._size(v, env, ("input", i)) for i, v in enumerate(self.data["input"]))
+        for name, dims in self.data.get("inputs", {}).items():
+            where = self.locate(("inputs", name))
+            if name in self.values:
+                raise SpecError(f"input '{name}' is named twice", where)
+            self.values[name] = ValueRef(name, tuple(self._size(v, env, ("inputs", name, i))
+                                                     for i, v in enumerate(dims)), False, where)
         root = ScopeNode("", self.locate(()))
         shape = self._sequence(root, self.data["layers"], ("layers",), shape, env)
+        self._insert_fanouts()
         _assign_names(root, "")
+        root.inputs = {name: ref for name, ref in self.values.items() if ref.node is None}
         return root, shape
+
+    # -- the dataflow -------------------------------------------------------------------------
+    def _value(self, name, path: tuple, what: str) -> ValueRef:
+        """The named value a layer reads, counted as one more use of it."""
+        where = self.locate(path)
+        if not isinstance(name, str) or name not in self.values:
+            known = ", ".join(sorted(self.values)) or "none saved before this layer"
+            raise SpecError(f"{what} reads '{name}', which is not a saved value or model input here", where,
+                            f"a name given by `save:` on an earlier layer (not inside a repeat it is outside of) "
+                            f"or by `inputs:` ({known})")
+        ref = self.values[name]
+        if ref.unsure and not ref.rg:
+            raise SpecError(f"'{name}' is saved inside a repeat whose first instance's input needs no gradient; "
+                            "costspec cannot yet tell which instances of it need one", where,
+                            "the read outside such a repeat, or a layer with parameters before the repeat")
+        ref.uses = ref.uses + self.mult / ref.mult
+        return ref
+
+    def _save(self, node: Node, name, parent: Node, shape: tuple, path: tuple, precision: Precision) -> None:
+        where = self.locate(path)
+        if name in self.values:
+            first = self.values[name]
+            raise SpecError(f"value '{name}' is already named (at {first.loc})", where,
+                            "a name not used by another `save:` or `inputs:` (a block used twice saves twice: "
+                            "pass the name as a block parameter)")
+        ref = ValueRef(name, shape, self.rg, where, self.mult, sympy.Integer(1), node, parent, self.unsure, precision)
+        self.values[name] = ref
+        self.saved.append(ref)
+        self.running = ref
+        node.saves = name
+
+    def _insert_fanouts(self) -> None:
+        """A value read more than once gets a `fanout` layer right after its saving layer: the backward
+        sum of its consumers' gradients ((uses - 1) adds per element)."""
+        for ref in sorted(self.saved, key=lambda r: -r.parent.children.index(r.node)):  # type: ignore[union-attr]
+            uses = sympy.simplify(ref.uses)
+            if uses.is_number and uses <= 1:
+                continue
+            assert ref.node is not None and ref.parent is not None
+            call = OpCall(Attrs({}, ref.loc), ref.shape, ref.node_precision, ref.loc,
+                          Wiring(fanout=(uses - 1) * numel(ref.shape)))
+            fan = OpNode(OPS["fanout"], call, ref.shape, self.table, f"{ref.name}_fanout", False,
+                         self.dims.canonical)
+            fan.saves, ref.node.saves = ref.name, None
+            ref.parent.children.insert(ref.parent.children.index(ref.node) + 1, fan)
 
     # -- values -------------------------------------------------------------------------------
     def _size(self, raw, env: _Env, path: tuple, what: str = "size") -> sympy.Expr:
@@ -343,6 +443,8 @@ class TreeBuilder:
             if not isinstance(raw, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in raw):
                 raise SpecError(f"{attr.name} must be a list of integer axes, got {raw!r}", where, "a list of integers")
             return tuple(raw)
+        if attr.kind in ("values", "value"):  # names of values, resolved by the dataflow (_read_values)
+            return raw
         if attr.kind == "expr":  # any value of the dims (a constant factor such as sqrt(C)), not only integers
             value = parse_expr(raw, env.names, where)
             if not isinstance(value, sympy.Expr) or value.has(sympy.zoo, sympy.nan):
@@ -364,13 +466,31 @@ class TreeBuilder:
         return self.dims.canonical(value)
 
     # -- structure ----------------------------------------------------------------------------
-    def _sequence(self, parent: Node, layers: list, path: tuple, shape: tuple, env: _Env) -> tuple:
+    def _sequence(self, parent: Node, layers: list, path: tuple, shape: tuple, env: _Env,
+                  fork: str | None = None) -> tuple:
+        """Build `layers` in order into `parent`; `fork` names the composition whose branch this is (its
+        first layer reads the fork's value)."""
         if env.depth > MAX_TREE_DEPTH:
             raise SpecError(f"layers nested deeper than {MAX_TREE_DEPTH} levels", self.locate(path))
         failed = False
         for i, layer in enumerate(layers):
             try:
+                reads = None
+                if isinstance(layer, dict) and "input" in layer:
+                    if i == 0 and fork is not None:
+                        raise SpecError(f"the first layer of a {fork} reads the {fork}'s input; `input:` cannot "
+                                        "change it", self.locate(path + (i, "input")),
+                                        f"`input:` on a layer outside the {fork}, or later in it")
+                    reads = self._value(layer["input"], path + (i, "input"), "input:")
+                    if self.running is not None:  # the running value's next consumer is not this layer
+                        self.running.uses -= 1
+                    shape, self.rg = reads.shape, reads.rg
+                self.running = None
                 node, shape = self._layer(layer, path + (i,), shape, env)
+                node.input_from = reads
+                self.rg = self.rg or node.makes_grad
+                if "save" in layer:
+                    self._save(node, layer["save"], parent, shape, path + (i, "save"), env.precision)
             except SpecError as exc:
                 if self.collect is None:
                     raise
@@ -383,7 +503,7 @@ class TreeBuilder:
                 continue
             if "source" in layer:  # the real model's counterpart (validate --against)
                 if node.transparent:
-                    raise SpecError("a residual has no source of its own", self.locate(path + (i, "source")),
+                    raise SpecError(f"a {node.kind} has no source of its own", self.locate(path + (i, "source")),
                                     "a source on the layers inside it")
                 node.source = (layer["source"],) if isinstance(layer["source"], str) else tuple(layer["source"])
             parent.children.append(node)
@@ -411,6 +531,11 @@ class TreeBuilder:
                 raise SpecError("a residual has no name of its own (its layers are named in the enclosing scope)",
                                 self.locate(path + ("name",)), "a name on the layers inside it")
             return self._residual(layer["residual"], path + ("residual",), shape, env)
+        if kind == "parallel":
+            if name is not None:
+                raise SpecError("a parallel has no name of its own (its layers are named in the enclosing scope)",
+                                self.locate(path + ("name",)), "a name on the layers inside it")
+            return self._parallel(layer["parallel"], path + ("parallel",), shape, env)
         if kind == "sequence":
             return self._scope(name, layer["sequence"], path + ("sequence",), shape, env, where)
         if kind == "block":
@@ -419,29 +544,98 @@ class TreeBuilder:
             return self._repeat(layer, name, path, shape, env)
         return self._op(kind, layer[kind] or {}, name, path + (kind,), shape, env, where)
 
-    def _op(self, kind, given, name, path, shape, env: _Env, where: Location) -> tuple[Node, tuple]:
+    def _op(self, kind, given, name, path, shape, env: _Env, where: Location,
+            wiring: Wiring = NO_WIRING) -> tuple[Node, tuple]:
         self.op_count += 1
         if self.op_count > MAX_OP_NODES:
             raise SpecError(f"more than {MAX_OP_NODES} op instances after expanding blocks", where)
         op = OPS[kind]
-        if type(op).example_input is not OpDef.example_input and self.op_count > 1:
+        if type(op).example_input is not OpDef.example_input and self.op_count > 1 and not self._reads_input(path):
             raise SpecError(f"{kind} reads the model input (e.g. token ids) and must be the first layer", where,
-                            f"{kind} as the first layer of the spec")
-        call = OpCall(self._attrs(op, given, env, path, shape), shape, env.precision, where)
+                            f"{kind} as the first layer of the spec, or on a model input (`input:` a name "
+                            "from `inputs:`)")
+        attrs = self._attrs(op, given, env, path, shape)
+        reads: tuple[str, ...] = ()
+        value_attrs = [a for a in op.attrs if a.kind in ("values", "value")]
+        if value_attrs and wiring is NO_WIRING:
+            wiring, reads = self._read_values(op, attrs, value_attrs, path)
+        call = OpCall(attrs, shape, env.precision, where, wiring)
         out = tuple(self.dims.canonical(sympy.sympify(d)) for d in op.output_shape(call))
         self.constraints.extend(op.constraints(call))
         node = OpNode(op, call, out, self.table, name or op.default_name, name is not None, self.dims.canonical)
+        node.reads = reads
         return node, out
 
-    def _residual(self, layers, path, shape, env: _Env) -> tuple[Node, tuple]:
+    def _reads_input(self, path: tuple) -> bool:
+        """Whether the layer at `path` (an op key's path) reads a model input by `input:`."""
+        layer = self.data
+        try:
+            for key in path[:-1]:
+                layer = layer[key]
+        except (KeyError, IndexError, TypeError):
+            return False
+        name = layer.get("input") if isinstance(layer, dict) else None
+        ref = self.values.get(name) if isinstance(name, str) else None
+        return ref is not None and ref.node is None
+
+    def _read_values(self, op: OpDef, attrs: Attrs, value_attrs, path: tuple) -> tuple[Wiring, tuple[str, ...]]:
+        """The wiring of an op whose attributes name other values (`with:`, `kv:`)."""
+        names: list[str] = []
+        for attr in value_attrs:
+            raw = getattr(attrs, attr.name)
+            if raw is None:
+                continue
+            names.extend((raw,) if isinstance(raw, str) else raw)
+        if not names and op.name in ("add", "mul", "concat"):
+            raise SpecError(f"{op.name} needs 'with': the value(s) to join with the running value",
+                            self.locate(path), "with: NAME (a `save:`d value or an `inputs:` name), or a list")
+        refs = [self._value(n, path + (value_attrs[0].name,), f"{op.name}") for n in names]
+        grads = (GRAD_INPUT,) + tuple(GRAD_YES if r.rg else GRAD_NO for r in refs)
+        return Wiring(tuple(r.shape for r in refs), grads), tuple(names)
+
+    def _residual(self, spec, path, shape, env: _Env) -> tuple[Node, tuple]:
+        if isinstance(spec, dict):  # {body, shortcut}: body(x) + shortcut(x)
+            return self._fork(ParallelNode("residual", self.locate(path)), "residual",
+                              [(spec["body"], path + ("body",)), (spec["shortcut"], path + ("shortcut",))],
+                              "add", -1, path, shape, env)
         node = ResidualNode("residual", self.locate(path))
-        out = self._sequence(node, layers, path, shape, _deeper(env))
+        in_rg = self.rg
+        out = self._sequence(node, spec, path, shape, _deeper(env), fork="residual")
         if _shape_differs(out, shape):
             raise SpecError(f"residual body changes the shape from {_fmt(shape)} to {_fmt(out)}", self.locate(path),
-                            "layers that keep the shape, so x + f(x) is defined")
-        add, _ = self._op("add", {}, None, path, shape, env, self.locate(path))
+                            "layers that keep the shape, so x + f(x) is defined (or a `shortcut:` path that "
+                            "changes it the same way)")
+        body_rg = GRAD_YES if any(c.makes_grad for c in node.children) else GRAD_INPUT
+        add, _ = self._op("add", {}, None, path, shape, env, self.locate(path),
+                          Wiring((out,), (GRAD_INPUT, body_rg), numel(shape)))
         node.children.append(add)
+        self.rg = in_rg or node.makes_grad
         return node, shape
+
+    def _parallel(self, spec, path, shape, env: _Env) -> tuple[Node, tuple]:
+        branches = [(b, path + ("branches", i)) for i, b in enumerate(spec["branches"])]
+        return self._fork(ParallelNode("parallel", self.locate(path)), "parallel branch", branches,
+                          spec.get("join", "add"), spec.get("axis", -1), path, shape, env)
+
+    def _fork(self, node: ParallelNode, what: str, branches: list, join: str, axis, path: tuple, shape: tuple,
+              env: _Env) -> tuple[Node, tuple]:
+        """Branches from one value, each a transparent sequence (empty: the value itself), then the join."""
+        in_rg, outs, grads = self.rg, [], []
+        for layers, bpath in branches:
+            branch = ScopeNode("branch", self.locate(bpath))
+            branch.transparent = True
+            self.rg = in_rg
+            outs.append(self._sequence(branch, layers, bpath, shape, _deeper(env), fork=what.split()[0])
+                        if layers else shape)
+            grads.append(GRAD_YES if branch.makes_grad else GRAD_INPUT)
+            node.children.append(branch)
+        wiring = Wiring(tuple(outs[1:]), tuple(grads), (len(branches) - 1) * numel(shape))
+        given = {"axis": axis} if join == "concat" else {}
+        joined, out = self._op(join, given, None, path, outs[0], env, self.locate(path + ("join",)), wiring)
+        node.children.append(joined)
+        self.rg = in_rg or node.makes_grad
+        self.running = None
+        return node, out
 
     def _scope(self, name, layers, path, shape, env, where) -> tuple[Node, tuple]:
         node = ScopeNode(name or "seq", where, name is not None)
@@ -526,6 +720,7 @@ class TreeBuilder:
         if not (rest.is_number and rest == 0):
             groups.append(("others" if variants else "", None, layer.get("args", {}), path))
         out = None
+        outer = (dict(self.values), self.mult, self.rg, self.unsure)
         for label, indices, args, gpath in groups:
             count = sympy.Integer(len(indices)) if indices is not None else rest
             group = GroupNode(label, self.locate(gpath), indices, count)
@@ -536,13 +731,20 @@ class TreeBuilder:
                 if args:
                     raise SpecError("'args' needs a body that names a block", self.locate(path + ("args",)))
                 layers, bpath, inner = body, path + ("body",), _deeper(env)
-            group_out = self._sequence(group, layers, bpath, shape, inner)
+            # values saved in the body are its own (one per instance); it reads the ones saved before it
+            self.values, self.mult = dict(outer[0]), outer[1] * count
+            self.rg, self.unsure = outer[2], outer[3] or not outer[2]
+            try:
+                group_out = self._sequence(group, layers, bpath, shape, inner, fork="repeat body")
+            finally:
+                self.values, self.mult, self.unsure = outer[0], outer[1], outer[3]
             if _shape_differs(group_out, shape):
                 raise SpecError(f"a repeated body must keep its input shape {_fmt(shape)}, it gives {_fmt(group_out)}",
                                 self.locate(path + ("body",)), "a body whose output can feed its input")
             out = group_out
             node.children.append(group)
         assert out is not None  # a repeat has at least one group (variants, or the others)
+        self.rg, self.running = outer[2] or node.makes_grad, None
         return node, out
 
 

@@ -29,7 +29,7 @@ import sympy
 
 from .cost import Cost
 from .errors import SpecError
-from .tree import GroupNode, Node, OpNode, PartNode, RepeatNode, ResidualNode, scope_members
+from .tree import GroupNode, Node, OpNode, ParallelNode, PartNode, RepeatNode, ResidualNode, scope_members
 from .vocab import Pass
 
 MODEL_SLOT = "(model)"  # work measured in the model's root module, outside every layer
@@ -98,6 +98,10 @@ def _walk(node: Node, depth: int, mult: sympy.Expr, grad: GradState) -> Iterator
     for child in node.children:
         if isinstance(node, ResidualNode) and child is node.children[-1]:
             state = grad  # the residual add's gradient sum exists iff the residual's input needs grad
+        if isinstance(node, ParallelNode):
+            state = grad  # every branch, and the join's gradient sum at the fork, see the fork's input
+        if child.input_from is not None:  # `input:` a saved value or a model input
+            state = GradState(child.input_from.rg, child.input_from.rg, state.leading)
         child_mult = mult * child.count
         if child.transparent:
             yield from _walk(child, depth, child_mult, state)

@@ -143,7 +143,11 @@ def numel(shape: Sequence[Expr]) -> Expr:
 # ----------------------------------------------------------------------------------------------
 REQUIRED = object()
 
+_VALUE_NAME = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
 _ATTR_SCHEMAS: dict[str, tuple[dict, str]] = {
+    "values": ({"anyOf": [_VALUE_NAME, {"type": "array", "minItems": 1, "items": _VALUE_NAME}]},
+               "the name of a saved value or model input, or a list of them"),
+    "value": (_VALUE_NAME, "the name of a saved value or model input"),
     "size": ({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]},
              "a positive integer or an expression string"),
     "count": ({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]},
@@ -230,14 +234,45 @@ class Constraint:
     expected: str | None = None
 
 
+GRAD_YES, GRAD_NO, GRAD_INPUT = "yes", "no", "input"  # Wiring.grads: does an input need a gradient?
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """Where a layer's other inputs come from, for ops reading more than the running value (joins,
+    cross-attention) and for the gradient sums at a value read several times (the dataflow of issue 14).
+
+    extra: the shapes of the inputs after the first (branch outputs, saved values, an encoder's states).
+    grads: per input, the first included, whether it needs a gradient in the backward: GRAD_YES (it
+           comes from layers with parameters), GRAD_NO (a model input, or a value that needs none), or
+           GRAD_INPUT (exactly when the layer's running input does: `input_grad` of `backward`).
+    fanout: elements of the gradient sum this layer's backward runs where one value fed several
+           consumers: (uses - 1) x the value's size, when that value needs a gradient.
+    """
+
+    extra: tuple[Shape, ...] = ()
+    grads: tuple[str, ...] = ()
+    fanout: Expr = ZERO
+
+    def needs_grad(self, index: int, input_grad: bool) -> bool:
+        """Whether input `index` (0 = the running value) needs a gradient, given the running input's."""
+        state = self.grads[index] if index < len(self.grads) else GRAD_INPUT
+        return state == GRAD_YES or (state == GRAD_INPUT and input_grad)
+
+
+NO_WIRING = Wiring()
+
+
 @dataclass(frozen=True)
 class OpCall:
-    """One use of an op in a spec: resolved attributes, input shape, precision, location."""
+    """One use of an op in a spec: resolved attributes, input shape, precision, location; `wiring`
+    for ops that read other values than the running one (see Wiring)."""
 
     attrs: Attrs
     in_shape: Shape
     precision: Precision
     loc: Location
+    wiring: Wiring = NO_WIRING
 
     def fail(self, message: str, attr: str | None = None, expected: str | None = None) -> SpecError:
         return SpecError(message, self.attrs.where(attr), expected)

@@ -1,4 +1,4 @@
-"""Pointwise ops: `activation`, `softmax`, `dropout`, and the residual `add` the engine inserts."""
+"""Pointwise ops: `activation`, `softmax`, `dropout` (the joins `add` / `mul` / `concat` are in join.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -135,27 +135,3 @@ class Dropout(OpDef):
         import torch.nn as nn
 
         return nn.Dropout(p=0.0)  # identity, so runtime counts match the inference costing
-
-
-@register_op
-class Add(OpDef):
-    """The residual add `x + f(x)` that a `residual:` block ends with."""
-
-    fusable = True
-    name = "add"
-    doc = "Residual add x + f(x), inserted at the end of every `residual:` block."
-    default_name = "add"
-    in_spec = False
-
-    def forward(self, call: OpCall):
-        return [Part("", pointwise("add", numel(call.in_shape)))]
-
-    def backward(self, call: OpCall, input_grad: bool):
-        # d(x + f(x)) passes the gradient through to both branches (no FLOPs); autograd's sum of
-        # the two branch gradients at the fork is one add per element, when x needs a gradient.
-        return [Part("", pointwise("add", numel(call.in_shape)) if input_grad else Work())]
-
-    def build(self, call: OpCall, ev):
-        from ..torch_modules import ResidualAdd
-
-        return ResidualAdd()

@@ -14,7 +14,7 @@ from ..ops import spec_ops
 
 FORMAT_VERSION = 1
 SCHEMA_ID = "https://costspec.dev/schemas/costspec.schema.json"
-COMPOSITION_KEYS = ("residual", "sequence", "repeat", "block")
+COMPOSITION_KEYS = ("residual", "parallel", "sequence", "repeat", "block")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 _SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
@@ -57,7 +57,29 @@ def build_schema() -> dict:
     layer_props.update({
         "name": {"type": "string", "pattern": NAME_PATTERN, "description": "this layer's name in dotted paths"},
         "precision": {"enum": list(DTYPES), "description": "override the spec's dtype for this layer"},
-        "residual": {**_LAYERS, "description": "x + f(x), f = these layers in sequence"},
+        "residual": {"anyOf": [_LAYERS, {"type": "object", "additionalProperties": False,
+                                         "required": ["body", "shortcut"],
+                                         "properties": {"body": _LAYERS, "shortcut": _LAYERS}}],
+                     "x-expected": "a list of layers (x + f(x)), or {body: [layers], shortcut: [layers]}",
+                     "description": "x + f(x), f = these layers in sequence; or body(x) + shortcut(x) "
+                                    "(a projection shortcut)"},
+        "parallel": {"type": "object", "additionalProperties": False, "required": ["branches"],
+                     "properties": {
+                         "branches": {"type": "array", "minItems": 2,
+                                      "items": {"type": "array", "items": {"$ref": "#/$defs/layer"}},
+                                      "description": "each a list of layers run on the fork's value; [] is "
+                                                     "the value itself"},
+                         "join": {"enum": ["add", "mul", "concat"],
+                                  "description": "how the branch outputs are joined (default add)"},
+                         "axis": {"type": "integer", "description": "concat's axis (default -1)"}},
+                     "x-expected": "{branches: [[layers], [layers], ...], join: add | mul | concat, axis}",
+                     "description": "branches forking from the running value, joined: add (n - 1 adds per "
+                                    "element), mul (broadcasting) or concat along `axis`"},
+        "save": {"type": "string", "pattern": NAME_PATTERN,
+                 "description": "name this layer's output, for later layers to read (`input:`, `with:`, `kv:`)"},
+        "input": {"type": "string", "pattern": NAME_PATTERN,
+                  "description": "run this layer on a saved value or a model input (`inputs:`) instead of the "
+                                 "previous layer's output"},
         "sequence": {**_LAYERS, "description": "these layers in sequence (a named scope when `name` is set)"},
         "repeat": {**_SIZE, "description": "repeat `body` this many times; costed as count x body, never unrolled"},
         "body": {"anyOf": [{"type": "string", "pattern": NAME_PATTERN}, _LAYERS],
@@ -107,6 +129,10 @@ def build_schema() -> dict:
                       "properties": {kind: {"type": "number", "minimum": 0} for kind in sorted(default_table())},
                       "description": "override CUDA-core FLOPs per element of cost-table kinds"},
             "input": {"type": "array", "minItems": 1, "items": _SIZE, "description": "input shape"},
+            "inputs": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN}, "minProperties": 1,
+                       "additionalProperties": {"type": "array", "minItems": 1, "items": _SIZE},
+                       "description": "further model inputs by name (an encoder's output for cross-attention, "
+                                      "a decoder's tokens), read with `input:`, `with:` or `kv:`"},
             "blocks": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
                        "additionalProperties": {"$ref": "#/$defs/block"}},
             "layers": _LAYERS,
