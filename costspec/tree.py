@@ -132,8 +132,9 @@ class OpNode(Node):
         return route(part.work, part.params, self.precision, self.table)
 
     def runs_backward(self, in_rg: bool) -> bool:
-        """False when nothing before this op needs a gradient and it has no parameters of its own."""
-        return in_rg or self.makes_grad
+        """False when nothing before this op needs a gradient and it has no parameters of its own (an
+        op reading other values runs when one of them needs a gradient)."""
+        return in_rg or self.makes_grad or GRAD_YES in self.call.wiring.grads
 
     def backward_parts(self, in_rg: bool) -> dict[str, Part]:
         if in_rg not in self._bwd_parts:
@@ -376,6 +377,10 @@ class TreeBuilder:
         sum of its consumers' gradients ((uses - 1) adds per element)."""
         for ref in sorted(self.saved, key=lambda r: -r.parent.children.index(r.node)):  # type: ignore[union-attr]
             uses = sympy.simplify(ref.uses)
+            if uses == 0:
+                raise SpecError(f"value '{ref.name}' is saved but never read, and the next layer reads another "
+                                "value: its layer's output is never used", ref.loc,
+                                "a layer that reads it (`input:`, `with:`, `kv:`), or no `input:` after it")
             if uses.is_number and uses <= 1:
                 continue
             assert ref.node is not None and ref.parent is not None
@@ -484,6 +489,11 @@ class TreeBuilder:
                     reads = self._value(layer["input"], path + (i, "input"), "input:")
                     if self.running is not None:  # the running value's next consumer is not this layer
                         self.running.uses -= 1
+                    elif self.op_count > 0:
+                        raise SpecError("this layer reads another value, so the previous layer's output is never "
+                                        "used", self.locate(path + (i, "input")),
+                                        "`save:` on the previous layer (and a layer that reads it), or no layers "
+                                        "whose output is dropped")
                     shape, self.rg = reads.shape, reads.rg
                 self.running = None
                 node, shape = self._layer(layer, path + (i,), shape, env)
@@ -603,8 +613,8 @@ class TreeBuilder:
         out = self._sequence(node, spec, path, shape, _deeper(env), fork="residual")
         if _shape_differs(out, shape):
             raise SpecError(f"residual body changes the shape from {_fmt(shape)} to {_fmt(out)}", self.locate(path),
-                            "layers that keep the shape, so x + f(x) is defined (or a `shortcut:` path that "
-                            "changes it the same way)")
+                            "layers that keep the shape, so x + f(x) is defined, or a `shortcut:` path that "
+                            "changes it the same way")
         body_rg = GRAD_YES if any(c.makes_grad for c in node.children) else GRAD_INPUT
         add, _ = self._op("add", {}, None, path, shape, env, self.locate(path),
                           Wiring((out,), (GRAD_INPUT, body_rg), numel(shape)))

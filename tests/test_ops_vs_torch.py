@@ -256,11 +256,51 @@ def _dropout(draw):
     return {}, [draw(small), draw(small)], with_grad(draw, [{"dropout": {"p": 0.1}}, {"linear": {"out": 2}}])
 
 
-@case("add")  # the engine's residual add: x + f(x)
-def _add(draw):
+def _residual(draw):  # the residual add the engine appends: x + f(x)
     body = draw(st.sampled_from([[{"linear": {"out": 3}}], [{"activation": {"fn": "relu"}}],
                                  [{"layernorm": {}}, {"linear": {"out": 3}}]]))
     return {}, [draw(small), 3], with_grad(draw, [{"residual": body}, {"linear": {"out": 2}}])
+
+
+_BRANCHES = [[], [{"linear": {"out": 3}}], [{"activation": {"fn": "relu"}}], [{"layernorm": {}}, {"linear": {"out": 3}}],
+             [{"mean": {"axes": [1], "keepdim": True}}]]  # the last one broadcasts back over axis 1
+
+
+def _join(mode):
+    """A `parallel:` of 2-3 drawn branches joined by `mode`, or the same join written with `with:`."""
+    def draw_case(draw):
+        shape = [draw(small), draw(small), 3]
+        options = _BRANCHES[:-1] if mode == "concat" else _BRANCHES
+        if mode == "add" and draw(st.booleans()):
+            return _residual(draw)
+        if draw(st.booleans()):
+            branches = [draw(st.sampled_from(options)) for _ in range(draw(st.integers(2, 3)))]
+            join = {"parallel": {"join": mode, "branches": branches, **({"axis": 1} if mode == "concat" else {})}}
+            layers = [join]
+        else:
+            first = {**draw(st.sampled_from([{"linear": {"out": 3}}, {"activation": {"fn": "relu"}}])), "save": "v"}
+            between = draw(st.sampled_from(options[1:]))
+            layers = [first, *between, {mode: {"with": "v", **({"axis": 1} if mode == "concat" else {})}}]
+        return {}, shape, with_grad(draw, layers + [{"linear": {"out": 2}}])
+
+    return draw_case
+
+
+CASES["add"] = _join("add")
+CASES["mul"] = _join("mul")
+CASES["concat"] = _join("concat")
+
+
+@case("fanout")  # a saved value read by 1-3 later layers besides the running path (or instead of it)
+def _fanout(draw):
+    layers: list = [{"linear": {"out": 3}, "save": "v"}]
+    for _ in range(draw(st.integers(1, 3))):
+        layers += [draw(st.sampled_from([{"activation": {"fn": "relu"}}, {"linear": {"out": 3}}])),
+                   draw(st.sampled_from([{"add": {"with": "v"}}, {"mul": {"with": "v"}}]))]
+    if draw(st.booleans()):  # the running value put aside, `v` read as the input of a layer, then joined
+        layers[-1] = {**layers[-1], "save": "w"}
+        layers += [{"layernorm": {}, "input": "v"}, {"add": {"with": "w"}}]
+    return {}, [draw(small), 3], with_grad(draw, layers + [{"linear": {"out": 2}}])
 
 
 def _norm(name, rank):

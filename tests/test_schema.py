@@ -19,7 +19,8 @@ def test_schema_op_names_and_attributes_come_from_the_registry():
     layer = build_schema()["$defs"]["layer"]["properties"]
     for name, op in spec_ops().items():
         assert set(layer[name]["properties"]) == {a.name for a in op.attrs}
-    assert "add" not in layer  # engine-internal op, not written in specs
+    assert "fanout" not in layer  # engine-internal op, not written in specs
+    assert "add" in layer and "with" in layer["add"]["properties"]  # a join a spec writes with `with:`
 
 
 @pytest.mark.slow

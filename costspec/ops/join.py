@@ -45,6 +45,14 @@ def broadcast(shapes: list[Shape], call: OpCall, what: str = "add") -> Shape:
     return tuple(out)
 
 
+def _pair_shape(a: Shape, b: Shape) -> Shape:
+    """The broadcast shape of two shapes already checked to agree (see broadcast)."""
+    rank = max(len(a), len(b))
+    a = (ONE,) * (rank - len(a)) + tuple(a)
+    b = (ONE,) * (rank - len(b)) + tuple(b)
+    return tuple(y if x.is_number and x == 1 else x for x, y in zip(a, b))
+
+
 def _broadcast_from(shape: Shape, out: Shape) -> bool:
     """Whether an input of `shape` is stretched to `out` (fewer axes, or a 1 where out is larger)."""
     if len(shape) < len(out):
@@ -105,16 +113,24 @@ class Add(_Join):
         return [Part("", pointwise(self.kind, (n - 1) * numel(self.output_shape(call))))]
 
     def backward(self, call: OpCall, input_grad: bool):
-        out = numel(self.output_shape(call))
+        """The join runs as a chain of binary ops, ((a op b) op c) ...: each one's backward gives each
+        side that needs a gradient its own (a product's: the gradient times the other side), summed
+        back over the axes that side was broadcast along."""
         work = self._fanout(call, input_grad)
-        for shape, needed in zip(_inputs(call), self._needs(call, input_grad)):
-            if needed:
-                work = work + self._input_grad(call, shape, out)
+        shapes, needs = _inputs(call), self._needs(call, input_grad)
+        left, left_needs = shapes[0], needs[0]
+        for right, right_needs in zip(shapes[1:], needs[1:]):
+            out = _pair_shape(left, right)
+            for side, side_needs in ((left, left_needs), (right, right_needs)):
+                if side_needs:
+                    work = work + self._side_grad(numel(out))
+                    if _broadcast_from(side, out):
+                        work = work + pointwise("bias_grad", numel(out))
+            left, left_needs = out, left_needs or right_needs
         return [Part("", work)]
 
-    def _input_grad(self, call: OpCall, shape: Shape, out: sympy.Expr) -> Work:
-        # the gradient of a sum passes through; a broadcast input sums it back to its own shape
-        return pointwise("bias_grad", out) if _broadcast_from(shape, self.output_shape(call)) else Work()
+    def _side_grad(self, out: sympy.Expr) -> Work:
+        return Work()  # a sum's gradient passes through
 
     def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list[Traffic]:
         """Forward: every input read, the output written. Backward: a gradient that passes through
@@ -156,9 +172,8 @@ class Mul(Add):
     kind = "mul"
     attrs = (Attr("with", "values", "the value(s) multiplied with the running value", default=None),)
 
-    def _input_grad(self, call: OpCall, shape: Shape, out: sympy.Expr) -> Work:
-        n = len(_inputs(call))
-        return pointwise("mul", (n - 1) * out) + super()._input_grad(call, shape, out)
+    def _side_grad(self, out: sympy.Expr) -> Work:
+        return pointwise("mul", out)  # the gradient times the other side
 
     def _own_kernel(self, shape: Shape, out: Shape) -> bool:
         return True

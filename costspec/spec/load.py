@@ -101,13 +101,14 @@ def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecErr
         if split:
             return split
         if schema.get("x-costspec") == "layer":
-            ops = sorted(k for k, v in schema["properties"].items() if isinstance(v, dict) and "properties" in v)
+            ops = sorted(k for k, v in schema["properties"].items()
+                         if isinstance(v, dict) and "properties" in v and k not in COMPOSITION_KEYS)
             present = [k for k in value if k in ops or k in COMPOSITION_KEYS]
             if present:  # the layer already has its op: the extra key is a second one, not a lone typo
                 return SpecError(f"a layer has exactly one op or composition key: this one has '{present[0]}', "
                                  f"and '{key}' is not a key a layer may have beside it", key_where,
                                  f"'{key}' as a layer of its own (a new list item '- {key}: ...'), or one of "
-                                 "name, precision, args, body, at")
+                                 "name, precision, source, save, input, args, body, at")
             return SpecError(f"unknown op '{key}'", key_where,
                              "an op (" + ", ".join(ops) + ") or " + ", ".join(COMPOSITION_KEYS))
         allowed = ", ".join(sorted(schema.get("properties", {}))) or "no keys"
