@@ -29,9 +29,7 @@ class Family:
     doc: str
     hf_kwargs: Mapping[str, str] = field(default_factory=dict)
     architectures: tuple[str, ...] = ()
-    # (key, what it sets in the spec) for docs/import.md; the family's reads must match (a drift test)
-    keys: tuple[tuple[str, str], ...] = ()
-    refused: tuple[str, ...] = ()  # what the family refuses, for docs/import.md
+    refused: tuple[str, ...] = ()  # what the family refuses (an ImportProblem), for docs/import.md
 
 
 FAMILIES: dict[str, Family] = {}

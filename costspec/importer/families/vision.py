@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..config import HFConfig, ImportProblem
 from ..emit import SpecText
 from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides, qkv_grad_ignore, square_size
+from .common import GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size
 
 DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
 
@@ -14,8 +14,7 @@ def _vit_dims(spec: SpecText, cfg: HFConfig, mlp: int | None, patch_default: int
     class's (ViTConfig, DeiTConfig: patch 16; Dinov2Config: patch 14)."""
     img = square_size(cfg, "image_size", 224)
     patch = square_size(cfg, "patch_size", patch_default)
-    if img % patch:
-        raise ImportProblem(f"{cfg.where('image_size')} = {img} is not a multiple of patch_size = {patch}")
+    check_whole_patches(cfg, img, patch)
     C = cfg.get_int("hidden_size", 768)
     heads = cfg.get_int("num_attention_heads", 12)
     check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
@@ -197,6 +196,7 @@ def build_dinov2(cfg: HFConfig) -> str:
     return spec.render()
 
 
-DINOV2 = Family(("dinov2",), "Dinov2Model", build_dinov2, "DINOv2 image encoder (layer scale, optional SwiGLU)")
+DINOV2 = Family(("dinov2",), "Dinov2Model", build_dinov2, "DINOv2 image encoder (layer scale, optional SwiGLU)",
+                refused=("mlp_ratio that is not a positive number",))
 
 FAMILY_LIST = (VIT, DEIT, DINOV2)
