@@ -9,12 +9,13 @@ from ..config import HFConfig, ImportProblem
 from ..emit import SpecText
 from . import Family
 from .common import GELU_NEW_NOTE, activation, check_divides
+from .decoders import ROPE_CONSTANTS
 
-# rope_parameters / rope_scaling keys that shape the cos/sin tables only: computed from a buffer and the
-# positions (constants, outside the counted work), they never change a cost
-ROPE_TABLE_KEYS = ("rope_theta", "rope_type", "type", "factor", "original_max_position_embeddings",
-                   "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "mscale",
-                   "mscale_all_dim", "long_factor", "short_factor", "truncate")
+# rope_parameters keys (default, linear and dynamic scaling) that shape the cos/sin tables only: computed from a buffer and the positions
+# (constants, outside the counted work), they never change a cost
+ROPE_TABLE_KEYS = ("rope_theta", "rope_type", "type", "factor", "original_max_position_embeddings")
+ROPE_IGNORED = {"rotary_emb_base": ROPE_CONSTANTS, "rope_theta": ROPE_CONSTANTS, "rope_scaling": ROPE_CONSTANTS,
+                **{f"rope_parameters.{key}": ROPE_CONSTANTS for key in ROPE_TABLE_KEYS}}
 NO_LM_HEAD = "the importer writes the base model (no LM head), whose embedding is read once either way"
 
 NEG_REASON = (
@@ -37,16 +38,8 @@ def rotary_dims(cfg: HFConfig, head_dim: int, legacy_key: str) -> int:
     (transformers 5) or the legacy top-level keys (`rotary_pct` of GPT-NeoX, `partial_rotary_factor`)."""
     pct_key = legacy_key
     pct = cfg.get(legacy_key)
-    for key in ("rotary_emb_base", "rope_theta"):
-        cfg.get(key)
-    if cfg.has("rope_scaling") and cfg.get("rope_scaling") is not None:
-        scaling = cfg.sub("rope_scaling")
-        for key in ROPE_TABLE_KEYS:
-            scaling.get(key)
-    if cfg.has("rope_parameters") and cfg.get("rope_parameters") is not None:
+    if cfg.get("rope_parameters") is not None:
         params = cfg.sub("rope_parameters")
-        for key in ROPE_TABLE_KEYS:
-            params.get(key)
         if params.get("partial_rotary_factor") is not None:
             pct, pct_key = params.get("partial_rotary_factor"), "rope_parameters.partial_rotary_factor"
     if pct is None:
@@ -99,7 +92,7 @@ def _rope_attrs(rotary: int, head_dim: int) -> str:
 # ----------------------------------------------------------------------------------------------
 # GPT-NeoX / Pythia
 # ----------------------------------------------------------------------------------------------
-GPT_NEOX_IGNORED = {"tie_word_embeddings": NO_LM_HEAD}
+GPT_NEOX_IGNORED = {"tie_word_embeddings": NO_LM_HEAD, **ROPE_IGNORED}
 
 
 def build_gpt_neox(cfg: HFConfig) -> str:
@@ -178,7 +171,7 @@ def spec_layers(cfg: HFConfig) -> int:
 # ----------------------------------------------------------------------------------------------
 # Phi
 # ----------------------------------------------------------------------------------------------
-PHI_IGNORED = {"tie_word_embeddings": NO_LM_HEAD}
+PHI_IGNORED = {"tie_word_embeddings": NO_LM_HEAD, **ROPE_IGNORED}
 
 
 def build_phi(cfg: HFConfig) -> str:
@@ -242,23 +235,13 @@ def build_phi(cfg: HFConfig) -> str:
     return spec.render()
 
 
-COMMON_KEYS = (("hidden_size", "C"), ("num_attention_heads", "heads"), ("intermediate_size", "F"),
-               ("num_hidden_layers", "L"), ("vocab_size", "V"), ("max_position_embeddings", "S"),
-               ("hidden_act", "the MLP's fn"))
-ROPE_KEYS = (("rope_parameters.partial_rotary_factor", "R = int(head_dim * factor): rope_dims"),)
-
 GPT_NEOX = Family(("gpt_neox",), "GPTNeoXModel", build_gpt_neox,
                   "GPT-NeoX / Pythia decoder: parallel (or sequential) residual, partial rotary (no LM head)",
                   architectures=("GPTNeoXForCausalLM",),
-                  keys=COMMON_KEYS + ROPE_KEYS + (("rotary_pct", "R (legacy key)"),
-                                                  ("use_parallel_residual", "parallel or two sequential residuals"),
-                                                  ("attention_bias", "bias on query_key_value and dense")),
                   refused=("an odd number of rotary dims",))
 PHI = Family(("phi",), "PhiModel", build_phi,
              "Phi-1/1.5/2 decoder: one LayerNorm, attention and MLP in parallel, partial rotary (no LM head)",
              architectures=("PhiForCausalLM",),
-             keys=COMMON_KEYS + ROPE_KEYS + (("partial_rotary_factor", "R (legacy key)"),
-                                             ("num_key_value_heads", "KV: grouped-query attention")),
              refused=("qk_layernorm: true", "head_dim other than hidden_size / num_attention_heads",
                       "an odd number of rotary dims"))
 

@@ -184,12 +184,6 @@ def build_resnet(cfg: HFConfig) -> str:
 RESNET = Family(("resnet",), "ResNetModel", build_resnet,
                 "ResNet (bottleneck or basic blocks, projection shortcuts; no classifier)",
                 architectures=("ResNetForImageClassification",),
-                keys=(("num_channels", "input channels"), ("embedding_size", "E: stem channels"),
-                      ("hidden_sizes", "C1..Cn: stage output channels"), ("depths", "D1..Dn: blocks per stage"),
-                      ("layer_type", "bottleneck (1x1, 3x3, 1x1; width C/4) or basic (3x3, 3x3) blocks"),
-                      ("hidden_act", "the stem's and each block's output activation"),
-                      ("downsample_in_first_stage", "stride 2 (and a projection) in stage 1"),
-                      ("downsample_in_bottleneck", "the stride on the first 1x1 conv instead of the 3x3")),
                 refused=("hidden_sizes and depths of different lengths",
                          "a bottleneck stage narrower than 4 channels"))
 
