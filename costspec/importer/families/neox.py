@@ -11,8 +11,8 @@ from . import Family
 from .common import GELU_NEW_NOTE, activation, check_divides
 from .decoders import ROPE_CONSTANTS
 
-# rope_parameters keys (default, linear and dynamic scaling) that shape the cos/sin tables only: computed from a buffer and the positions
-# (constants, outside the counted work), they never change a cost
+# rope_parameters keys (default, linear and dynamic scaling) that shape the cos/sin tables only:
+# computed from a buffer and the positions (constants, outside the counted work), never a cost
 ROPE_TABLE_KEYS = ("rope_theta", "rope_type", "type", "factor", "original_max_position_embeddings")
 ROPE_IGNORED = {"rotary_emb_base": ROPE_CONSTANTS, "rope_theta": ROPE_CONSTANTS, "rope_scaling": ROPE_CONSTANTS,
                 **{f"rope_parameters.{key}": ROPE_CONSTANTS for key in ROPE_TABLE_KEYS}}
