@@ -7,13 +7,58 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 from conftest import ROOT  # noqa: E402
 
 from costspec.against.check import summary, validate_against  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
-from costspec.model import load  # noqa: E402
+from costspec.model import load, loads  # noqa: E402
+
+STAGE = """
+costspec: 1
+name: stage
+doc: a projecting block then identity blocks, all in one list of the real model
+dims:
+  B: {value: 2, doc: batch}
+  C: {value: 8, doc: input channels}
+  D: {value: 16, doc: output channels}
+  N: {value: 3, doc: blocks}
+input: [B, C, 4, 4]
+layers:
+  - sequence:
+      - residual:
+          body:
+            - conv2d: {out: D, kernel: 1, bias: false}
+              name: body
+              source: layers.0.body
+          shortcut:
+            - conv2d: {out: D, kernel: 1, bias: false}
+              name: proj
+              source: layers.0.proj
+      - repeat: N - 1
+        name: rest
+        body:
+          - residual:
+              - conv2d: {out: D, kernel: 1, bias: false}
+                source: conv
+        source: layers
+    name: stage
+    source: stage
+"""
+
+
+@pytest.mark.parametrize("pass_", ["forward", "train"])
+def test_repeat_instances_continue_after_claimed_children(pass_):
+    """A repeat's `source:` container whose first child an earlier layer took (ResNet's stage):
+    instances are layers.1 and layers.2, not layers.0 and layers.1."""
+    model = loads(STAGE)
+    values = model.bind()
+    result = validate_against(model, values, load_target("against_flow_models:stage", model, values, "meta"), pass_)
+    assert result.ok, "\n".join(result.failures())
+    assert result.rowmap.matches["stage.rest"].paths == ["stage.layers.1", "stage.layers.2"]
+    assert result.rowmap.matches["stage.rest.conv"].paths == ["stage.layers.1.conv", "stage.layers.2.conv"]
+    assert not result.rowmap.unmatched_real
+
 
 PYTHIA_SETS = {"hidden_size": "768", "num_hidden_layers": "12", "num_attention_heads": "12",
                "intermediate_size": "3072", "vocab_size": "50304", "max_position_embeddings": "2048"}
@@ -40,6 +85,7 @@ REAL = {
 @pytest.mark.parametrize("pass_", ["forward", "train"])
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_flow_spec_matches_its_transformers_model(name, pass_):
+    pytest.importorskip("transformers")
     target, sets = ZOO[name]
     model = load(ROOT / f"specs/{name}.yaml")
     values = model.bind()
