@@ -156,7 +156,7 @@ def _fill(container, nodes, ev, built: list) -> tuple:
             _add_child(container, node, scope)
             steps.append(Call(node.local))
         if node.saves is not None:
-            steps.append(Store(node.saves))
+            steps.append(Store(node.saves, node.value is None or node.value.continued))
     return tuple(steps)
 
 

@@ -240,7 +240,7 @@ class SelfAttention(nn.Module):
                  grid: tuple[int, int] | None = None, rel_pos: bool = False, rope: bool = False,
                  rope_len: int = 0, causal: bool = False, qkv_biases: tuple[bool, bool, bool] | None = None,
                  rope_dims: int = 0, sliding_window: int = 0, queries: int = 0,
-                 rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0):
+                 rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0, cross: int = 0):
         super().__init__()
         self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
         self.kv_heads, self.gqa, self.causal = kv_heads or heads, gqa, causal
@@ -250,14 +250,16 @@ class SelfAttention(nn.Module):
         qb, kb, vb = qkv_biases or (qkv_bias,) * 3
         inner, kv_inner = heads * head_dim, self.kv_heads * head_dim
         self.split = (inner, kv_inner, kv_inner)
-        if queries:  # learned query tokens; k and v (fused: `kv`) project the input
-            self.queries = nn.Parameter(torch.zeros(1, queries, dim))
+        if queries or cross:  # learned query tokens, or cross-attention: k and v (fused: `kv`) project another
+            if queries:       # tensor than q (the input, or the `kv` value of width `cross`)
+                self.queries = nn.Parameter(torch.zeros(1, queries, dim))
+            src = cross or dim
             self.q = nn.Linear(dim, inner, bias=qb)
             if fused_qkv:
-                self.kv = nn.Linear(dim, 2 * kv_inner, bias=kb)
+                self.kv = nn.Linear(src, 2 * kv_inner, bias=kb)
             else:
-                self.k = nn.Linear(dim, kv_inner, bias=kb)
-                self.v = nn.Linear(dim, kv_inner, bias=vb)
+                self.k = nn.Linear(src, kv_inner, bias=kb)
+                self.v = nn.Linear(src, kv_inner, bias=vb)
         elif fused_qkv:
             self.qkv = nn.Linear(dim, inner + 2 * kv_inner, bias=qb)
         else:
@@ -287,14 +289,20 @@ class SelfAttention(nn.Module):
         b, s, _ = t.shape
         return t.view(b, s, heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, C)
+    def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None) -> torch.Tensor:  # x: (B, S, C)
         b, s, c = x.shape
         if self.window:
             x = x.view(b, *self.grid, c)
             if self.shift:
                 x = torch.roll(x, (-self.shift, -self.shift), dims=(1, 2))
             x, padded = window_partition(x, self.window)  # (B*nW, w*w, C)
-        if hasattr(self, "queries"):
+        if kv is not None:  # cross-attention: k, v first (q's backward, run first, closes before theirs opens)
+            if self.fused_qkv:
+                k, v = self.kv(kv).split(self.split[1:], dim=-1)
+            else:
+                k, v = (lin(_alias(kv)) for lin in (self.k, self.v))
+            q = self.q(_alias(x))
+        elif hasattr(self, "queries"):
             # k, v first: q's backward (created last, run first) then closes before theirs opens
             if self.fused_qkv:
                 k, v = self.kv(x).split(self.split[1:], dim=-1)
@@ -656,9 +664,10 @@ class Load(NamedTuple):
 
 
 class Store(NamedTuple):
-    """Remember the running tensor as the value `name` (`save:`)."""
+    """Remember the running tensor as the value `name` (`save:`); `continued`: the next layer reads it too."""
 
     name: str
+    continued: bool = True
 
 
 class Residual(NamedTuple):
@@ -706,13 +715,16 @@ class Scope(nn.Module):
         for step in steps:
             if isinstance(step, Call):
                 module = getattr(self, step.name)
-                x = module(x, values) if isinstance(module, Scope) else module(x, *(_take(values, r)
-                                                                                     for r in step.reads))
+                if isinstance(module, Scope):
+                    x = module.enter(x, values)
+                else:
+                    x = module(x, *(_take(values, r) for r in step.reads))
             elif isinstance(step, Load):
                 x = _take(values, step.name)
             elif isinstance(step, Store):  # after a fanout: the running value is one of its aliases
-                if isinstance(x, tuple):
-                    values[step.name], x = list(x[1:]), _alias(x[0])
+                if isinstance(x, tuple):  # (if the next layer reads another value, x[0] goes to a reader:
+                    # a scope's output must have a consumer for its backward scope to open)
+                    values[step.name], x = (list(x[1:]), _alias(x[0])) if step.continued else (list(x), x[0])
                 else:
                     values[step.name] = x
             elif isinstance(step, Residual):
@@ -728,10 +740,20 @@ class Scope(nn.Module):
                 x = join(*(_alias(out) for out in outs))
             else:
                 for instance in getattr(self, step.name):
-                    x = instance(x, dict(values))
+                    x = instance.enter(x, dict(values))
         return x
 
-    def forward(self, x: torch.Tensor, values: dict | None = None) -> torch.Tensor:
+    def enter(self, x: torch.Tensor, values: dict) -> torch.Tensor:
+        """Run this scope with the named values of the enclosing one. They are handed over outside the
+        call's arguments: module hooks (the scope trackers) must see the scope's input tensor only."""
+        self._values = values
+        try:
+            return self(x)
+        finally:
+            del self._values
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values = getattr(self, "_values", None)
         return self._run(self.steps, x, {} if values is None else values)
 
 
@@ -751,15 +773,14 @@ class CostspecModel(Scope):
         self.register_buffer(f"input_{name}", value, persistent=False)
         self.input_names = (*getattr(self, "input_names", ()), name)
 
-    def forward(self, x: torch.Tensor, values: dict | None = None) -> torch.Tensor:
-        values = {} if values is None else values
-        for name in getattr(self, "input_names", ()):
-            values[name] = getattr(self, f"input_{name}")
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values = {name: getattr(self, f"input_{name}") for name in getattr(self, "input_names", ())}
         return self._run(self.steps, x, values)
 
 
 __all__ = [
     "PatchEmbed", "TokenEmbedding", "PositionEmbedding", "ClsToken", "TakeToken", "SelfAttention", "Rotary",
     "RelPosBias", "window_partition", "window_unpartition", "Mlp", "GatedMlp", "LayerNorm2d", "QuickGELU",
-    "GELUTanh", "Join", "Reshape", "Transpose", "Scope", "CostspecModel", "Call", "Load", "Store", "Residual", "Parallel", "Repeat"
+    "GELUTanh", "Join", "Reshape", "Transpose", "Scope", "CostspecModel", "Call", "Load", "Store", "Residual",
+    "Parallel", "Repeat"
 ]

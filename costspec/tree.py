@@ -34,6 +34,7 @@ class Node:
     transparent = False  # rows of a transparent node (residual) show in its parent
     source: tuple[str, ...] = ()  # the real model's module path(s) of this layer (`source:`, validate --against)
     saves: str | None = None  # `save: name`: this layer's output is the named value
+    value: "ValueRef | None" = None  # (on the layer that saves, or its fanout) the value it names
     input_from: "ValueRef | None" = None  # `input: name`: this layer reads a saved value / model input
     reads: tuple[str, ...] = ()  # values an op reads besides its input (`with:`, `kv:`), in order
 
@@ -241,6 +242,7 @@ class ValueRef:
     node: Node | None = None  # the saving layer (None: a model input)
     parent: Node | None = None
     unsure: bool = False  # saved in a repeat whose first instance may differ in gradient state
+    continued: bool = True  # the layer after the saving one reads it (no `input:` there)
     node_precision: Precision | None = None
 
 
@@ -366,11 +368,12 @@ class TreeBuilder:
             raise SpecError(f"value '{name}' is already named (at {first.loc})", where,
                             "a name not used by another `save:` or `inputs:` (a block used twice saves twice: "
                             "pass the name as a block parameter)")
-        ref = ValueRef(name, shape, self.rg, where, self.mult, sympy.Integer(1), node, parent, self.unsure, precision)
+        ref = ValueRef(name, shape, self.rg, where, self.mult, sympy.Integer(1), node, parent, self.unsure,
+                       node_precision=precision)
         self.values[name] = ref
         self.saved.append(ref)
         self.running = ref
-        node.saves = name
+        node.saves, node.value = name, ref
 
     def _insert_fanouts(self) -> None:
         """A value read more than once gets a `fanout` layer right after its saving layer: the backward
@@ -388,7 +391,7 @@ class TreeBuilder:
                           Wiring(fanout=(uses - 1) * numel(ref.shape)))
             fan = OpNode(OPS["fanout"], call, ref.shape, self.table, f"{ref.name}_fanout", False,
                          self.dims.canonical)
-            fan.saves, ref.node.saves = ref.name, None
+            fan.saves, fan.value, ref.node.saves, ref.node.value = ref.name, ref, None, None
             ref.parent.children.insert(ref.parent.children.index(ref.node) + 1, fan)
 
     # -- values -------------------------------------------------------------------------------
@@ -489,6 +492,7 @@ class TreeBuilder:
                     reads = self._value(layer["input"], path + (i, "input"), "input:")
                     if self.running is not None:  # the running value's next consumer is not this layer
                         self.running.uses -= 1
+                        self.running.continued = False
                     elif self.op_count > 0:
                         raise SpecError("this layer reads another value, so the previous layer's output is never "
                                         "used", self.locate(path + (i, "input")),

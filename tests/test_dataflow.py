@@ -149,3 +149,47 @@ def test_shortcut_shape_and_params():
 def test_bad_dataflow_is_a_clear_error(layers, message):
     with pytest.raises(SpecError, match=message):
         costspec.loads(HEAD + "input: [3, 4]\nlayers:\n" + layers)
+
+
+ENCODER_DECODER = HEAD + """\
+dims: {B: 2, S: 8, T: 6, C: 16, heads: 2, V: 50}
+input: [B, S, C]
+inputs: {tokens: [B, T]}
+layers:
+  - sequence:
+      - residual: [{layernorm: {}}, {attention: {heads: heads}}]
+      - layernorm: {}
+        save: enc
+    name: encoder
+  - embedding: {vocab: V, dim: C}
+    input: tokens
+  - repeat: 2
+    name: decoder
+    body:
+      - residual: [{layernorm: {}}, {attention: {heads: heads, causal: true}}]
+      - residual: [{layernorm: {}}, {attention: {heads: heads, kv: enc, fused_qkv: false}}]
+      - residual: [{layernorm: {}}, {mlp: {hidden: 4*C}}]
+"""
+
+
+@pytest.mark.parametrize("pass_", ["forward", "train"])
+def test_encoder_decoder_with_cross_attention_matches_autograd(pass_):
+    model = costspec.loads(ENCODER_DECODER)
+    result = validate(model, model.bind(), pass_)
+    assert result.ok, result.failures()
+
+
+def test_cross_attention_projects_keys_and_values_from_the_saved_value():
+    model = costspec.loads(ENCODER_DECODER)
+    values = model.bind()
+    B, S, T, C = 2, 8, 6, 16
+    rows = {s.node.name: s for s in walk(model.root)}
+    assert "encoder.enc_fanout" in rows  # enc is read by both decoder layers: one gradient sum
+    fan = rows["encoder.enc_fanout"].node
+    assert fan.backward(True).pointwise["add"].xreplace(values) == (2 - 1) * B * S * C
+    attn = rows["decoder.attn2"].node
+    fwd = attn.forward().matmul
+    # q and proj on the decoder's B*T rows, k and v on the encoder's B*S rows; scores T x S
+    gemm = 2 * B * T * C * C * 2 + 2 * B * S * C * C * 2
+    sdpa = 2 * 2 * B * T * S * C
+    assert fwd["gemm"].xreplace(values) == gemm and fwd["sdpa"].xreplace(values) == sdpa

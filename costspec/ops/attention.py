@@ -146,6 +146,7 @@ class _Geom:
     qw: Expr
     tq: Expr  # queries per attention problem (t, or the learned queries)
     mq: Expr  # rows the q and output projections run on (m, or B * learned queries)
+    ckv: Expr | None = None  # cross-attention: the width of the value keys and values are projected from
 
     @property
     def nq(self) -> Expr:  # elements of q (and of O)
@@ -242,6 +243,9 @@ class Attention(OpDef):
         Attr("scale", "choice", "score scale: default 1/sqrt(head_dim), or none (T5: no scaling). The kernels "
              "still multiply by the scale (1), so the cost is the same", default="default",
              choices=("default", "none")),
+        Attr("kv", "value", "cross-attention: keys and values projected from this value ([B, T, Ckv], a `save:`d "
+             "value or an `inputs:` name, e.g. an encoder's output); q and the output projection run on the "
+             "running value's B*S rows, k and v on B*T (fused_qkv fuses k and v)", default=None),
     )
 
     # -- shapes -------------------------------------------------------------------------------
@@ -276,7 +280,13 @@ class Attention(OpDef):
             return _Geom(b, s, c, h, kv, d, b * nwin * w * w, b * nwin, w * w, w, w, w * w, b * nwin * w * w)
         if not _is_zero(a.queries):
             return _Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, a.queries, b * a.queries)
+        if self._cross(call):
+            _, t, ckv = call.wiring.extra[0]
+            return _Geom(b, s, c, h, kv, d, b * t, b, t, gh, gw, s, b * s, ckv)
         return _Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, s, b * s)
+
+    def _cross(self, call: OpCall) -> bool:
+        return call.attrs.kv is not None
 
     def _sdpa(self, call: OpCall) -> Sdpa:
         a, g = call.attrs, self._geom(call)
@@ -332,6 +342,18 @@ class Attention(OpDef):
             if self._windowed(call) or a.rel_bias != "none":
                 raise call.fail("learned queries attend to all tokens: no window or rel_bias", "queries",
                                 "queries without window / rel_bias")
+        if self._cross(call):
+            if len(call.wiring.extra[0]) != 3:
+                raise call.fail(f"kv: '{a.kv}' has shape {list(call.wiring.extra[0])}, not tokens [B, T, C]", "kv",
+                                "a value of rank 3")
+            same_size_constraint(call, "kv", call.wiring.extra[0][0], call.in_shape[0], "the input's batch")
+            for attr in ("rope", "rel_pos", "causal"):
+                if getattr(a, attr):
+                    raise call.fail(f"cross-attention (kv) does not take {attr} here", attr, f"kv without {attr}")
+            if self._windowed(call) or a.rel_bias != "none" or not _is_zero(a.queries) or \
+                    not _is_zero(a.sliding_window):
+                raise call.fail("cross-attention (kv) attends to all of the value's tokens: no window, "
+                                "sliding_window, rel_bias or queries", "kv", "kv alone")
         if not _is_zero(a.shift):
             if not self._windowed(call) or a.rel_pos or a.causal:
                 raise call.fail("shift is Swin's shifted window: it needs window (and grid), without rel_pos or "
@@ -343,7 +365,7 @@ class Attention(OpDef):
             raise call.fail("rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)",
                             "rel_bias", "window: w with it")
         q, k, v = (bool(x) for x in (a.q_bias, a.k_bias, a.v_bias))
-        if a.fused_qkv and _is_zero(a.queries) and not q == k == v:
+        if a.fused_qkv and _is_zero(a.queries) and not self._cross(call) and not q == k == v:
             raise call.fail("fused_qkv is one projection with one bias: q_bias, k_bias and v_bias must agree "
                             "(set fused_qkv: false for a bias on some of them)", "fused_qkv", "fused_qkv: false")
 
@@ -401,10 +423,11 @@ class Attention(OpDef):
         a, g = call.attrs, self._geom(call)
         inner, kv_inner = g.h * g.d, g.kv * g.d
         qb, kb, vb = bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)
-        if not _is_zero(a.queries):
+        if not _is_zero(a.queries) or g.ckv is not None:  # q from other rows than k and v
             q = ("q", g.mq, g.c, inner, qb)
-            kv = ([("kv", g.m, g.c, 2 * kv_inner, kb)] if a.fused_qkv
-                  else [("k", g.m, g.c, kv_inner, kb), ("v", g.m, g.c, kv_inner, vb)])
+            src = g.c if g.ckv is None else g.ckv
+            kv = ([("kv", g.m, src, 2 * kv_inner, kb)] if a.fused_qkv
+                  else [("k", g.m, src, kv_inner, kb), ("v", g.m, src, kv_inner, vb)])
             qkv = [q] + kv
         elif a.fused_qkv:
             qkv = [("qkv", g.m, g.c, inner + 2 * kv_inner, qb)]
@@ -470,7 +493,7 @@ class Attention(OpDef):
         parts = []
         if queries:  # d(queries) = the batch sum of the q projection's dX (no sum at B = 1)
             parts.append(Part("queries", pointwise("bias_grad", _above_one(g.b) * g.mq * g.c), own=True))
-        parts += [Part(n, linear_backward(m, k, o, bias, input_grad or (queries and n == "q")))
+        parts += [Part(n, linear_backward(m, k, o, bias, self._dx(call, n, input_grad)))
                   for n, m, k, o, bias in qkv]
         if a.rope:
             parts.append(Part("rope", self._rope_work(call, g)))
@@ -479,9 +502,10 @@ class Attention(OpDef):
         if a.rel_bias != "none":  # the gathered table's gradient added into its rows
             parts.append(Part("rel_bias", pointwise("scatter_add", g.h * g.t * g.t)))
         sdpa = sdpa_backward(self._sdpa(call), a.backend)
-        readers = len([p for p in qkv if p[0] != "q"]) if queries else len(qkv)  # projections reading x
-        if readers > 1 and input_grad:  # dX of the projections reading x summed: one add per extra reader
-            sdpa = sdpa + pointwise("add", (readers - 1) * g.m * g.c)
+        readers = len([p for p in qkv if p[0] != "q"]) if queries or g.ckv is not None else len(qkv)
+        reads_grad = call.wiring.needs_grad(1, input_grad) if g.ckv is not None else input_grad
+        if readers > 1 and reads_grad:  # dX of the projections reading one value summed: an add per extra reader
+            sdpa = sdpa + pointwise("add", (readers - 1) * g.m * (g.c if g.ckv is None else g.ckv))
         if a.rel_pos:  # q feeds the SDPA and the relative positions: their dq summed
             sdpa = sdpa + pointwise("add", g.nq)
         if a.rel_bias != "none":  # the bias, broadcast over the nb problems, gets their gradients summed
@@ -491,12 +515,21 @@ class Attention(OpDef):
         parts.append(Part(n, linear_backward(m, k, o, bias, True)))
         return parts
 
+    def _dx(self, call: OpCall, part: str, input_grad: bool) -> bool:
+        """Whether a projection computes its input's gradient: q of learned queries always (the queries
+        are parameters); k and v of cross-attention when the kv value needs one; else input_grad."""
+        if not _is_zero(call.attrs.queries) and part == "q":
+            return True
+        if self._cross(call) and part != "q":
+            return call.wiring.needs_grad(1, input_grad)
+        return input_grad
+
     def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
         """The projections as GEMMs; the relative positions' two bmm write rel_h and rel_w (backward: dq
         of each, and the gathered tables' gradients)."""
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
-        out = {n: linear_outputs(rows, k, o, pass_, input_grad) for n, rows, k, o, _ in qkv}
+        out = {n: linear_outputs(rows, k, o, pass_, self._dx(call, n, input_grad)) for n, rows, k, o, _ in qkv}
         if a.rel_pos:
             out["rel_pos"] = (g.nb * g.h * g.t * (g.qh + g.qw) if pass_ == "forward"
                               else 2 * g.nq + (g.qh * g.qh + g.qw * g.qw) * g.d)
@@ -599,7 +632,7 @@ class Attention(OpDef):
             sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nk + bias + grouped + extra,
                            g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO))
         queries = not _is_zero(a.queries)
-        out = [linear_traffic(n, m, k, o, bias_, pass_, input_grad or (queries and n == "q"))
+        out = [linear_traffic(n, m, k, o, bias_, pass_, self._dx(call, n, input_grad))
                for n, m, k, o, bias_ in qkv]
         if queries:
             out.insert(0, Traffic("queries", ZERO, ZERO) if pass_ == "forward" else
@@ -636,7 +669,8 @@ class Attention(OpDef):
                              rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal,
                              qkv_biases=(bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)),
                              rope_dims=ev(a.rope_dims) if a.rope else 0, sliding_window=ev(a.sliding_window),
-                             queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift))
+                             queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift),
+                             cross=ev(g.ckv) if g.ckv is not None else 0)
 
     def gemms(self, call: OpCall) -> list[Gemm]:
         """Projections as GEMMs on their rows (the (padded) tokens, or the learned queries); SDPA's QK^T
