@@ -2,7 +2,8 @@
 
 A spec layer or repeat may name its real counterpart with `source:` (a module path relative to
 the enclosing matched layer; a list for a layer that spans several modules). A repeat's source is
-the container of its instances: `source: encoder.layer` matches instance i to `encoder.layer.{i}`.
+the container of its instances: `source: encoder.layer` matches instance i to `encoder.layer.{i}`
+(counting from the container's first child no earlier layer claimed).
 Layers without a source are matched best-effort: in the real model's execution order, the first
 module after the previous match, inside the enclosing match, whose parameter count equals the
 layer's (layers without parameters are not matched: their work is counted in the enclosing row).
@@ -169,7 +170,8 @@ class _Matcher:
         if container is None:  # its layers stay unmatched: their work is compared in the enclosing row
             return
         how = "source" if paths else "auto"
-        instances = [f"{container}.{i}" if container else str(i) for i in range(times)]
+        first = self._first_free_child(container) if paths else 0
+        instances = [f"{container}.{first + i}" if container else str(first + i) for i in range(times)]
         missing = [p for p in instances if p not in self.exists]
         if missing:
             raise UsageError(f"{node.loc}: repeat '{node.name}' has {times} instances, but the real model has no "
@@ -185,6 +187,15 @@ class _Matcher:
         if not container:
             for path in instances:
                 self._take(path, cursor)
+
+    def _first_free_child(self, container: str) -> int:
+        """The index of the container's first child that no earlier layer claimed: a repeat's
+        instances continue after children the layers before it took (transformers' ResNet stage
+        holds its projection block as `layers.0`, written before the repeat of identity blocks)."""
+        first = 0
+        while any(self.real.under(f"{container}.{first}" if container else str(first), c) for c in self.claimed):
+            first += 1
+        return first
 
     def _auto_container(self, node: RepeatNode, times: int, base: str, cursor: list[int]) -> str | None:
         """A module under `base` with exactly the children 0..times-1: the first whose children each

@@ -51,3 +51,5 @@ _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
 _register("bert")  # bert, roberta
 _register("decoders")  # gpt2, llama
 _register("encdec")  # t5, whisper: the encoders of encoder-decoders (h-encdec)
+_register("resnet")  # resnet (issue 15, h-flowspecs)
+_register("neox")  # gpt_neox, phi (issue 15, h-flowspecs)

@@ -1,0 +1,248 @@
+"""Decoders with a parallel residual and partial rotary embeddings: GPT-NeoX / Pythia
+(transformers' GPTNeoXModel: x + attn(ln1(x)) + mlp(ln2(x)), or sequential) and Phi (PhiModel: one
+LayerNorm feeding attention and MLP side by side, x + attn(ln(x)) + mlp(ln(x)))."""
+from __future__ import annotations
+
+import textwrap
+
+from ..config import HFConfig, ImportProblem
+from ..emit import SpecText
+from . import Family
+from .common import GELU_NEW_NOTE, activation, check_divides
+from .decoders import ROPE_CONSTANTS
+
+# rope_parameters keys (default, linear and dynamic scaling) that shape the cos/sin tables only:
+# computed from a buffer and the positions (constants, outside the counted work), never a cost
+ROPE_TABLE_KEYS = ("rope_theta", "rope_type", "type", "factor", "original_max_position_embeddings")
+ROPE_IGNORED = {"rotary_emb_base": ROPE_CONSTANTS, "rope_theta": ROPE_CONSTANTS, "rope_scaling": ROPE_CONSTANTS,
+                **{f"rope_parameters.{key}": ROPE_CONSTANTS for key in ROPE_TABLE_KEYS}}
+NO_LM_HEAD = "the importer writes the base model (no LM head), whose embedding is read once either way"
+
+NEG_REASON = (
+    "transformers' rotate_half builds [-x2, x1] with a neg (a multiplication by -1: the `scale` kind) of half of "
+    "the rotary part of q and k, B*S*(h + kv)*R/2 elements per layer, forward and backward; the spec's RoPE "
+    "folds the sign into the sin table (2 mul + 1 add per element)")
+SLICE_REASON = (
+    "transformers slices q and k into a rotary part (q[..., :R]) and a pass-through part (q[..., R:]) and "
+    "rotate_half slices the rotary part into two halves: autograd adds the gradients of the slices back into "
+    "one tensor, one add per element of q and k (B*S*(h + kv)*d per layer) and per rotary element "
+    "(B*S*(h + kv)*R); the spec's partial RoPE rotates its slice and concatenates")
+
+
+def _folded(text: str) -> str:
+    return "\n".join("    " + line for line in textwrap.wrap(text, 100))
+
+
+def rotary_dims(cfg: HFConfig, head_dim: int, legacy_key: str) -> int:
+    """R = int(head_dim * partial_rotary_factor), as transformers computes it, from `rope_parameters`
+    (transformers 5) or the legacy top-level keys (`rotary_pct` of GPT-NeoX, `partial_rotary_factor`)."""
+    pct_key = legacy_key
+    pct = cfg.get(legacy_key)
+    if cfg.get("rope_parameters") is not None:
+        params = cfg.sub("rope_parameters")
+        if params.get("partial_rotary_factor") is not None:
+            pct, pct_key = params.get("partial_rotary_factor"), "rope_parameters.partial_rotary_factor"
+    if pct is None:
+        raise ImportProblem(f"{cfg.where(legacy_key)}: missing (the fraction of each head's dims that is rotated)")
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct <= 1:
+        raise ImportProblem(f"{cfg.where(pct_key)} = {pct!r}: expected a fraction in (0, 1]")
+    rotary = int(head_dim * pct)
+    if rotary < 2 or rotary % 2:
+        raise ImportProblem(f"{cfg.where(pct_key)} = {pct!r}: int(head_dim {head_dim} * {pct}) = {rotary} rotary dims; "
+                            "expected an even number >= 2 (rotate_half pairs the dims)")
+    return rotary
+
+
+def rope_ignores(module: str, q_heads: str, kv_heads: str) -> str:
+    """The two named differences of transformers' partial rotary code (forward and backward)."""
+    return f"""\
+- module: "{module}"
+  extra: {{scale: "L*B*S*({q_heads} + {kv_heads})*R/2"}}
+  reason: >-
+{_folded(NEG_REASON)}
+- module: "{module}"
+  extra: {{add: "L*B*S*({q_heads} + {kv_heads})*(C/{q_heads} + R)"}}
+  pass: backward
+  reason: >-
+{_folded(SLICE_REASON)}
+"""
+
+
+def _decoder_dims(spec: SpecText, cfg: HFConfig, heads: int) -> tuple[int, int]:
+    C = cfg.get_int("hidden_size")
+    check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
+    spec.dim("B", 1, "batch size")
+    spec.dim("S", cfg.get_int("max_position_embeddings", 2048), "sequence length (tokens)", "max_position_embeddings")
+    spec.dim("C", C, "hidden size", "hidden_size")
+    spec.dim("heads", heads, "attention heads", "num_attention_heads")
+    return C, C // heads
+
+
+def _fn(spec: SpecText, cfg: HFConfig, default: str) -> str:
+    fn = activation(cfg, "hidden_act", default)
+    if cfg.get("hidden_act", default) == "gelu_new":
+        spec.note(GELU_NEW_NOTE)
+    return fn
+
+
+def _rope_attrs(rotary: int, head_dim: int) -> str:
+    return "rope: true" + (", rope_dims: R" if rotary < head_dim else "")
+
+
+# ----------------------------------------------------------------------------------------------
+# GPT-NeoX / Pythia
+# ----------------------------------------------------------------------------------------------
+GPT_NEOX_IGNORED = {"tie_word_embeddings": NO_LM_HEAD, **ROPE_IGNORED}
+
+
+def build_gpt_neox(cfg: HFConfig) -> str:
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
+                    "GPTNeoXModel)")
+    heads = cfg.get_int("num_attention_heads")
+    C, d = _decoder_dims(spec, cfg, heads)
+    spec.dim("F", cfg.get_int("intermediate_size"), "MLP intermediate size", "intermediate_size")
+    spec.dim("L", cfg.get_int("num_hidden_layers"), "layers", "num_hidden_layers")
+    spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
+    rotary = rotary_dims(cfg, d, "rotary_pct")
+    spec.dim("R", rotary, f"rotary dims per head (int(head_dim {d} * rotary fraction))", "rotary_pct")
+    fn = _fn(spec, cfg, "gelu")
+    bias = "" if cfg.get_bool("attention_bias", True) else ", qkv_bias: false, proj_bias: false"
+    parallel = cfg.get_bool("use_parallel_residual", True)
+    spec.precision(cfg.dtype, cfg.dtype_source)
+    spec.input(["B", "S"], "token ids")
+    spec.doc = (f"GPT-NeoX decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} "
+                + ("parallel-residual blocks x + attn(ln1(x)) + mlp(ln2(x))" if parallel
+                   else "sequential pre-LN blocks") + f" (hidden {C}, {heads} heads of dim {d}, fused qkv"
+                + (" with bias" if not bias else " without bias") + f", rotary on {rotary} of {d} dims, {fn} MLP), "
+                "final LayerNorm; no LM head")
+    attn = f"attention: {{heads: heads, {_rope_attrs(rotary, d)}, causal: true{bias}}}"
+    mlp = f"mlp: {{hidden: F, fn: {fn}}}"
+    if parallel:
+        spec.block("neox_block", f"""\
+# use_parallel_residual: x + attention(ln1(x)) + mlp(ln2(x)), all three read the block's input
+- parallel:
+    join: add
+    branches:
+      - []  # the input itself
+      - - layernorm: {{}}
+          source: input_layernorm
+        - {attn}
+          source: attention
+      - - layernorm: {{}}
+          source: post_attention_layernorm
+        - {mlp}  # hidden_act
+          source: mlp
+""")
+    else:
+        spec.block("neox_block", f"""\
+- residual:
+    - layernorm: {{}}
+      source: input_layernorm
+    - {attn}
+      source: attention
+- residual:
+    - layernorm: {{}}
+      source: post_attention_layernorm
+    - {mlp}  # hidden_act
+      source: mlp
+""")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' GPTNeoXModel")
+    spec.ignore(rope_ignores("layers.*.attention", "heads", "heads"))
+    spec.layers("""\
+- embedding: {vocab: V, dim: C}
+  name: embed_in
+  source: embed_in
+- repeat: L
+  name: layers
+  body: neox_block
+  source: layers
+- layernorm: {}
+  name: final_layer_norm
+  source: final_layer_norm
+""")
+    cfg.check_understood(GPT_NEOX_IGNORED)
+    return spec.render()
+
+
+def spec_layers(cfg: HFConfig) -> int:
+    return cfg.get_int("num_hidden_layers")
+
+
+# ----------------------------------------------------------------------------------------------
+# Phi
+# ----------------------------------------------------------------------------------------------
+PHI_IGNORED = {"tie_word_embeddings": NO_LM_HEAD, **ROPE_IGNORED}
+
+
+def build_phi(cfg: HFConfig) -> str:
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
+                    "PhiModel)")
+    heads = cfg.get_int("num_attention_heads")
+    C, d = _decoder_dims(spec, cfg, heads)
+    kv = cfg.get_int("num_key_value_heads", heads)
+    if heads % kv:
+        raise ImportProblem(f"{cfg.where('num_key_value_heads')} = {kv} does not divide num_attention_heads = {heads}")
+    if cfg.get("head_dim", d) != d:
+        raise cfg.refuse("head_dim", f"PhiModel's rotary tables assume head_dim = hidden_size / num_attention_heads "
+                         f"= {d}")
+    if cfg.get_bool("qk_layernorm", False):
+        raise cfg.refuse("qk_layernorm", "LayerNorm on q and k per head is not an option of costspec's attention "
+                         "(not supported by this importer)")
+    spec.dim("KV", kv, "key/value heads" + (" (grouped-query attention)" if kv < heads else ""),
+             "num_key_value_heads")
+    spec.dim("F", cfg.get_int("intermediate_size"), "MLP intermediate size", "intermediate_size")
+    spec.dim("L", cfg.get_int("num_hidden_layers"), "layers", "num_hidden_layers")
+    spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
+    rotary = rotary_dims(cfg, d, "partial_rotary_factor")
+    spec.dim("R", rotary, f"rotary dims per head (int(head_dim {d} * partial_rotary_factor))",
+             "partial_rotary_factor")
+    fn = _fn(spec, cfg, "gelu_new")
+    spec.precision(cfg.dtype, cfg.dtype_source)
+    spec.input(["B", "S"], "token ids")
+    spec.doc = (f"Phi decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} blocks "
+                f"x + attn(ln(x)) + mlp(ln(x)) (one LayerNorm feeds attention and MLP side by side; hidden {C}, "
+                f"{heads} heads" + (f", {kv} key/value heads" if kv < heads else "") + f" of dim {d}, q/k/v and "
+                f"dense with bias, rotary on {rotary} of {d} dims, {fn} MLP), final LayerNorm; no LM head")
+    kv_attr = ", kv_heads: KV" if kv < heads else ""
+    spec.block("phi_block", f"""\
+# x + attention(ln(x)) + mlp(ln(x)): the residual adds x to the parallel join of the two branches
+- residual:
+    - layernorm: {{}}
+      source: input_layernorm
+    - parallel:
+        join: add
+        branches:
+          - - attention: {{heads: heads{kv_attr}, fused_qkv: false, {_rope_attrs(rotary, d)}, causal: true}}
+              source: self_attn
+          - - mlp: {{hidden: F, fn: {fn}}}  # fc1 -> hidden_act -> fc2
+              source: mlp
+""")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' PhiModel")
+    spec.ignore(rope_ignores("layers.*.self_attn", "heads", "KV"))
+    spec.layers("""\
+- embedding: {vocab: V, dim: C}
+  name: embed_tokens
+  source: embed_tokens
+- repeat: L
+  name: layers
+  body: phi_block
+  source: layers
+- layernorm: {}
+  name: final_layernorm
+  source: final_layernorm
+""")
+    cfg.check_understood(PHI_IGNORED)
+    return spec.render()
+
+
+GPT_NEOX = Family(("gpt_neox",), "GPTNeoXModel", build_gpt_neox,
+                  "GPT-NeoX / Pythia decoder: parallel (or sequential) residual, partial rotary (no LM head)",
+                  architectures=("GPTNeoXForCausalLM",),
+                  refused=("an odd number of rotary dims",))
+PHI = Family(("phi",), "PhiModel", build_phi,
+             "Phi-1/1.5/2 decoder: one LayerNorm, attention and MLP in parallel, partial rotary (no LM head)",
+             architectures=("PhiForCausalLM",),
+             refused=("qk_layernorm: true", "head_dim other than hidden_size / num_attention_heads",
+                      "an odd number of rotary dims"))
+
+FAMILY_LIST = (GPT_NEOX, PHI)
