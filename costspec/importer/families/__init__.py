@@ -50,3 +50,4 @@ def _register(module_name: str) -> None:
 # One line per family group (keep this list additive: each group's owner appends its line).
 _register("vision")  # vit, deit (issue 15, h-import; dinov2, clip, sam follow)
 _register("llm")  # mistral, qwen2, gemma (issue 15, h-llm)
+_register("llm_moe")  # mixtral, qwen2_moe (issue 15, h-llm)
