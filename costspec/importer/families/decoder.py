@@ -111,7 +111,7 @@ def decoder_dims(spec: SpecText, cfg: HFConfig, window: int,
     if any(sliding) and S < window:
         spec.note(f"sliding_window {window} is longer than S = {S}: every query sees all earlier tokens, so the "
                   "layers are written as full causal attention (transformers skips the window mask too); at "
-                  f"S >= {window} add `sliding_window: W` to the attention of the sliding layers")
+                  f"S >= {window} add `sliding_window: {window}` to the attention of the sliding layers")
         sliding = [False] * L
     if any(sliding):
         spec.dim("W", window, "attention sliding window (query i sees keys i-W+1..i)", "sliding_window")
