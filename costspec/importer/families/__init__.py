@@ -29,9 +29,7 @@ class Family:
     doc: str
     hf_kwargs: Mapping[str, str] = field(default_factory=dict)
     architectures: tuple[str, ...] = ()
-    # (key, what it sets in the spec) for docs/import.md; the family's reads must match (a drift test)
-    keys: tuple[tuple[str, str], ...] = ()
-    refused: tuple[str, ...] = ()  # what the family refuses, for docs/import.md
+    refused: tuple[str, ...] = ()  # what the family refuses (an ImportProblem), for docs/import.md
 
 
 FAMILIES: dict[str, Family] = {}
@@ -48,6 +46,9 @@ def _register(module_name: str) -> None:
 
 
 # One line per family group (keep this list additive: each group's owner appends its line).
-_register("vision")  # vit, deit (issue 15, h-import; dinov2, clip, sam follow)
+_register("vision")  # vit, deit, dinov2 (issue 15, h-import)
+_register("towers")  # clip, clip_vision_model, sam, sam_vision_model
+_register("bert")  # bert, roberta
+_register("decoders")  # gpt2, llama
 _register("llm")  # mistral, qwen2, gemma (issue 15, h-llm)
 _register("llm_moe")  # mixtral, qwen2_moe (issue 15, h-llm)

@@ -4,17 +4,17 @@ from __future__ import annotations
 from ..config import HFConfig, ImportProblem
 from ..emit import SpecText
 from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides, qkv_grad_ignore, square_size
+from .common import GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size
 
 DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
 
 
-def _vit_dims(spec: SpecText, cfg: HFConfig, mlp: int | None) -> tuple[int, int]:
-    """img, patch, C, heads, L (and F when `mlp` is given); returns (C, heads)."""
+def _vit_dims(spec: SpecText, cfg: HFConfig, mlp: int | None, patch_default: int = 16) -> tuple[int, int]:
+    """img, patch, C, heads, L (and F when `mlp` is given); returns (C, heads). Defaults: the config
+    class's (ViTConfig, DeiTConfig: patch 16; Dinov2Config: patch 14)."""
     img = square_size(cfg, "image_size", 224)
-    patch = square_size(cfg, "patch_size", 16)
-    if img % patch:
-        raise ImportProblem(f"{cfg.where('image_size')} = {img} is not a multiple of patch_size = {patch}")
+    patch = square_size(cfg, "patch_size", patch_default)
+    check_whole_patches(cfg, img, patch)
     C = cfg.get_int("hidden_size", 768)
     heads = cfg.get_int("num_attention_heads", 12)
     check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
@@ -68,7 +68,7 @@ def build_vit(cfg: HFConfig, deit: bool = False) -> str:
     _precision(spec, cfg)
     spec.input(["B", _channels(cfg), "img", "img"], "num_channels")
     spec.doc = (f"{'DeiT' if deit else 'ViT'} image encoder imported from a Hugging Face config: patch "
-                f"{spec_value(cfg, 'patch_size')}, width {C}, {heads} heads, pre-LN blocks, {fn} MLP, final "
+                f"{square_size(cfg, 'patch_size', 16)}, width {C}, {heads} heads, pre-LN blocks, {fn} MLP, final "
                 "LayerNorm" + (", class and distillation tokens" if deit else ", class token") + "; no pooler, no head")
     spec.block("encoder_block", f"""\
 - residual:
@@ -115,14 +115,88 @@ def build_vit(cfg: HFConfig, deit: bool = False) -> str:
     return spec.render()
 
 
-def spec_value(cfg: HFConfig, key: str) -> object:
-    return cfg.get(key)
-
-
 VIT = Family(("vit",), "ViTModel", build_vit, "ViT image encoder (no pooler)",
              hf_kwargs={"add_pooling_layer": "false"}, architectures=("ViTForImageClassification",))
 DEIT = Family(("deit",), "DeiTModel", lambda cfg: build_vit(cfg, deit=True),
               "DeiT image encoder: class and distillation tokens (no pooler)",
               hf_kwargs={"add_pooling_layer": "false"}, architectures=("DeiTForImageClassificationWithTeacher",))
 
-FAMILY_LIST = (VIT, DEIT)
+
+# ----------------------------------------------------------------------------------------------
+# DINOv2
+# ----------------------------------------------------------------------------------------------
+BACKBONE_ONLY = "Dinov2Backbone's feature-map outputs only (Dinov2Model returns the last hidden state)"
+DINOV2_IGNORED = {
+    "layerscale_value": "the initial value of the layer scales (their cost is the same)",
+    "drop_path_rate": "stochastic depth is the identity at inference",
+    "apply_layernorm": BACKBONE_ONLY, "reshape_hidden_states": BACKBONE_ONLY, "out_features": BACKBONE_ONLY,
+    "out_indices": BACKBONE_ONLY, "stage_names": BACKBONE_ONLY,
+}
+
+
+def build_dinov2(cfg: HFConfig) -> str:
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type dinov2, transformers' Dinov2Model)")
+    C, heads = _vit_dims(spec, cfg, None, patch_default=14)
+    ratio = cfg.get("mlp_ratio", 4)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
+        raise ImportProblem(f"{cfg.where('mlp_ratio')} = {ratio!r}: expected a positive number")
+    hidden = int(C * ratio)  # Dinov2MLP: int(hidden_size * mlp_ratio)
+    swiglu = cfg.get_bool("use_swiglu_ffn", False)
+    if swiglu:  # Dinov2SwiGLUFFN: 2/3 of it, rounded up to a multiple of 8; one fused (gate, up) Linear
+        hidden = (int(hidden * 2 / 3) + 7) // 8 * 8
+        spec.dim("F", hidden, "SwiGLU hidden width", "(int(int(hidden_size * mlp_ratio) * 2 / 3) + 7) // 8 * 8")
+    else:
+        spec.dim("F", hidden, "MLP hidden width", "int(hidden_size * mlp_ratio)")
+    spec.derived("S", "(img // patch)**2 + 1", "tokens (patches + class token)")
+    fn = "silu" if swiglu else _mlp_fn(spec, cfg)
+    if swiglu:
+        cfg.get("hidden_act")  # read: the SwiGLU FFN always uses silu, whatever hidden_act says
+    mask = cfg.get_bool("use_mask_token", True)
+    if mask:
+        spec.note("use_mask_token: Dinov2Model holds a (1, C) mask token that only masked image modelling "
+                  "(bool_masked_pos) uses; the spec does not run it, so its C parameters are not counted and "
+                  "validate --against shows params +C in the embeddings row")
+    _precision(spec, cfg)
+    spec.input(["B", _channels(cfg), "img", "img"], "num_channels")
+    patch = square_size(cfg, "patch_size", 14)
+    spec.doc = (f"DINOv2 image encoder imported from a Hugging Face config: patch {patch}, "
+                f"width {C}, {heads} heads, pre-LN blocks with layer scale, "
+                + ("SwiGLU MLP" if swiglu else f"{fn} MLP") + ", final LayerNorm; no pooler, no head")
+    mlp = ("{hidden: F, gated: true, fn: silu}  # use_swiglu_ffn: weights_in (gate and up in one Linear), "
+           "weights_out" if swiglu else f"{{hidden: F, fn: {fn}}}  # hidden_act")
+    spec.block("dinov2_block", f"""\
+- residual:
+    - layernorm: {{}}  # norm1
+      source: norm1
+    - attention: {{heads: heads{_qkv_bias(cfg)}}}  # qkv_bias
+      source: attention
+    - layer_scale: {{}}  # layer_scale1 (initial value layerscale_value does not change the cost)
+      source: layer_scale1
+- residual:
+    - layernorm: {{}}  # norm2
+      source: norm2
+    - mlp: {mlp}
+      source: mlp
+    - layer_scale: {{}}
+      source: layer_scale2
+""")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' Dinov2Model")
+    spec.ignore(qkv_grad_ignore("encoder.layer.*.attention"))
+    spec.layers("""\
+- patch_embed: {patch: patch, dim: C, cls_token: true, pos_embed: true}
+  source: embeddings
+- repeat: L
+  name: blocks
+  body: dinov2_block
+  source: encoder.layer
+- layernorm: {}
+  source: layernorm
+""")
+    cfg.check_understood(DINOV2_IGNORED)
+    return spec.render()
+
+
+DINOV2 = Family(("dinov2",), "Dinov2Model", build_dinov2, "DINOv2 image encoder (layer scale, optional SwiGLU)",
+                refused=("mlp_ratio that is not a positive number",))
+
+FAMILY_LIST = (VIT, DEIT, DINOV2)
