@@ -43,6 +43,12 @@ ZOO_CONFIGS: dict[str, tuple[str, dict]] = {
     "llama_1b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
                                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
                                  "max_position_embeddings": 2048}),
+    # specs/mistral_7b.yaml: the MistralConfig defaults are Mistral-7B-v0.1 (C 4096, L 32, heads 32, KV 8,
+    # F 14336, V 32000, sliding window 4096); S 8192
+    "mistral_7b": ("MistralConfig", {"max_position_embeddings": 8192}),
+    # specs/mixtral_8x7b.yaml: the MixtralConfig defaults are Mixtral-8x7B-v0.1 (8 experts, top-2, no sliding
+    # window); S 8192
+    "mixtral_8x7b": ("MixtralConfig", {"max_position_embeddings": 8192}),
 }
 
 

@@ -9,12 +9,11 @@ from ..config import HFConfig, ImportProblem
 from ..emit import SpecText, wrap_comment
 from .common import activation, check_divides
 
-DEFAULT_S = 4096  # the imported spec's sequence length, at most max_position_embeddings (set S to change it)
+DEFAULT_S = 4096  # the sequence length when the config names no max_position_embeddings
 
 # keys these configs carry that never change the cost of the base model (the *Model class, no LM head)
 IGNORED = {
     "tie_word_embeddings": "the spec stops at the last hidden state (no LM head to tie)",
-    "max_position_embeddings": "read for S's default only: RoPE's tables are constants of the positions",
     "pretraining_tp": "a tensor-parallel slicing of the same GEMMs at pretraining",
 }
 ROPE_TYPES = ("default", "linear")  # both only rescale the positions: the same cos / sin tables' cost
@@ -94,10 +93,10 @@ def decoder_dims(spec: SpecText, cfg: HFConfig, window: int,
         check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
     head_dim = cfg.get_int("head_dim", C // heads)
     L = cfg.get_int("num_hidden_layers")
-    S = min(cfg.get_int("max_position_embeddings", DEFAULT_S), DEFAULT_S)
+    S = cfg.get_int("max_position_embeddings", DEFAULT_S)
     spec.dim("B", 1, "batch size")
-    spec.dim("S", S, f"sequence length (tokens; at most max_position_embeddings = "
-             f"{cfg.get('max_position_embeddings')})")
+    spec.dim("S", S, "sequence length (tokens): the context the config allows; --set S=... for shorter sequences",
+             "max_position_embeddings")
     spec.dim("C", C, "hidden size", "hidden_size")
     spec.dim("heads", heads, "query heads", "num_attention_heads")
     spec.dim("KV", kv, "key/value heads (grouped-query attention when fewer than heads)", "num_key_value_heads")
