@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..config import HFConfig
 from ..emit import SpecText
 from . import Family
-from .decoder import (EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text,
+from .llm_parts import (EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text,
                       decoder_dims, decoder_layers, gated_fn, header_note, mask_ignore, rope)
 
 # the token ids of the input (the embedding reads them)

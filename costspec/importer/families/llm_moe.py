@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..config import HFConfig, ImportProblem
 from ..emit import SpecText
 from . import Family
-from .decoder import (EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text,
+from .llm_parts import (EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text,
                       decoder_dims, decoder_layers, gated_fn, header_note, mask_ignore, rope)
 from .llm import TOKENS, dense_block, describe, qwen_window
 
