@@ -420,6 +420,21 @@ class GatedMlp(nn.Module):
         return self.down(h)  # (..., out)
 
 
+class FusedGatedMlp(nn.Module):
+    """down(act(gate) * up) with gate and up as one projection `gate_up` (dim -> 2*hidden) cut in two, as
+    transformers 5 stores MoE experts (gate_up_proj): one GEMM forward, one dX product backward."""
+
+    def __init__(self, dim: int, hidden: int, out: int, act: nn.Module, bias: bool = True):
+        super().__init__()
+        self.gate_up = nn.Linear(dim, 2 * hidden, bias=bias)
+        self.act = act
+        self.down = nn.Linear(hidden, out, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # (..., hidden) each
+        return self.down(self.act(gate) * up)  # (..., out)
+
+
 class LayerNorm2d(nn.Module):
     """LayerNorm over the channel dim of (B, C, H, W): permute, F.layer_norm (one native_layer_norm
     kernel, as the cost table's `layernorm` kind assumes), permute back."""
@@ -655,13 +670,17 @@ class MixtureOfExperts(nn.Module):
     """
 
     def __init__(self, dim: int, experts: int, top_k: int, hidden: int, gated: bool, act: Callable[[], nn.Module],
-                 bias: bool, renorm: bool, shared_hidden: int = 0, capacity: int | None = None):
+                 bias: bool, renorm: bool, shared_hidden: int = 0, capacity: int | None = None,
+                 fused_gate_up: bool = False, shared_gate: bool = False):
         super().__init__()
         self.top_k, self.renorm, self.capacity = top_k, renorm, capacity
         self.router = nn.Linear(dim, experts, bias=False)
         mlp = GatedMlp if gated else Mlp
-        self.experts = nn.ModuleList(mlp(dim, hidden, dim, act(), bias) for _ in range(experts))
+        expert = FusedGatedMlp if gated and fused_gate_up else mlp
+        self.experts = nn.ModuleList(expert(dim, hidden, dim, act(), bias) for _ in range(experts))
         self.shared = mlp(dim, shared_hidden, dim, act(), bias) if shared_hidden else None
+        # Qwen2-MoE's shared_expert_gate: sigmoid(x w) scales the shared output per token
+        self.shared_gate = nn.Linear(dim, 1, bias=False) if shared_hidden and shared_gate else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., C)
         shape = x.shape
@@ -685,7 +704,10 @@ class MixtureOfExperts(nn.Module):
         ys = torch.cat(outs).view(t, k, c)  # (T, k, C)
         out = (ys * w.unsqueeze(-1)).sum(1)  # (T, C)
         if self.shared is not None:
-            out = out + self.shared(_alias(x2))
+            shared = self.shared(_alias(x2))
+            if self.shared_gate is not None:
+                shared = torch.sigmoid(self.shared_gate(_alias(x2))) * shared
+            out = out + shared
         return out.reshape(shape)
 
 

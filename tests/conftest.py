@@ -89,6 +89,27 @@ SLOW_CASES = (
     "test_work_bounds.py::test_formula_expand_of_a_degree_8_dim_squared_is_refused_fast",
     "test_zoo_ops.py::test_sam_eval_shows_windowed_and_global_blocks_with_counts",
     "test_cli.py::test_check_passes_the_zoo",
+    # mistral_7b / mixtral_8x7b (h-llm): 1.7-22 s each
+    "test_validate.py::test_zoo_validates_exactly[mistral_7b-forward]",
+    "test_validate.py::test_zoo_validates_exactly[mistral_7b-train]",
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[forward-mistral_7b]",
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[backward-mistral_7b]",
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[train-mistral_7b]",
+    "test_latex.py::test_round_trip_with_substituted_and_expanded_dims[mistral_7b]",
+    "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[forward-mistral_7b]",
+    "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[backward-mistral_7b]",
+    "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[train-mistral_7b]",
+    "test_roofline.py::test_every_spec_has_bytes_and_times_that_add_up[train-mistral_7b]",
+    "test_validate.py::test_zoo_validates_exactly[mixtral_8x7b-forward]",
+    "test_validate.py::test_zoo_validates_exactly[mixtral_8x7b-train]",
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[forward-mixtral_8x7b]",
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[backward-mixtral_8x7b]",
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[train-mixtral_8x7b]",
+    "test_latex.py::test_round_trip_with_substituted_and_expanded_dims[mixtral_8x7b]",
+    "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[forward-mixtral_8x7b]",
+    "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[backward-mixtral_8x7b]",
+    "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[train-mixtral_8x7b]",
+    "test_roofline.py::test_every_spec_has_bytes_and_times_that_add_up[train-mixtral_8x7b]",
 )
 
 

@@ -15,7 +15,8 @@ from costspec.model import load, loads
 
 CONFIGS = ROOT / "tests/data/hf_configs"
 ZOO = ["vit_b", "vit_l", "vit_h", "clip_vit_l14", "sam_vit_b", "bert_base", "gpt2_small", "llama_1b",
-       "t5_small_encoder", "whisper_tiny_encoder"]
+       "t5_small_encoder", "whisper_tiny_encoder",
+       "mistral_7b", "mixtral_8x7b"]
 
 
 def numbers(model, pass_: str, batch: int) -> tuple[int, int, int]:

@@ -220,6 +220,27 @@ def test_moe_capacity_factor_drops_rows_beyond_capacity():
         spec("- moe: {experts: 4, top_k: 5, hidden: 6}")
 
 
+def test_moe_fused_gate_up_drops_the_dx_add_and_shared_gate_adds_a_sigmoid_gate():
+    # T = 10 tokens (B = 1), C = 8, E = 4, k = 2, hidden 6: R = T*k = 20 expert rows
+    base = "- linear: {out: 8, bias: false}\n- moe: {experts: 4, top_k: 2, hidden: 6%s}"
+    split, fused = (spec(base % extra, dims="{B: 1}", input_="[B, 10, 8]") for extra in ("", ", fused_gate_up: true"))
+    assert forward(split) == forward(fused) and params(split) == params(fused)  # one C -> 2*hidden GEMM, same work
+    (mm_s, pw_s), (mm_f, pw_f) = forward(split, "backward"), forward(fused, "backward")
+    assert mm_s == mm_f
+    assert pw_s["add"] - pw_f.get("add", 0) == 20 * 8  # gate's and up's dX summed: R*C adds, none when fused
+    # Qwen2-MoE's shared expert with its sigmoid gate: sigmoid(x w) * shared(x), w: C -> 1
+    plain, gated = (spec("- moe: {experts: 4, top_k: 2, hidden: 6, shared_experts: 1, shared_hidden: 12%s}" % extra,
+                         dims="{B: 1}", input_="[B, 10, 8]") for extra in ("", ", shared_gate: true"))
+    assert params(gated) - params(plain) == 8
+    (mm_p, pw_p), (mm_g, pw_g) = forward(plain), forward(gated)
+    assert mm_g["gemm"] - mm_p["gemm"] == 2 * 10 * 8  # the C -> 1 projection on T tokens
+    assert pw_g["sigmoid"] == 10 and pw_g["mul"] - pw_p["mul"] == 10 * 8  # T scores, broadcast over C
+    with pytest.raises(SpecError, match=r"shared_gate gates the shared experts' output"):
+        spec("- moe: {experts: 4, top_k: 2, hidden: 6, shared_gate: true}")
+    with pytest.raises(SpecError, match=r"fused_gate_up fuses the gate and up projections of gated experts"):
+        spec("- moe: {experts: 4, top_k: 2, hidden: 6, gated: false, fused_gate_up: true}")
+
+
 # -- attention options ----------------------------------------------------------------------------
 def test_sliding_window_counts_useful_pairs_and_refuses_the_2d_window_misuse():
     # Mistral-style: S = 8 tokens, window 3, one head of dim 4 (C = 4)

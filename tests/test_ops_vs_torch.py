@@ -413,8 +413,10 @@ def _moe(draw):
     attrs = {"experts": experts, "top_k": draw(st.integers(1, experts)), "hidden": draw(small),
              "gated": draw(st.booleans()), "fn": draw(st.sampled_from(["silu", "gelu", "relu"])),
              "bias": draw(st.booleans()), "renorm": draw(st.booleans())}
+    if attrs["gated"]:
+        attrs["fused_gate_up"] = draw(st.booleans())
     if draw(st.booleans()):
-        attrs.update(shared_experts=draw(st.integers(1, 2)), shared_hidden=draw(small))
+        attrs.update(shared_experts=draw(st.integers(1, 2)), shared_hidden=draw(small), shared_gate=draw(st.booleans()))
     if draw(st.booleans()):
         attrs["capacity_factor"] = draw(st.sampled_from([0.5, 1.0, 1.25]))
     shape = [draw(small) for _ in range(draw(st.integers(1, 2)))] + [draw(small)]

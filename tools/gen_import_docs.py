@@ -31,7 +31,7 @@ def family_section() -> str:
         lines.append(f"| `{model_type}` | `{family.hf_class}` | {family.doc} |")
     lines.append("")
     done: set[int] = set()
-    for model_type, family in sorted(FAMILIES.items()):
+    for family in (f for _, f in sorted(FAMILIES.items())):
         if id(family) in done:
             continue
         done.add(id(family))

@@ -49,6 +49,12 @@ ZOO_CONFIGS: dict[str, tuple[str, dict]] = {
     # specs/whisper_tiny_encoder.yaml: the WhisperConfig defaults are whisper-tiny (d_model 384, 4 encoder
     # layers, 6 heads, FFN 1536, 80 mel bins, 1500 positions)
     "whisper_tiny_encoder": ("WhisperConfig", {}),
+    # specs/mistral_7b.yaml: the MistralConfig defaults are Mistral-7B-v0.1 (C 4096, L 32, heads 32, KV 8,
+    # F 14336, V 32000, sliding window 4096); S 8192
+    "mistral_7b": ("MistralConfig", {"max_position_embeddings": 8192}),
+    # specs/mixtral_8x7b.yaml: the MixtralConfig defaults are Mixtral-8x7B-v0.1 (8 experts, top-2, no sliding
+    # window); S 8192
+    "mixtral_8x7b": ("MixtralConfig", {"max_position_embeddings": 8192}),
 }
 
 

@@ -24,36 +24,41 @@ from .pointwise import ACT_ATTR, activation_work, build_activation
 from .registry import register_op
 
 
-def _mlp_linears(c, hidden, gated: bool):
-    """(in, out) of each projection of one expert MLP: (gate, up, down) or (fc1, fc2)."""
+def _mlp_linears(c, hidden, gated: bool, fused: bool = False):
+    """(in, out) of each projection of one expert MLP: (gate, up, down), (gate_up, down) when the gate and
+    up projections are one GEMM (fused), or (fc1, fc2)."""
+    if gated and fused:
+        return [(c, 2 * hidden), (hidden, c)]
     return [(c, hidden), (c, hidden), (hidden, c)] if gated else [(c, hidden), (hidden, c)]
 
 
-def mlp_forward(m, c, hidden, gated: bool, bias: bool, fn: str) -> Work:
+def mlp_forward(m, c, hidden, gated: bool, bias: bool, fn: str, fused: bool = False) -> Work:
     """An MLP on m rows: its projections, the activation and (gated) the product act(gate) * up."""
     work = Work()
-    for k, n in _mlp_linears(c, hidden, gated):
+    for k, n in _mlp_linears(c, hidden, gated, fused):
         work = work + linear_forward(m, k, n, bias)
     work = work + activation_work(fn, m * hidden, "forward")
     return work + pointwise("mul", m * hidden) if gated else work
 
 
-def mlp_backward(m, c, hidden, gated: bool, bias: bool, fn: str, input_grad: bool) -> Work:
+def mlp_backward(m, c, hidden, gated: bool, bias: bool, fn: str, input_grad: bool, fused: bool = False) -> Work:
     """Backward of mlp_forward: dW of every projection, dX of the first ones only when needed; the
-    activation; gated: the product's two multiplies and, with dX, the sum of gate's and up's dX."""
-    linears = _mlp_linears(c, hidden, gated)
+    activation; gated: the product's two multiplies and, with dX, the sum of gate's and up's dX (none when
+    gate and up are one fused GEMM: its dX is one product)."""
+    linears = _mlp_linears(c, hidden, gated, fused)
     work = Work()
     for k, n in linears[:-1]:
         work = work + linear_backward(m, k, n, bias, input_grad)
     work = work + linear_backward(m, hidden, c, bias, True) + activation_work(fn, m * hidden, "backward")
     if gated:
-        work = work + pointwise("mul", 2 * m * hidden) + (pointwise("add", m * c) if input_grad else Work())
+        work = work + pointwise("mul", 2 * m * hidden) + (pointwise("add", m * c) if input_grad and not fused
+                                                          else Work())
     return work
 
 
-def mlp_outputs(m, c, hidden, gated: bool, pass_: str, input_grad: bool, copies=1):
+def mlp_outputs(m, c, hidden, gated: bool, pass_: str, input_grad: bool, copies=1, fused: bool = False):
     """GEMM output elements of an MLP on m rows (`copies` experts sharing the rows: each has its own dW)."""
-    linears = _mlp_linears(c, hidden, gated)
+    linears = _mlp_linears(c, hidden, gated, fused)
     total = ZERO
     for i, (k, n) in enumerate(linears):
         last = i == len(linears) - 1
@@ -93,6 +98,11 @@ class Moe(OpDef):
              "shared_experts * shared_hidden, as DeepSeekMoE builds them)", default=0),
         Attr("shared_hidden", "size", "hidden width of one shared expert (default: hidden)",
              default=lambda shape, a: a["hidden"]),
+        Attr("fused_gate_up", "bool", "gated experts: gate and up as one C -> 2*hidden projection (transformers 5 "
+             "stores Mixtral's and Qwen-MoE's experts as gate_up_proj): the same FLOPs, but the backward's dX is "
+             "one product, with no add of gate's and up's dX", default=False),
+        Attr("shared_gate", "bool", "a sigmoid gate on the shared experts' output, sigmoid(x w) * shared(x) with "
+             "a learned C -> 1 projection w (Qwen2-MoE's shared_expert_gate); needs shared_experts", default=False),
         Attr("capacity_factor", "number", "expert capacity ceil(cf * T*k/E) rows (tokens beyond it are dropped); "
              "0: no limit", default=0),
     )
@@ -102,6 +112,12 @@ class Moe(OpDef):
         k, e = call.attrs.top_k, call.attrs.experts
         if sympy.sympify(k - e).is_number and k > e:
             raise call.fail(f"top_k {k} is more than the {e} experts", "top_k", "top_k <= experts")
+        if call.attrs.shared_gate and _is_zero(call.attrs.shared_experts):
+            raise call.fail("shared_gate gates the shared experts' output: set shared_experts", "shared_gate",
+                            "shared_experts >= 1 with it")
+        if call.attrs.fused_gate_up and not call.attrs.gated:
+            raise call.fail("fused_gate_up fuses the gate and up projections of gated experts: set gated: true",
+                            "fused_gate_up", "gated: true with it")
         if call.attrs.capacity_factor < 0:
             raise call.fail(f"capacity_factor {call.attrs.capacity_factor} is negative", "capacity_factor",
                             "0 (no limit) or a positive factor")
@@ -142,13 +158,16 @@ class Moe(OpDef):
             route = route + pointwise("sum", slots) + pointwise("div", slots)
         route = route + pointwise("mul", slots * c) + pointwise("sum", slots * c)  # the weighted sum of k outputs
         parts = [Part("router", linear_forward(t, c, e, False), c * e), Part("route", route, own=True),
-                 Part("experts", mlp_forward(self.rows(call), c, a.hidden, a.gated, a.bias, a.fn),
+                 Part("experts", mlp_forward(self.rows(call), c, a.hidden, a.gated, a.bias, a.fn, a.fused_gate_up),
                       e * mlp_params(c, a.hidden, a.gated, a.bias))]
         if not _is_zero(a.shared_experts):
             width = a.shared_experts * a.shared_hidden
             parts.append(Part("shared", mlp_forward(t, c, width, a.gated, a.bias, a.fn),
                               mlp_params(c, width, a.gated, a.bias)))
             parts[1] = Part("route", route + pointwise("add", t * c), own=True)
+        if a.shared_gate:  # the C -> 1 projection; sigmoid on its T scores, broadcast over C onto the shared output
+            parts[1] = Part("route", parts[1].work + pointwise("sigmoid", t) + pointwise("mul", t * c), own=True)
+            parts.append(Part("shared_gate", linear_forward(t, c, 1, False), c))
         return parts
 
     def backward(self, call: OpCall, input_grad: bool):
@@ -169,20 +188,31 @@ class Moe(OpDef):
             route = route + pointwise("bias_grad", _above_one(k) * slots * c) + pointwise("add", t * c)
             if not _is_zero(a.shared_experts):
                 route = route + pointwise("add", t * c)
+            if a.shared_gate:
+                route = route + pointwise("add", t * c)
+        if a.shared_gate:  # y = s * m: dm = g*s; ds = the sum over C of g*m; sigmoid's backward
+            route = (route + pointwise("mul", 2 * t * c) + pointwise("bias_grad", _above_one(c) * t * c)
+                     + pointwise("sigmoid_backward", t))
         parts = [Part("router", linear_backward(t, c, e, False, input_grad)), Part("route", route, own=True),
-                 Part("experts", mlp_backward(self.rows(call), c, a.hidden, a.gated, a.bias, a.fn, input_grad))]
+                 Part("experts", mlp_backward(self.rows(call), c, a.hidden, a.gated, a.bias, a.fn, input_grad,
+                                              a.fused_gate_up))]
         if not _is_zero(a.shared_experts):
             width = a.shared_experts * a.shared_hidden
             parts.append(Part("shared", mlp_backward(t, c, width, a.gated, a.bias, a.fn, input_grad)))
+        if a.shared_gate:
+            parts.append(Part("shared_gate", linear_backward(t, c, 1, False, input_grad)))
         return parts
 
     def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
         a = call.attrs
         t, c = self._tokens(call)
         out = {"router": linear_outputs(t, c, a.experts, pass_, input_grad),
-               "experts": mlp_outputs(self.rows(call), c, a.hidden, a.gated, pass_, input_grad, a.experts)}
+               "experts": mlp_outputs(self.rows(call), c, a.hidden, a.gated, pass_, input_grad, a.experts,
+                                      a.fused_gate_up)}
         if not _is_zero(a.shared_experts):
             out["shared"] = mlp_outputs(t, c, a.shared_experts * a.shared_hidden, a.gated, pass_, input_grad)
+        if a.shared_gate:
+            out["shared_gate"] = linear_outputs(t, c, 1, pass_, input_grad)
         return out
 
     def gemms(self, call: OpCall) -> list[Gemm]:
@@ -192,10 +222,12 @@ class Moe(OpDef):
         t, c = self._tokens(call)
         out = [Gemm("router", t, a.experts, c)]
         out += [Gemm("experts", self.rows(call) / a.experts, n, k, a.experts)
-                for k, n in _mlp_linears(c, a.hidden, a.gated)]
+                for k, n in _mlp_linears(c, a.hidden, a.gated, a.fused_gate_up)]
         if not _is_zero(a.shared_experts):
             width = a.shared_experts * a.shared_hidden
             out += [Gemm("shared", t, n, k) for k, n in _mlp_linears(c, width, a.gated)]
+        if a.shared_gate:
+            out.append(Gemm("shared_gate", t, 1, c))
         return out
 
     def notes(self, call: OpCall):
@@ -204,6 +236,7 @@ class Moe(OpDef):
         expert = mlp_params(c, a.hidden, a.gated, a.bias)
         shared = ZERO if _is_zero(a.shared_experts) else mlp_params(c, a.shared_experts * a.shared_hidden, a.gated,
                                                                     a.bias)
+        shared = shared + (c if a.shared_gate else ZERO)
         total = c * a.experts + a.experts * expert + shared
         active = c * a.experts + a.top_k * expert + shared
         cap = "" if not a.capacity_factor else f", capacity factor {a.capacity_factor} (rows beyond it dropped)"
@@ -221,7 +254,8 @@ class Moe(OpDef):
         t, c = self._tokens(call)
         e, slots, rows = a.experts, t * a.top_k, self.rows(call)
         out = [linear_traffic("router", t, c, e, False, pass_, input_grad)]
-        hidden_traffic = _mlp_traffic("experts", rows, c, a.hidden, a.gated, a.bias, pass_, input_grad)
+        hidden_traffic = _mlp_traffic("experts", rows, c, a.hidden, a.gated, a.bias, pass_, input_grad,
+                                      a.fused_gate_up)
         weights = (e - 1) * mlp_params(c, a.hidden, a.gated, a.bias)
         out.append(Traffic("experts", hidden_traffic.reads + weights,
                            hidden_traffic.writes + (weights if pass_ == "backward" else ZERO)))
@@ -232,6 +266,10 @@ class Moe(OpDef):
         if not _is_zero(a.shared_experts):
             out.append(_mlp_traffic("shared", t, c, a.shared_experts * a.shared_hidden, a.gated, a.bias, pass_,
                                     input_grad))
+        if a.shared_gate:  # the C -> 1 GEMM; sigmoid on T scores; the product reads the shared output and the gate
+            gate = linear_traffic("shared_gate", t, c, 1, False, pass_, input_grad)
+            extra = (t + t * c + t, t + t * c) if pass_ == "forward" else (3 * t * c + 2 * t, t * c + 2 * t)
+            out.append(Traffic("shared_gate", gate.reads + extra[0], gate.writes + extra[1]))
         return out
 
     def build(self, call: OpCall, ev):
@@ -243,12 +281,14 @@ class Moe(OpDef):
         shared = 0 if _is_zero(a.shared_experts) else ev(a.shared_experts * a.shared_hidden)
         return MixtureOfExperts(ev(c), ev(a.experts), ev(a.top_k), ev(a.hidden), a.gated,
                                 lambda: build_activation(a.fn), a.bias, a.renorm, shared,
-                                None if cap is None else ev(cap))
+                                None if cap is None else ev(cap), fused_gate_up=a.fused_gate_up,
+                                shared_gate=a.shared_gate)
 
 
-def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: str, input_grad: bool) -> Traffic:
+def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: str, input_grad: bool,
+                 fused: bool = False) -> Traffic:
     reads, writes = ZERO, ZERO
-    linears = _mlp_linears(c, hidden, gated)
+    linears = _mlp_linears(c, hidden, gated, fused)
     for i, (k, n) in enumerate(linears):
         tr = linear_traffic(part, m, k, n, bias, pass_, input_grad or i == len(linears) - 1)
         reads, writes = reads + tr.reads, writes + tr.writes

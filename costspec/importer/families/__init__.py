@@ -53,3 +53,5 @@ _register("decoders")  # gpt2, llama
 _register("encdec")  # t5, whisper: the encoders of encoder-decoders (h-encdec)
 _register("resnet")  # resnet (issue 15, h-flowspecs)
 _register("neox")  # gpt_neox, phi (issue 15, h-flowspecs)
+_register("llm")  # mistral, qwen2, gemma (issue 15, h-llm)
+_register("llm_moe")  # mixtral, qwen2_moe (issue 15, h-llm)
