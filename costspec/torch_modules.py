@@ -471,12 +471,12 @@ class _Fork(torch.autograd.Function):
     in, so the sum runs inside the backward scope of the module that forked, and after every branch."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, n: int):  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, n: int):
         ctx.set_materialize_grads(False)
         return tuple(x.clone() for _ in range(n))  # (views of an input would be rebased by autograd)
 
     @staticmethod
-    def backward(ctx, *grads):  # type: ignore[override]
+    def backward(ctx, *grads):
         total = None
         for g in grads:
             if g is not None:

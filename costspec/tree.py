@@ -378,7 +378,11 @@ class TreeBuilder:
     def _insert_fanouts(self) -> None:
         """A value read more than once gets a `fanout` layer right after its saving layer: the backward
         sum of its consumers' gradients ((uses - 1) adds per element)."""
-        for ref in sorted(self.saved, key=lambda r: -r.parent.children.index(r.node)):  # type: ignore[union-attr]
+        def position(ref: ValueRef) -> int:
+            assert ref.parent is not None and ref.node is not None
+            return ref.parent.children.index(ref.node)
+
+        for ref in sorted(self.saved, key=lambda r: -position(r)):
             uses = sympy.simplify(ref.uses)
             if uses == 0:
                 raise SpecError(f"value '{ref.name}' is saved but never read, and the next layer reads another "
@@ -387,6 +391,7 @@ class TreeBuilder:
             if uses.is_number and uses <= 1:
                 continue
             assert ref.node is not None and ref.parent is not None
+            assert ref.node_precision is not None
             call = OpCall(Attrs({}, ref.loc), ref.shape, ref.node_precision, ref.loc,
                           Wiring(fanout=(uses - 1) * numel(ref.shape)))
             fan = OpNode(OPS["fanout"], call, ref.shape, self.table, f"{ref.name}_fanout", False,
@@ -499,8 +504,10 @@ class TreeBuilder:
                                         "`save:` on the previous layer (and a layer that reads it), or no layers "
                                         "whose output is dropped")
                     shape, self.rg = reads.shape, reads.rg
-                self.running = None
+                before = self.running
                 node, shape = self._layer(layer, path + (i,), shape, env)
+                if self.running is before:  # consumed by this layer (unless a layer inside it saved its output)
+                    self.running = None
                 node.input_from = reads
                 self.rg = self.rg or node.makes_grad
                 if "save" in layer:

@@ -193,3 +193,23 @@ def test_cross_attention_projects_keys_and_values_from_the_saved_value():
     gemm = 2 * B * T * C * C * 2 + 2 * B * S * C * C * 2
     sdpa = 2 * 2 * B * T * S * C
     assert fwd["gemm"].xreplace(values) == gemm and fwd["sdpa"].xreplace(values) == sdpa
+
+
+def test_a_value_saved_at_the_end_of_a_named_sequence_can_be_left_for_a_model_input():
+    # the encoder's output is saved inside its scope; the decoder scope starts from the token input
+    spec = HEAD + """\
+dims: {B: 2, S: 8, T: 6, C: 16, V: 50}
+input: [B, S, C]
+inputs: {tokens: [B, T]}
+layers:
+  - sequence: [{linear: {out: C}}, {layernorm: {}, save: enc}]
+    name: encoder
+  - sequence:
+      - embedding: {vocab: V, dim: C}
+        input: tokens
+      - attention: {heads: 2, kv: enc}
+    name: decoder
+"""
+    model = costspec.loads(spec)
+    result = validate(model, model.bind(), "train")
+    assert result.ok, result.failures()
