@@ -200,6 +200,7 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
     described = [f"transformers {transformers.__version__} {class_name} on {device}, no weights"]
     defaults = config_cls()
     data = _read_config(config_file) if config_file is not None else {}
+    data = _tower_config(data, config_cls, described)
     described.append(f"config: {config_file}" if config_file is not None
                      else f"config: {config_cls.__name__}() defaults")
     ctor = _constructor_params(cls)
@@ -221,6 +222,25 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
     with torch.device(device):
         module = model_cls(config, **kwargs)
     return module, None, described
+
+
+def _tower_config(data: dict, config_cls: Any, described: list[str]) -> dict:
+    """A composite config (CLIP's, SAM's: `model_type` clip, with a `vision_config`) given for a tower
+    class (CLIPVisionModelWithProjection): the nested config of the tower's model_type, with the
+    composite's own keys that the tower's config class also has (CLIP's top-level projection_dim,
+    which CLIPModel's visual_projection uses). Any other config: as it is."""
+    wanted = getattr(config_cls, "model_type", None)
+    if not wanted or data.get("model_type") in (None, wanted):
+        return data
+    for key, value in data.items():
+        if isinstance(value, dict) and value.get("model_type") == wanted:
+            defaults = config_cls()
+            shared = {k: v for k, v in data.items() if not isinstance(v, dict) and hasattr(defaults, k)
+                      and k not in ("model_type", "architectures", "transformers_version", "_name_or_path")}
+            described.append(f"config: {key} of the {data['model_type']} config"
+                             + (f" with its {', '.join(sorted(shared))}" if shared else ""))
+            return {**value, **shared}
+    return data
 
 
 def _constructor_params(cls) -> set[str]:

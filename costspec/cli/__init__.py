@@ -35,6 +35,7 @@ def _register() -> None:
         validate_cmd,
     )
     from . import init_cmd, report_cmd, zoo_cmd  # noqa: F401  (issue 18)
+    from . import import_cmd  # noqa: F401  (issue 15)
 
 
 def main(argv: list[str] | None = None) -> None:

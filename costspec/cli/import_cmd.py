@@ -1,0 +1,38 @@
+"""`costspec import hf CONFIG.json|DIR`: a readable spec from a Hugging Face config (issue 15)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..conventions import DTYPES
+from . import cli, options
+
+
+@cli.group("import")
+def import_group() -> None:
+    """Write a spec from an existing model's configuration."""
+
+
+@import_group.command("hf")
+@click.argument("source", type=click.Path(exists=True))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Spec file to write (default: print the spec).")
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
+              help="The spec's precision (default: the config's torch_dtype; float32 when it names none).")
+@options.output_format("yaml", "json", default="yaml")
+def import_hf_command(source, output, dtype, fmt):
+    """Write a spec from SOURCE, a Hugging Face config.json or a model folder holding one (read offline,
+    never through torch); the precision is the config's torch_dtype unless --dtype."""
+    from ..importer import check_command, import_hf, write_import
+
+    imported = write_import(source, output, dtype) if output else import_hf(source, dtype)
+    check = check_command(imported.family, output or "SPEC.yaml", imported.config_path)
+    if fmt == "json":
+        click.echo(json.dumps({"written": output, "family": imported.family.model_types[0],
+                               "hf_class": imported.family.hf_class, "check": check,
+                               **({} if output else {"spec": imported.text})}, indent=2))
+    elif output:
+        click.echo(f"wrote {output}; check it with: {check}", err=True)
+    else:
+        click.echo(imported.text, nl=False)

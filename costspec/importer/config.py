@@ -1,0 +1,182 @@
+"""A Hugging Face `config.json`, read as JSON (never through transformers), that remembers which
+keys the importer read, so a key nobody understood is an error instead of a silently wrong spec."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..conventions import DTYPES
+from ..errors import CostspecError
+
+# Keys every PretrainedConfig carries that never change a cost: bookkeeping, generation settings,
+# label maps, initialisation, numerical epsilons, dropout (costspec counts the model in eval mode,
+# where dropout is the identity), the attention backend (the same matmuls either way).
+GENERIC_KEYS = frozenset({
+    "_name_or_path", "architectures", "transformers_version", "model_type", "dtype", "torch_dtype",
+    "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "tokenizer_class", "prefix",
+    "task_specific_params", "output_hidden_states", "output_attentions", "return_dict", "torchscript",
+    "use_bfloat16", "tf_legacy_loss", "use_cache", "initializer_range", "initializer_factor",
+    "chunk_size_feed_forward", "attn_implementation", "_attn_implementation", "_commit_hash",
+    "_attn_implementation_autoset", "max_length", "min_length", "do_sample", "early_stopping", "num_beams",
+    "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "remove_invalid_values",
+    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens", "gradient_checkpointing",
+})
+GENERIC_PATTERN = re.compile(r".*(_token_id|_token_ids|_eps|_epsilon|dropout|_pdrop|dropout_prob|dropout_rate)$")
+# Keys whose default (false, null, empty) changes nothing; any other value needs a family that reads it.
+GENERIC_WHEN_FALSY = frozenset({
+    "is_encoder_decoder", "is_decoder", "add_cross_attention", "cross_attention_hidden_size", "pruned_heads",
+    "tie_encoder_decoder",
+})
+
+TORCH_DTYPE_NAMES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+DEFAULT_DTYPE = "fp32"  # what transformers loads a model in when the config names no dtype
+
+
+class ImportProblem(CostspecError):
+    """A config the importer cannot turn into a correct spec: names the file and the key."""
+
+
+_MISSING: Any = object()
+
+
+class HFConfig:
+    """A read-only view of one config dict (or one nested sub-config such as `vision_config`)."""
+
+    def __init__(self, data: Mapping[str, Any], path: str, prefix: str = "", dtype: str | None = None,
+                 name: str = ""):
+        if not isinstance(data, Mapping):
+            raise ImportProblem(f"{path}: expected a JSON object (a Hugging Face config.json)")
+        self._data = dict(data)
+        self.path = path
+        self._prefix = prefix
+        self._read: set[str] = set()
+        self._subs: dict[str, HFConfig] = {}
+        self._dtype_override = dtype
+        self.name = name or str(self._data.get("model_type") or "imported")  # the spec's name
+        self.checked = False  # set by check_understood: the core refuses a family that never checks
+
+    # -- reading ---------------------------------------------------------------------------------
+    def where(self, key: str) -> str:
+        """`file: key` as messages name it (nested keys dotted: vision_config.hidden_size)."""
+        return f"{self.path}: {self._prefix}{key}"
+
+    def has(self, key: str) -> bool:
+        return key in self._data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of `key` (read), or `default` when the config has no such key or holds null."""
+        self._read.add(key)
+        value = self._data.get(key)
+        return default if value is None else value
+
+    def require(self, key: str) -> Any:
+        """The value of `key`; a config without it is an ImportProblem."""
+        self._read.add(key)
+        if self._data.get(key) is None:
+            raise ImportProblem(f"{self.where(key)}: missing (the importer needs it)")
+        return self._data[key]
+
+    def get_int(self, key: str, default: int | None = _MISSING, minimum: int = 1) -> int:
+        """A whole number >= minimum (a missing key: `default`, or an error when none is given)."""
+        value = self.require(key) if default is _MISSING else self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ImportProblem(f"{self.where(key)} = {value!r}: expected a whole number >= {minimum}")
+        return value
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise ImportProblem(f"{self.where(key)} = {value!r}: expected true or false")
+        return value
+
+    def get_str(self, key: str, default: str | None = _MISSING) -> str:
+        value = self.require(key) if default is _MISSING else self.get(key, default)
+        if not isinstance(value, str):
+            raise ImportProblem(f"{self.where(key)} = {value!r}: expected a string")
+        return value
+
+    def choice(self, key: str, default: str, allowed: Iterable[str], why: str = "") -> str:
+        """A string value that must be one of `allowed` (what the importer knows how to price)."""
+        value = self.get_str(key, default)
+        allowed = list(allowed)
+        if value not in allowed:
+            raise ImportProblem(f"{self.where(key)} = {value!r}: not supported by this importer (expected one of "
+                                f"{', '.join(allowed)}){': ' + why if why else ''}")
+        return value
+
+    def refuse(self, key: str, why: str) -> ImportProblem:
+        """An ImportProblem for a value the importer cannot price (the caller raises it)."""
+        self._read.add(key)
+        return ImportProblem(f"{self.where(key)} = {self._data.get(key)!r}: {why}")
+
+    def sub(self, key: str) -> HFConfig:
+        """A nested config (`vision_config`, `text_config`); its keys are checked as this one's are."""
+        self._read.add(key)
+        if key not in self._subs:
+            value = self._data.get(key)
+            if not isinstance(value, Mapping):
+                raise ImportProblem(f"{self.where(key)}: expected a nested config object, got {value!r}")
+            self._subs[key] = HFConfig(value, self.path, f"{self._prefix}{key}.", self._dtype_override)
+        return self._subs[key]
+
+    @property
+    def model_type(self) -> str:
+        return self.get_str("model_type", "")
+
+    @property
+    def dtype(self) -> str:
+        """The spec's precision: --dtype if given, else the config's `torch_dtype` (`dtype` since
+        transformers 5), else fp32 (what transformers loads such a model in)."""
+        if self._dtype_override is not None:
+            return self._dtype_override
+        for key in ("torch_dtype", "dtype"):
+            name = self._data.get(key)
+            if name is None:
+                continue
+            if name not in TORCH_DTYPE_NAMES:
+                raise ImportProblem(f"{self.where(key)} = {name!r}: expected one of "
+                                    f"{', '.join(TORCH_DTYPE_NAMES)} (or pass --dtype, one of {', '.join(DTYPES)})")
+            return TORCH_DTYPE_NAMES[name]
+        return DEFAULT_DTYPE
+
+    @property
+    def dtype_source(self) -> str:
+        """Where `dtype` came from, for the spec's comment."""
+        if self._dtype_override is not None:
+            return "--dtype"
+        for key in ("torch_dtype", "dtype"):
+            if self._data.get(key) is not None:
+                return f"{key}: {self._data[key]}"
+        return "the config names no dtype: transformers' default float32"
+
+    # -- checking --------------------------------------------------------------------------------
+    def unread(self, ignored: Iterable[str] = ()) -> list[str]:
+        """Keys present here (and in the sub-configs read) that nobody read or ignored, dotted."""
+        ignored = set(ignored)
+        left = []
+        for key, value in self._data.items():
+            dotted = self._prefix + key
+            if key in self._read or key in GENERIC_KEYS or GENERIC_PATTERN.match(key):
+                continue
+            if key in ignored or dotted in ignored:
+                continue
+            if key in GENERIC_WHEN_FALSY and not value:
+                continue
+            left.append(dotted)
+        for sub in self._subs.values():
+            left.extend(sub.unread(ignored))
+        return left
+
+    def check_understood(self, ignored: Iterable[str] = ()) -> None:
+        """Every key present was read by the family, or is listed in `ignored` (keys the family
+        knows do not change the cost; dotted for a sub-config's key), or is a generic one."""
+        self.checked = True
+        left = self.unread(ignored)
+        if left:
+            family = self.model_type or "this"
+            raise ImportProblem(f"{self.path}: {'key' if len(left) == 1 else 'keys'} {', '.join(left)} not understood "
+                                f"by the {family} importer (they may change the cost; remove them if they do not, "
+                                "or report it)")

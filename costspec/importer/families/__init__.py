@@ -1,0 +1,54 @@
+"""The registry of importer families: one module per family group, each exporting `Family` objects.
+
+To add a group: write `families/<group>.py` with its `Family` objects in a tuple `FAMILY_LIST`,
+and add one import line below (the only shared edit).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import import_module
+
+from ..config import HFConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one kind of Hugging Face config becomes a spec.
+
+    `model_types`: the config's `model_type` values it takes. `hf_class`: the transformers class whose
+    module tree the spec's `source:` paths name (`validate --against hf:<hf_class>`). `build`: the
+    spec text from the config. `hf_kwargs`: constructor arguments of `hf_class` the spec assumes
+    (ViTModel's add_pooling_layer=false), passed as `--config-set` in the printed check command.
+    `architectures`: class names in `architectures` that pick this family when `model_type` is absent.
+    """
+
+    model_types: tuple[str, ...]
+    hf_class: str
+    build: Callable[[HFConfig], str]
+    doc: str
+    hf_kwargs: Mapping[str, str] = field(default_factory=dict)
+    architectures: tuple[str, ...] = ()
+    # (key, what it sets in the spec) for docs/import.md; the family's reads must match (a drift test)
+    keys: tuple[tuple[str, str], ...] = ()
+    refused: tuple[str, ...] = ()  # what the family refuses, for docs/import.md
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def _register(module_name: str) -> None:
+    """Add the FAMILY_LIST of families/<module_name>.py to FAMILIES."""
+    module = import_module(f".{module_name}", __name__)
+    for family in module.FAMILY_LIST:
+        for model_type in family.model_types:
+            if model_type in FAMILIES:
+                raise RuntimeError(f"importer family {model_type!r} registered twice")
+            FAMILIES[model_type] = family
+
+
+# One line per family group (keep this list additive: each group's owner appends its line).
+_register("vision")  # vit, deit, dinov2 (issue 15, h-import)
+_register("towers")  # clip, clip_vision_model, sam, sam_vision_model
+_register("bert")  # bert, roberta
+_register("decoders")  # gpt2, llama

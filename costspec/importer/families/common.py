@@ -1,0 +1,61 @@
+"""Pieces several families share: activations, image sizes, the q/k/v gradient-add ignore rule."""
+from __future__ import annotations
+
+import textwrap
+
+from ..config import HFConfig, ImportProblem
+
+# hidden_act / activation_function -> the `fn` of mlp / activation, and why where it is not 1:1
+ACTIVATIONS = {
+    "gelu": "gelu",  # erf form
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",  # the same tanh form; transformers runs it as python-level ops (see the note)
+    "quick_gelu": "quick_gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+    "sigmoid": "sigmoid",
+    "tanh": "tanh",
+}
+GELU_NEW_NOTE = ("hidden activation gelu_new: the tanh GELU, priced as one gelu_tanh op; transformers runs it "
+                 "as 8 python-level ops (pow, mul, add, tanh ...), so validate --against names those kinds in "
+                 "the MLP rows unless the model is built with gelu_pytorch_tanh (the same function, one op)")
+
+# transformers projects q, k and v with three Linear layers; the zoo specs keep a fused qkv GEMM
+QKV_GRAD_ADD_REASON = (
+    "transformers projects q, k and v with three Linear layers that read one input, so autograd adds "
+    "their three input gradients (2 adds per element of the input, 2*B*S*C per layer); the spec's fused "
+    "qkv GEMM reads its input once")
+
+
+def activation(cfg: HFConfig, key: str, default: str) -> str:
+    """The costspec activation name for cfg[key]; an activation it does not know is an error."""
+    return ACTIVATIONS[cfg.choice(key, default, ACTIVATIONS)]
+
+
+def square_size(cfg: HFConfig, key: str, default: int | None = None) -> int:
+    """image_size / patch_size: an int, or a [h, w] pair with h == w (a non-square one is refused)."""
+    value = cfg.get(key, default)
+    if isinstance(value, list) and len(value) == 2 and value[0] == value[1]:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImportProblem(f"{cfg.where(key)} = {value!r}: expected a positive whole number (square images and "
+                            "patches only)")
+    return value
+
+
+def qkv_grad_ignore(module: str) -> str:
+    reason = "\n".join("    " + line for line in textwrap.wrap(QKV_GRAD_ADD_REASON, 100))
+    return f"""\
+- module: "{module}"
+  kinds: [add]
+  pass: backward
+  reason: >-
+{reason}
+"""
+
+
+def check_divides(cfg: HFConfig, width_key: str, width: int, heads_key: str, heads: int) -> None:
+    if width % heads:
+        raise ImportProblem(f"{cfg.where(width_key)} = {width} is not a multiple of {heads_key} = {heads} "
+                            "(expected head_dim = width / heads, a whole number)")

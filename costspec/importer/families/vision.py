@@ -1,0 +1,201 @@
+"""Vision transformers: ViT, DeiT, DINOv2 (ViT-style encoders), CLIP's vision tower, SAM's image encoder."""
+from __future__ import annotations
+
+from ..config import HFConfig, ImportProblem
+from ..emit import SpecText
+from . import Family
+from .common import GELU_NEW_NOTE, activation, check_divides, qkv_grad_ignore, square_size
+
+DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
+
+
+def _vit_dims(spec: SpecText, cfg: HFConfig, mlp: int | None, patch_default: int = 16) -> tuple[int, int]:
+    """img, patch, C, heads, L (and F when `mlp` is given); returns (C, heads). Defaults: the config
+    class's (ViTConfig, DeiTConfig: patch 16; Dinov2Config: patch 14)."""
+    img = square_size(cfg, "image_size", 224)
+    patch = square_size(cfg, "patch_size", patch_default)
+    if img % patch:
+        raise ImportProblem(f"{cfg.where('image_size')} = {img} is not a multiple of patch_size = {patch}")
+    C = cfg.get_int("hidden_size", 768)
+    heads = cfg.get_int("num_attention_heads", 12)
+    check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
+    spec.dim("B", 1, "batch size")
+    spec.dim("img", img, "image side in pixels", "image_size")
+    spec.dim("patch", patch, "patch side in pixels", "patch_size")
+    spec.dim("C", C, "model width", "hidden_size")
+    spec.dim("heads", heads, "attention heads", "num_attention_heads")
+    spec.dim("L", cfg.get_int("num_hidden_layers", 12), "depth (encoder blocks)", "num_hidden_layers")
+    if mlp is not None:
+        spec.dim("F", mlp, "MLP hidden width", "intermediate_size")
+    return C, heads
+
+
+def _mlp_fn(spec: SpecText, cfg: HFConfig, key: str = "hidden_act", default: str = "gelu") -> str:
+    fn = activation(cfg, key, default)
+    if cfg.get(key, default) == "gelu_new":
+        spec.note(GELU_NEW_NOTE)
+    return fn
+
+
+def _precision(spec: SpecText, cfg: HFConfig) -> None:
+    spec.precision(cfg.dtype, cfg.dtype_source)
+
+
+def _channels(cfg: HFConfig) -> str:
+    return str(cfg.get_int("num_channels", 3))
+
+
+def _qkv_bias(cfg: HFConfig) -> str:
+    return "" if cfg.get_bool("qkv_bias", True) else ", qkv_bias: false"
+
+
+# ----------------------------------------------------------------------------------------------
+# ViT and DeiT
+# ----------------------------------------------------------------------------------------------
+VIT_IGNORED = {
+    "encoder_stride": "ViTForMaskedImageModeling's decoder only",
+    "pooler_output_size": DROPPED_HEAD, "pooler_act": DROPPED_HEAD,
+}
+
+
+def build_vit(cfg: HFConfig, deit: bool = False) -> str:
+    hf = "DeiTModel" if deit else "ViTModel"
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' {hf})")
+    C, heads = _vit_dims(spec, cfg, cfg.get_int("intermediate_size", 3072))
+    tokens = 2 if deit else 1
+    spec.derived("S", f"(img // patch)**2 + {tokens}",
+                 "tokens (patches + class and distillation tokens)" if deit else "tokens (patches + class token)")
+    fn = _mlp_fn(spec, cfg)
+    _precision(spec, cfg)
+    spec.input(["B", _channels(cfg), "img", "img"], "num_channels")
+    spec.doc = (f"{'DeiT' if deit else 'ViT'} image encoder imported from a Hugging Face config: patch "
+                f"{square_size(cfg, 'patch_size', 16)}, width {C}, {heads} heads, pre-LN blocks, {fn} MLP, final "
+                "LayerNorm" + (", class and distillation tokens" if deit else ", class token") + "; no pooler, no head")
+    spec.block("encoder_block", f"""\
+- residual:
+    - layernorm: {{}}  # layernorm_before (layer_norm_eps does not change the cost)
+      source: layernorm_before
+    - attention: {{heads: heads{_qkv_bias(cfg)}}}  # qkv_bias
+      source: attention
+- residual:
+    - layernorm: {{}}
+      source: layernorm_after
+    - mlp: {{hidden: F, fn: {fn}}}  # hidden_act
+      source: mlp
+""")
+    spec.header.extend([f"# `source:` and `ignore:` name modules of transformers' {hf} (add_pooling_layer=false)"])
+    spec.ignore(qkv_grad_ignore("layers.*.attention"))
+    if deit:
+        # DeiT concatenates [cls, distillation, patches], then adds the (S, C) position table
+        spec.layers("""\
+- sequence:
+    - patch_embed: {patch: patch, dim: C}
+      source: patch_embeddings
+    - cls_token: {}  # distillation_token (prepended second: the same work)
+      name: distillation_token
+    - cls_token: {}
+    - position_embedding: {}
+      name: position_embeddings
+  name: embeddings
+  source: embeddings
+""")
+    else:
+        spec.layers("""\
+- patch_embed: {patch: patch, dim: C, cls_token: true, pos_embed: true}
+  source: embeddings
+""")
+    spec.layers("""\
+- repeat: L
+  name: blocks
+  body: encoder_block
+  source: layers
+- layernorm: {}
+  source: layernorm
+""")
+    cfg.check_understood(VIT_IGNORED)
+    return spec.render()
+
+
+VIT = Family(("vit",), "ViTModel", build_vit, "ViT image encoder (no pooler)",
+             hf_kwargs={"add_pooling_layer": "false"}, architectures=("ViTForImageClassification",))
+DEIT = Family(("deit",), "DeiTModel", lambda cfg: build_vit(cfg, deit=True),
+              "DeiT image encoder: class and distillation tokens (no pooler)",
+              hf_kwargs={"add_pooling_layer": "false"}, architectures=("DeiTForImageClassificationWithTeacher",))
+
+
+# ----------------------------------------------------------------------------------------------
+# DINOv2
+# ----------------------------------------------------------------------------------------------
+BACKBONE_ONLY = "Dinov2Backbone's feature-map outputs only (Dinov2Model returns the last hidden state)"
+DINOV2_IGNORED = {
+    "layerscale_value": "the initial value of the layer scales (their cost is the same)",
+    "drop_path_rate": "stochastic depth is the identity at inference",
+    "apply_layernorm": BACKBONE_ONLY, "reshape_hidden_states": BACKBONE_ONLY, "out_features": BACKBONE_ONLY,
+    "out_indices": BACKBONE_ONLY, "stage_names": BACKBONE_ONLY,
+}
+
+
+def build_dinov2(cfg: HFConfig) -> str:
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type dinov2, transformers' Dinov2Model)")
+    C, heads = _vit_dims(spec, cfg, None, patch_default=14)
+    ratio = cfg.get("mlp_ratio", 4)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
+        raise ImportProblem(f"{cfg.where('mlp_ratio')} = {ratio!r}: expected a positive number")
+    hidden = int(C * ratio)  # Dinov2MLP: int(hidden_size * mlp_ratio)
+    swiglu = cfg.get_bool("use_swiglu_ffn", False)
+    if swiglu:  # Dinov2SwiGLUFFN: 2/3 of it, rounded up to a multiple of 8; one fused (gate, up) Linear
+        hidden = (int(hidden * 2 / 3) + 7) // 8 * 8
+        spec.dim("F", hidden, "SwiGLU hidden width", "(int(int(hidden_size * mlp_ratio) * 2 / 3) + 7) // 8 * 8")
+    else:
+        spec.dim("F", hidden, "MLP hidden width", "int(hidden_size * mlp_ratio)")
+    spec.derived("S", "(img // patch)**2 + 1", "tokens (patches + class token)")
+    fn = "silu" if swiglu else _mlp_fn(spec, cfg)
+    if swiglu:
+        cfg.get("hidden_act")  # read: the SwiGLU FFN always uses silu, whatever hidden_act says
+    mask = cfg.get_bool("use_mask_token", True)
+    if mask:
+        spec.note("use_mask_token: Dinov2Model holds a (1, C) mask token that only masked image modelling "
+                  "(bool_masked_pos) uses; the spec does not run it, so its C parameters are not counted and "
+                  "validate --against shows params +C in the embeddings row")
+    _precision(spec, cfg)
+    spec.input(["B", _channels(cfg), "img", "img"], "num_channels")
+    spec.doc = (f"DINOv2 image encoder imported from a Hugging Face config: patch {square_size(cfg, 'patch_size', 14)}, "
+                f"width {C}, {heads} heads, pre-LN blocks with layer scale, "
+                + ("SwiGLU MLP" if swiglu else f"{fn} MLP") + ", final LayerNorm; no pooler, no head")
+    mlp = ("{hidden: F, gated: true, fn: silu}  # use_swiglu_ffn: weights_in (gate and up in one Linear), "
+           "weights_out" if swiglu else f"{{hidden: F, fn: {fn}}}  # hidden_act")
+    spec.block("dinov2_block", f"""\
+- residual:
+    - layernorm: {{}}  # norm1
+      source: norm1
+    - attention: {{heads: heads{_qkv_bias(cfg)}}}  # qkv_bias
+      source: attention
+    - layer_scale: {{}}  # layer_scale1 (initial value layerscale_value does not change the cost)
+      source: layer_scale1
+- residual:
+    - layernorm: {{}}  # norm2
+      source: norm2
+    - mlp: {mlp}
+      source: mlp
+    - layer_scale: {{}}
+      source: layer_scale2
+""")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' Dinov2Model")
+    spec.ignore(qkv_grad_ignore("encoder.layer.*.attention"))
+    spec.layers("""\
+- patch_embed: {patch: patch, dim: C, cls_token: true, pos_embed: true}
+  source: embeddings
+- repeat: L
+  name: blocks
+  body: dinov2_block
+  source: encoder.layer
+- layernorm: {}
+  source: layernorm
+""")
+    cfg.check_understood(DINOV2_IGNORED)
+    return spec.render()
+
+
+DINOV2 = Family(("dinov2",), "Dinov2Model", build_dinov2, "DINOv2 image encoder (layer scale, optional SwiGLU)")
+
+FAMILY_LIST = (VIT, DEIT, DINOV2)
