@@ -27,7 +27,7 @@ def import_hf_command(source, output, dtype, fmt):
     from ..importer import check_command, import_hf, write_import
 
     imported = write_import(source, output, dtype) if output else import_hf(source, dtype)
-    check = check_command(imported.family, output or "SPEC.yaml", imported.config_path)
+    check = check_command(imported.family, output or "SPEC.yaml", imported.config_path, imported.output)
     if fmt == "json":
         click.echo(json.dumps({"written": output, "family": imported.family.model_types[0],
                                "hf_class": imported.family.hf_class, "check": check,

@@ -32,6 +32,9 @@ class Family:
     # (key, what it sets in the spec) for docs/import.md; the family's reads must match (a drift test)
     keys: tuple[tuple[str, str], ...] = ()
     refused: tuple[str, ...] = ()  # what the family refuses, for docs/import.md
+    # the output of hf_class that the spec's output stands for, from the config (`validate --against
+    # --output-field`: pooler_output for a spec ending in the model's pooling head); None: its first tensor
+    hf_output: Callable[[HFConfig], str | None] | None = None
 
 
 FAMILIES: dict[str, Family] = {}
@@ -52,3 +55,5 @@ _register("vision")  # vit, deit, dinov2 (issue 15, h-import)
 _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
 _register("bert")  # bert, roberta
 _register("decoders")  # gpt2, llama
+_register("stages")  # convnext, swin (issue 15, h-vision)
+_register("siglip")  # siglip, siglip_vision_model (issue 15, h-vision)
