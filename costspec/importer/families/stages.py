@@ -169,6 +169,10 @@ def _swin_grids(cfg: HFConfig, img: int, patch: int, window: int, depths: list[i
                                 "patch merging pads (not modelled); choose an image size with even stage grids")
         grids.append(grids[-1] // 2)
     for i, (g, d) in enumerate(zip(grids, depths)):
+        if g < window:
+            raise ImportProblem(f"{cfg.where('window_size')} = {window}: stage {i + 1}'s grid {g} is smaller than the "
+                                "window; transformers' SwinModel shrinks the window to the grid but keeps the "
+                                "window's bias table, and fails")
         if g > window and d > 1 and g % window:
             raise ImportProblem(f"{cfg.where('window_size')} = {window}: stage {i + 1}'s grid {g} is not a multiple "
                                 "of the window, and transformers pads before shifting (not modelled)")
@@ -219,14 +223,14 @@ def build_swin(cfg: HFConfig) -> str:
                 f"{fn} MLP; patch merging between stages; final LayerNorm and average pool (pooler_output)")
     spec.block("swin_block", f"""\
 doc: "x + attn(LN(x)) in (shifted) windows, then x + mlp(LN(x))"
-params: {{width: C, heads: H1, grid: G1, window: win, shift: 0}}
+params: {{width: C, heads: H1, grid: G1, shift: 0}}
 layers:
   - residual:
       - layernorm: {{}}
         source: layernorm_before
       # q_proj, k_proj, v_proj, o_proj; the bias table gathered per window and added to the scores, with
       # the shift mask (positions only) added to it first in the shifted blocks
-      - attention: {{heads: heads, window: window, grid: [grid, grid], shift: shift, rel_bias: swin, fused_qkv: false{qkv}}}
+      - attention: {{heads: heads, window: win, grid: [grid, grid], shift: shift, rel_bias: swin, fused_qkv: false{qkv}}}
         source: attention
   - residual:
       - layernorm: {{}}
@@ -282,8 +286,8 @@ layers:
 """)
     for i, (g, d) in enumerate(zip(grids, depths)):
         w = "C" if i == 0 else f"{2**i}*C"
-        # transformers shrinks the window to the grid (and shifts nothing) when the grid is not larger
-        win, shifted = ("win", window // 2 > 0) if g > window else (f"G{i + 1}", False)
+        # a grid of one window: transformers shifts nothing there
+        shifted = g > window and window // 2 > 0
         odd = [j for j in range(1, d, 2)]
         variants = (f"""\
       at:
@@ -295,13 +299,13 @@ layers:
       args: {{width: {w}, grid: G{i + 1}}}
       source: downsample
 """ if i < n - 1 else "")
-        note = "" if shifted else f"# stage {i + 1}: the grid fits one window: no shift, the window is the grid\n"
+        note = "" if shifted or g > window else f"# stage {i + 1}: the grid is one window: no shifted blocks\n"
         spec.layers(f"""\
 {note}- sequence:
     - repeat: D{i + 1}
       name: blocks
       body: swin_block
-      args: {{width: {w}, heads: H{i + 1}, grid: G{i + 1}, window: {win}, shift: 0}}
+      args: {{width: {w}, heads: H{i + 1}, grid: G{i + 1}, shift: 0}}
       source: blocks
 {variants}{merge}  name: stage{i + 1}
   source: encoder.layers.{i}
@@ -334,6 +338,7 @@ SWIN = Family(("swin",), "SwinModel", build_swin,
                     ("use_absolute_embeddings", "position_embedding")),
               refused=("an image or stage grid transformers pads (not a multiple of the patch, odd before a merge, "
                        "or not a multiple of the window in a stage with shifted blocks)",
+                       "a stage grid smaller than the window (transformers keeps the window's bias table and fails)",
                        "an mlp_ratio that is not a simple fraction of the widths"))
 
 FAMILY_LIST = (CONVNEXT, SWIN)
