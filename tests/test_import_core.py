@@ -139,3 +139,44 @@ def test_read_config_dtype_defaults_to_float32(tmp_path):
     data.pop("dtype", None)
     cfg = read_config(write_config(tmp_path, data))
     assert cfg.dtype == "fp32" and "float32" in cfg.dtype_source
+
+
+@pytest.mark.parametrize("zoo, key, value, message", [
+    ("bert_base", "is_decoder", True, "is_decoder = True: BERT as a causal decoder is not supported"),
+    ("bert_base", "add_cross_attention", True, "add_cross_attention = True: cross-attention layers"),
+    ("sam_vit_b", "global_attn_indexes", [2, 12], "global_attn_indexes = [2, 12]: expected distinct block indices"),
+    ("gpt2_small", "n_ctx", 2048, "n_ctx = 2048 exceeds n_positions = 1024"),
+    ("gpt2_small", "add_cross_attention", True, "key add_cross_attention not understood by the gpt2 importer"),
+    ("llama_1b", "num_key_value_heads", 5, "num_key_value_heads = 5 does not divide num_attention_heads = 32"),
+    ("vit_b", "image_size", 230, "image_size = 230 is not a multiple of patch_size = 16"),
+    ("clip_vit_l14", "hidden_act", "gelu_fast", "hidden_act = 'gelu_fast': not supported by this importer"),
+])
+def test_family_refusals(tmp_path, capsys, zoo, key, value, message):
+    data = json.loads((ROOT / f"tests/data/hf_configs/{zoo}.json").read_text())
+    data[key] = value
+    code, _, err = run(["import", "hf", str(write_config(tmp_path, data))], capsys)
+    assert code == 2 and message in err, err
+
+
+def test_composite_configs_read_their_vision_config(tmp_path):
+    """A full CLIP config: the vision tower from vision_config, the projection from the top level
+    (CLIPModel's visual_projection); the text tower is declared out of the spec."""
+    vision = json.loads((ROOT / "tests/data/hf_configs/clip_vit_l14.json").read_text())
+    data = {"model_type": "clip", "projection_dim": 512, "vision_config": {**vision, "projection_dim": 768},
+            "text_config": {"model_type": "clip_text_model", "hidden_size": 512}, "logit_scale_init_value": 2.6592}
+    text = import_hf(write_config(tmp_path, data)).text
+    assert "E: {value: 512, doc: output embedding dim (visual_projection)}  # projection_dim" in text
+    assert "C: {value: 1024, doc: width}  # vision_config.hidden_size" in text
+    data["vision_config"]["num_experts"] = 2
+    with pytest.raises(ImportProblem, match="key vision_config.num_experts not understood"):
+        import_hf(write_config(tmp_path, data))
+
+
+def test_json_format(tmp_path, capsys):
+    code, text, _ = run(["import", "hf", str(VIT_B), "--format", "json"], capsys)
+    data = json.loads(text)
+    assert code == 0 and data["family"] == "vit" and data["hf_class"] == "ViTModel" and data["written"] is None
+    assert loads(data["spec"]).name == "vit_b"
+    out = tmp_path / "v.yaml"
+    code, text, _ = run(["import", "hf", str(VIT_B), "-o", str(out), "--format", "json"], capsys)
+    assert json.loads(text)["written"] == str(out) and "spec" not in json.loads(text) and out.exists()

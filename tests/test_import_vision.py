@@ -122,12 +122,14 @@ def test_import_of_the_default_config_reproduces_the_zoo_spec(tmp_path, name, co
     (lambda: convnext(**SMALL_CONVNEXT, num_experts=4), "key num_experts not understood by the convnext importer"),
     (lambda: convnext(hidden_sizes=[8, 16], depths=[1, 2, 3], num_stages=2), "depths has 3 entries, expected 2"),
     (lambda: convnext(**{**SMALL_CONVNEXT, "image_size": 36}), "image_size = 36 is not a multiple of patch_size"),
-    (lambda: swin(**{**SMALL_SWIN, "image_size": 24}), "stage 1 has an odd grid 3"),
+    (lambda: swin(**{**SMALL_SWIN, "image_size": 20}), "stage 1 has an odd grid 5"),
     (lambda: swin(embed_dim=8, depths=[2, 2], num_heads=[2, 2], window_size=7, image_size=32),
      "stage 1's grid 8 is not a multiple of the window"),
     (lambda: swin(embed_dim=8, depths=[1, 2], num_heads=[2, 2], window_size=7, image_size=32),
      "stage 2's grid 4 is smaller than the window"),
-    (lambda: swin(**SMALL_SWIN, mlp_ratio=1.3333), "int(mlp_ratio * width) is not a simple fraction"),
+    # int(2.3333333 * 96) = 223, not 7 * 96 // 3 = 224: no expression of the width is exact
+    (lambda: swin(**{**SMALL_SWIN, "embed_dim": 96}, mlp_ratio=2.3333333),
+     "int(mlp_ratio * width) is not a simple fraction"),
     (lambda: swin(**{**SMALL_SWIN, "num_heads": [3, 4]}), "embed_dim = 8 is not a multiple of num_heads[0] = 3"),
     (lambda: siglip_vision(**{**SMALL_SIGLIP, "hidden_act": "relu2"}), "hidden_act = 'relu2': not supported"),
 ])

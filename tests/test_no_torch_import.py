@@ -37,7 +37,7 @@ print("no torch")
     ["sweep", "specs/vit_b.yaml", "--vary", "B=1..8:x2", "--gpu", "h100-sxm", "--format", "json"],
     ["zoo"],
     ["import", "hf", "tests/data/hf_configs/vit_b.json"],  # issue 15: reads config.json as JSON
-    ["import", "hf", "tests/data/hf_configs/vit_b.json", "-o",
+    ["import", "hf", "tests/data/hf_configs/llama_1b.json", "-o",
      str(Path(tempfile.gettempdir()) / "costspec-no-torch-import.yaml")],
     ["report", "specs/vit_b.yaml", "--gpu", "h100-sxm", "--vary", "B=1..4:x2", "-o",
      str(Path(tempfile.gettempdir()) / "costspec-no-torch-report.html")],

@@ -356,7 +356,8 @@ def cli_markdown() -> str:
         commands = [(name, command)]
         if isinstance(command, click.Group):
             commands = [(f"{name} {sub}", c) for sub, c in sorted(command.commands.items())]
-            out += ["Subcommands: " + ", ".join(f"`{n}`" for n, _ in commands) + ". See also [ncu.md](ncu.md).", ""]
+            page = {"import": "import.md"}.get(name, "ncu.md")  # the docs page of each command group
+            out += ["Subcommands: " + ", ".join(f"`{n}`" for n, _ in commands) + f". See also [{page}]({page}).", ""]
         for full, cmd in commands:
             if full != name:
                 out += [f"### costspec {full}", "", (cmd.help or "").strip(), ""]

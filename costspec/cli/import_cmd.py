@@ -22,8 +22,7 @@ def import_group() -> None:
               help="The spec's precision (default: the config's torch_dtype; float32 when it names none).")
 @options.output_format("yaml", "json", default="yaml")
 def import_hf_command(source, output, dtype, fmt):
-    """Write a spec from SOURCE, a Hugging Face config.json or a model folder holding one (read offline,
-    never through torch); the precision is the config's torch_dtype unless --dtype."""
+    """Write a spec from SOURCE (a Hugging Face config.json or a folder holding it), read offline (docs/import.md)."""
     from ..importer import check_command, import_hf, write_import
 
     imported = write_import(source, output, dtype) if output else import_hf(source, dtype)

@@ -57,6 +57,7 @@ class HFConfig:
         self._dtype_override = dtype
         self.name = name or str(self._data.get("model_type") or "imported")  # the spec's name
         self.checked = False  # set by check_understood: the core refuses a family that never checks
+        self.ignored: dict[str, str] = {}  # keys the family declared cost-free, with its reasons (docs/import.md)
 
     # -- reading ---------------------------------------------------------------------------------
     def where(self, key: str) -> str:
@@ -170,10 +171,19 @@ class HFConfig:
             left.extend(sub.unread(ignored))
         return left
 
-    def check_understood(self, ignored: Iterable[str] = ()) -> None:
+    def read_keys(self) -> list[str]:
+        """The keys read so far (sub-configs' dotted), in the order of the config."""
+        out = [self._prefix + k for k in self._data if k in self._read and k not in self._subs]
+        for sub in self._subs.values():
+            out.extend(sub.read_keys())
+        return out
+
+    def check_understood(self, ignored: Iterable[str] | Mapping[str, str] = ()) -> None:
         """Every key present was read by the family, or is listed in `ignored` (keys the family
         knows do not change the cost; dotted for a sub-config's key), or is a generic one."""
         self.checked = True
+        ignored = dict(ignored) if isinstance(ignored, Mapping) else dict.fromkeys(ignored, "")
+        self.ignored = ignored
         left = self.unread(ignored)
         if left:
             family = self.model_type or "this"

@@ -29,9 +29,7 @@ class Family:
     doc: str
     hf_kwargs: Mapping[str, str] = field(default_factory=dict)
     architectures: tuple[str, ...] = ()
-    # (key, what it sets in the spec) for docs/import.md; the family's reads must match (a drift test)
-    keys: tuple[tuple[str, str], ...] = ()
-    refused: tuple[str, ...] = ()  # what the family refuses, for docs/import.md
+    refused: tuple[str, ...] = ()  # what the family refuses (an ImportProblem), for docs/import.md
     # the output of hf_class that the spec's output stands for, from the config (`validate --against
     # --output-field`: pooler_output for a spec ending in the model's pooling head); None: its first tensor
     hf_output: Callable[[HFConfig], str | None] | None = None

@@ -6,12 +6,14 @@ from ..emit import SpecText
 from . import Family
 from .common import GELU_NEW_NOTE, activation, check_divides
 
-NO_HEAD = "the spec is the encoder (BertModel without pooler): no masked-LM head whose weight could be tied"
+NO_HEAD = "the spec is the encoder without pooler: no masked-LM head whose weight could be tied"
 BERT_IGNORED = {
     "tie_word_embeddings": NO_HEAD,
     "classifier_dropout": "a classification head's dropout (no head in the spec)",
-    "position_embedding_type": "absolute (the only kind transformers 5 builds)",
 }
+
+BERT_REFUSED = ("is_decoder: true (a causal BERT)", "add_cross_attention: true",
+                "position_embedding_type other than absolute")
 
 
 def build_bert(cfg: HFConfig, roberta: bool = False) -> str:
@@ -106,9 +108,10 @@ def build_bert(cfg: HFConfig, roberta: bool = False) -> str:
 
 
 BERT = Family(("bert",), "BertModel", build_bert, "BERT encoder (no pooler, no head)",
-              hf_kwargs={"add_pooling_layer": "false"}, architectures=("BertForMaskedLM", "BertForPreTraining"))
+              hf_kwargs={"add_pooling_layer": "false"}, architectures=("BertForMaskedLM", "BertForPreTraining"),
+              refused=BERT_REFUSED)
 ROBERTA = Family(("roberta",), "RobertaModel", lambda cfg: build_bert(cfg, roberta=True),
                  "RoBERTa encoder (no pooler, no head)", hf_kwargs={"add_pooling_layer": "false"},
-                 architectures=("RobertaForMaskedLM",))
+                 architectures=("RobertaForMaskedLM",), refused=BERT_REFUSED)
 
 FAMILY_LIST = (BERT, ROBERTA)

@@ -59,3 +59,10 @@ def check_divides(cfg: HFConfig, width_key: str, width: int, heads_key: str, hea
     if width % heads:
         raise ImportProblem(f"{cfg.where(width_key)} = {width} is not a multiple of {heads_key} = {heads} "
                             "(expected head_dim = width / heads, a whole number)")
+
+
+def check_whole_patches(cfg: HFConfig, img: int, patch: int) -> None:
+    """transformers' patch conv drops a partial patch; costspec's patch_embed needs whole patches."""
+    if img % patch:
+        raise ImportProblem(f"{cfg.where('image_size')} = {img} is not a multiple of patch_size = {patch} (costspec's "
+                            "patch_embed needs whole patches)")

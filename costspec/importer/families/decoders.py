@@ -92,7 +92,7 @@ def build_gpt2(cfg: HFConfig) -> str:
 
 
 GPT2 = Family(("gpt2",), "GPT2LMHeadModel", build_gpt2, "GPT-2 with its LM head (tied unless the config says not)",
-              architectures=("GPT2Model",))
+              architectures=("GPT2Model",), refused=("n_ctx larger than n_positions", "add_cross_attention: true"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def build_llama(cfg: HFConfig) -> str:
              "num_key_value_heads")
     if explicit_d:
         spec.dim("D", head_dim, "head dim (not hidden_size / heads)", "head_dim")
-    spec.dim("F", cfg.get_int("intermediate_size", 11008), "SwiGLU intermediate size", "intermediate_size")
+    spec.dim("F", cfg.get_int("intermediate_size", 11008), "gated MLP intermediate size", "intermediate_size")
     spec.dim("L", cfg.get_int("num_hidden_layers", 32), "decoder layers", "num_hidden_layers")
     spec.dim("V", cfg.get_int("vocab_size", 32000), "vocabulary size", "vocab_size")
     fn = activation(cfg, "hidden_act", "silu")
@@ -190,6 +190,8 @@ def build_llama(cfg: HFConfig) -> str:
 
 
 LLAMA = Family(("llama",), "LlamaModel", build_llama, "Llama-style decoder backbone (LlamaModel: no LM head)",
-               architectures=("LlamaForCausalLM",))
+               architectures=("LlamaForCausalLM",),
+               refused=("num_key_value_heads that does not divide num_attention_heads",
+                        "quantization_config (an unknown key: quantized weights change the precision)"))
 
 FAMILY_LIST = (GPT2, LLAMA)

@@ -20,10 +20,13 @@ _HEAD_IGNORE = [
      "multiplies, forward and backward"),
     ("B*heads*S", "forward", "need_weights=True returns the attention probabilities averaged over the heads (a "
      "mean of B*heads*S elements), an output SigLIP discards"),
+    ("min(B - 1, 1)*2*B*S*C", "forward", "nn.MultiheadAttention runs batch-first inputs as a (S, B, C) view; for "
+     "B > 1 it is not contiguous, and F.linear adds the packed k/v projection's bias as its own add instead of in "
+     "the GEMM (addmm): the same one add per element, counted as add rather than bias_add"),
     ("2*B*S*C", "backward", "k and v come out of one packed projection as kv[0] and kv[1]; autograd's backward of "
      "the two selects writes two zero-filled gradients of the whole (2, B, S, C) tensor and sums them"),
 ]
-_HEAD_KINDS = ("scale", "mean", "add")
+_HEAD_KINDS = ("scale", "mean", "bias_add", "add")
 
 
 def _vision(cfg: HFConfig) -> HFConfig:
@@ -34,10 +37,23 @@ def _uses_head(cfg: HFConfig) -> bool:
     return _vision(cfg).get_bool("vision_use_head", True)
 
 
+_POSITION_IGNORE = """\
+- module: embeddings.position_embedding
+  extra: {scatter_add: "min(B - 1, 1)*S*C"}
+  pass: backward
+  reason: >-
+    transformers reads the (S, C) position table with an nn.Embedding lookup of position_ids; for B > 1
+    its backward sums the gradient over the batch (the spec's broadcast add does that too) and then
+    scatter-adds it into the table rows (S*C adds); at B = 1 the scatter-add is the only reduction
+"""
+
+
 def _head_ignores() -> str:
     out = []
     for (amount, pass_, reason), kind in zip(_HEAD_IGNORE, _HEAD_KINDS):
-        lines = [f"- module: head.attention", f"  extra: {{{kind}: \"{amount}\"}}"]
+        extra = (f'{{add: "{amount}", bias_add: "-{amount}"}}' if kind == "bias_add"
+                 else f'{{{kind}: "{amount}"}}')
+        lines = ["- module: head.attention", f"  extra: {extra}"]
         if pass_:
             lines.append(f"  pass: {pass_}")
         lines.append("  reason: >-")
@@ -91,6 +107,7 @@ def build_siglip(cfg: HFConfig) -> str:
 """)
     spec.header.append("# `source:` and `ignore:` name modules of transformers' SiglipVisionModel"
                        + ("; the spec's output is its pooler_output" if head else ""))
+    spec.ignore(_POSITION_IGNORE)
     if head:
         spec.ignore(_head_ignores())
     spec.layers("""\
@@ -129,10 +146,6 @@ SIGLIP = Family(("siglip", "siglip_vision_model"), "SiglipVisionModel", build_si
                 "SigLIP vision tower, with its attention-pooling head when vision_use_head (pooler_output)",
                 architectures=("SiglipModel", "SiglipVisionModel"),
                 hf_output=lambda cfg: POOLED if _uses_head(cfg) else None,
-                keys=(("image_size", "img"), ("patch_size", "patch"), ("num_channels", "input channels"),
-                      ("hidden_size", "C"), ("intermediate_size", "F"), ("num_attention_heads", "heads"),
-                      ("num_hidden_layers", "L"), ("hidden_act", "mlp fn"),
-                      ("vision_use_head", "the attention-pooling head")),
                 refused=("image_size not a multiple of patch_size",))
 
 FAMILY_LIST = (SIGLIP,)

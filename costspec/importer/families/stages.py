@@ -324,18 +324,10 @@ layers:
 CONVNEXT = Family(("convnext",), "ConvNextModel", build_convnext,
                   "ConvNeXt: convolutional stages, pooled and normalised output (pooler_output)",
                   architectures=("ConvNextForImageClassification",), hf_output=lambda cfg: POOLED,
-                  keys=(("image_size", "img"), ("patch_size", "patch (stem)"), ("num_channels", "input channels"),
-                        ("hidden_sizes", "C1..Cn"), ("depths", "D1..Dn"), ("num_stages", "checked"),
-                        ("hidden_act", "mlp fn"), ("layer_scale_init_value", "layer_scale (0: none)")),
                   refused=("image_size not a multiple of patch_size x 2^(stages - 1)",))
 SWIN = Family(("swin",), "SwinModel", build_swin,
               "Swin: windowed-attention stages with patch merging, averaged output (pooler_output)",
               architectures=("SwinForImageClassification",), hf_output=lambda cfg: POOLED,
-              keys=(("image_size", "img"), ("patch_size", "patch"), ("num_channels", "input channels"),
-                    ("embed_dim", "C"), ("depths", "D1..Dn"), ("num_heads", "H1..Hn"), ("num_layers", "checked"),
-                    ("hidden_size", "checked"), ("window_size", "win"), ("mlp_ratio", "mlp hidden"),
-                    ("qkv_bias", "attention qkv_bias"), ("hidden_act", "mlp fn"),
-                    ("use_absolute_embeddings", "position_embedding")),
               refused=("an image or stage grid transformers pads (not a multiple of the patch, odd before a merge, "
                        "or not a multiple of the window in a stage with shifted blocks)",
                        "a stage grid smaller than the window (transformers keeps the window's bias table and fails)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..config import HFConfig, ImportProblem
 from ..emit import SpecText
 from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides, qkv_grad_ignore, square_size
+from .common import GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size
 
 TEXT_TOWER = "the spec is the image tower (CLIPModel.get_image_features); the text tower is another model"
 SAM_PROMPT = "the spec is SAM's image encoder (SamVisionModel); the prompt encoder and mask decoder run per prompt"
@@ -29,8 +29,7 @@ def build_clip(cfg: HFConfig) -> str:
                     "CLIPVisionModelWithProjection)")
     img = square_size(vision, "image_size", 224)
     patch = square_size(vision, "patch_size", 32)
-    if img % patch:
-        raise ImportProblem(f"{vision.where('image_size')} = {img} is not a multiple of patch_size = {patch}")
+    check_whole_patches(vision, img, patch)
     C = vision.get_int("hidden_size", 768)
     heads = vision.get_int("num_attention_heads", 12)
     check_divides(vision, "hidden_size", C, "num_attention_heads", heads)
@@ -104,6 +103,7 @@ def build_sam(cfg: HFConfig) -> str:
                     "SamVisionModel)")
     img = square_size(vision, "image_size", 1024)
     patch = square_size(vision, "patch_size", 16)
+    check_whole_patches(vision, img, patch)
     C = vision.get_int("hidden_size", 768)
     heads = vision.get_int("num_attention_heads", 12)
     check_divides(vision, "hidden_size", C, "num_attention_heads", heads)
@@ -209,6 +209,7 @@ def build_sam(cfg: HFConfig) -> str:
 
 SAM = Family(("sam", "sam_vision_model"), "SamVisionModel", build_sam,
              "SAM's image encoder: windowed and global attention, relative positions, the neck "
-             "(a full SAM config: its vision_config)", architectures=("SamModel",))
+             "(a full SAM config: its vision_config)", architectures=("SamModel",),
+             refused=("global_attn_indexes that are not distinct block indices below num_hidden_layers",))
 
 FAMILY_LIST = (CLIP, SAM)

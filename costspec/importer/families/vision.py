@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..config import HFConfig, ImportProblem
 from ..emit import SpecText
 from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides, qkv_grad_ignore, square_size
+from .common import GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size
 
 DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
 
@@ -14,8 +14,7 @@ def _vit_dims(spec: SpecText, cfg: HFConfig, mlp: int | None, patch_default: int
     class's (ViTConfig, DeiTConfig: patch 16; Dinov2Config: patch 14)."""
     img = square_size(cfg, "image_size", 224)
     patch = square_size(cfg, "patch_size", patch_default)
-    if img % patch:
-        raise ImportProblem(f"{cfg.where('image_size')} = {img} is not a multiple of patch_size = {patch}")
+    check_whole_patches(cfg, img, patch)
     C = cfg.get_int("hidden_size", 768)
     heads = cfg.get_int("num_attention_heads", 12)
     check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
@@ -159,7 +158,8 @@ def build_dinov2(cfg: HFConfig) -> str:
                   "validate --against shows params +C in the embeddings row")
     _precision(spec, cfg)
     spec.input(["B", _channels(cfg), "img", "img"], "num_channels")
-    spec.doc = (f"DINOv2 image encoder imported from a Hugging Face config: patch {square_size(cfg, 'patch_size', 14)}, "
+    patch = square_size(cfg, "patch_size", 14)
+    spec.doc = (f"DINOv2 image encoder imported from a Hugging Face config: patch {patch}, "
                 f"width {C}, {heads} heads, pre-LN blocks with layer scale, "
                 + ("SwiGLU MLP" if swiglu else f"{fn} MLP") + ", final LayerNorm; no pooler, no head")
     mlp = ("{hidden: F, gated: true, fn: silu}  # use_swiglu_ffn: weights_in (gate and up in one Linear), "
@@ -196,6 +196,7 @@ def build_dinov2(cfg: HFConfig) -> str:
     return spec.render()
 
 
-DINOV2 = Family(("dinov2",), "Dinov2Model", build_dinov2, "DINOv2 image encoder (layer scale, optional SwiGLU)")
+DINOV2 = Family(("dinov2",), "Dinov2Model", build_dinov2, "DINOv2 image encoder (layer scale, optional SwiGLU)",
+                refused=("mlp_ratio that is not a positive number",))
 
 FAMILY_LIST = (VIT, DEIT, DINOV2)
