@@ -138,7 +138,7 @@ def build_siglip(cfg: HFConfig) -> str:
   name: head
   source: head
 """ % fn)
-    cfg.check_understood({"text_config": TEXT_TOWER})
+    cfg.check_understood({"text_config": TEXT_TOWER} if composite else {})
     return spec.render()
 
 

@@ -102,7 +102,8 @@ layers:
     args: {width: width}
     source: layers
 """)
-    spec.header.append("# `source:` names modules of transformers' ConvNextModel; the spec's output is its pooler_output")
+    spec.header.append("# `source:` names modules of transformers' ConvNextModel; the spec's output is its "
+                       "pooler_output")
     spec.layers("""\
 - conv2d: {out: C1, kernel: patch, stride: patch}
   name: stem
@@ -230,7 +231,8 @@ layers:
         source: layernorm_before
       # q_proj, k_proj, v_proj, o_proj; the bias table gathered per window and added to the scores, with
       # the shift mask (positions only) added to it first in the shifted blocks
-      - attention: {{heads: heads, window: win, grid: [grid, grid], shift: shift, rel_bias: swin, fused_qkv: false{qkv}}}
+      - attention: {{heads: heads, window: win, grid: [grid, grid], shift: shift, rel_bias: swin,
+                     fused_qkv: false{qkv}}}
         source: attention
   - residual:
       - layernorm: {{}}
