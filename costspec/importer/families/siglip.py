@@ -20,9 +20,9 @@ _HEAD_IGNORE = [
      "multiplies, forward and backward"),
     ("B*heads*S", "forward", "need_weights=True returns the attention probabilities averaged over the heads (a "
      "mean of B*heads*S elements), an output SigLIP discards"),
-    ("min(B - 1, 1)*2*B*S*C", "forward", "nn.MultiheadAttention runs batch-first inputs as a (S, B, C) view; for "
-     "B > 1 it is not contiguous, and F.linear adds the packed k/v projection's bias as its own add instead of in "
-     "the GEMM (addmm): the same one add per element, counted as add rather than bias_add"),
+    ("min(B - 1, 1)*min(S - 1, 1)*2*B*S*C", "forward", "nn.MultiheadAttention runs batch-first inputs as a (S, B, "
+     "C) view; for B > 1 and S > 1 it is not contiguous, and F.linear adds the packed k/v projection's bias as its "
+     "own add instead of in the GEMM (addmm): the same one add per element, counted as add rather than bias_add"),
     ("2*B*S*C", "backward", "k and v come out of one packed projection as kv[0] and kv[1]; autograd's backward of "
      "the two selects writes two zero-filled gradients of the whole (2, B, S, C) tensor and sums them"),
 ]
