@@ -111,3 +111,16 @@ def test_vision_spec_against_transformers(name, pass_):
         # reconciled by the named rules (SDPA's math decomposition on meta; FlopCounterMode's grouped-conv
         # weight-gradient formula, which ignores groups, for ConvNeXt's depthwise convs)
         assert back.real_reconciled == back.spec_matmul == train_tc - fwd_tc
+
+
+@pytest.mark.slow
+def test_output_field_errors_are_usage_errors():
+    from conftest import run_cli
+
+    alone = run_cli("validate", "specs/convnext_tiny.yaml", "--output-field", "pooler_output")
+    assert alone.returncode == 2 and "--output-field needs --against" in alone.stderr
+    wrong = run_cli("validate", "specs/convnext_tiny.yaml", "--against", "hf:ConvNextModel", "--output-field",
+                    "pooled")
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert "--output-field pooled: the real model's output (BaseModelOutputWithPoolingAndNoAttention) has no " \
+           "tensor of that name (its fields: last_hidden_state, pooler_output)" in wrong.stderr
