@@ -25,6 +25,15 @@ def import_and_check(config, folder: Path, passes=("forward", "train"), sets: di
     do not for a (1, S, C) table, which costspec's position_embedding counts: DeiT's, see docs/import.md).
     Returns the spec's Model and {pass: AgainstResult}; asserts nothing (callers do)."""
     path = write_config(config, folder)
+    return path_model(path), import_and_check_file(path, passes, sets, batch)
+
+
+def path_model(path: Path):
+    return loads(import_hf(path).text, str(path.with_suffix(".yaml")))
+
+
+def import_and_check_file(path: Path, passes=("forward", "train"), sets: dict | None = None, batch: int = 2):
+    """`import_and_check` of a config.json file: {pass: AgainstResult}."""
     imported = import_hf(path)
     model = loads(imported.text, str(path.with_suffix(".yaml")))
     values = model.bind(batch)
@@ -33,7 +42,7 @@ def import_and_check(config, folder: Path, passes=("forward", "train"), sets: di
         real = load_target(f"hf:{imported.family.hf_class}", model, values, "meta", str(path),
                            {**imported.family.hf_kwargs, **(sets or {})}, output=imported.output)
         results[pass_] = validate_against(model, values, real, pass_)
-    return model, results
+    return results
 
 
 def assert_exact(results) -> dict[str, dict[str, int]]:

@@ -95,7 +95,8 @@ def llama_configs(draw) -> dict:
     heads = kv * draw(st.integers(1, 3))
     head_dim = draw(st.sampled_from([4, 8, 16]))
     explicit = draw(st.booleans())
-    width = heads * head_dim if not explicit else draw(st.sampled_from([16, 32, 48]))
+    # LlamaConfig wants hidden_size a multiple of the heads even when head_dim is given
+    width = heads * (head_dim if not explicit else draw(st.sampled_from([4, 8, 12, 16])))
     return {"num_attention_heads": heads, "num_key_value_heads": kv, "hidden_size": width,
             **({"head_dim": head_dim} if explicit else {}), "num_hidden_layers": draw(st.integers(1, 3)),
             "intermediate_size": draw(st.integers(4, 64)), "vocab_size": draw(st.integers(8, 300)),

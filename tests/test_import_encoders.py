@@ -142,3 +142,24 @@ def test_random_bert_and_roberta(w, mlp, vocab, positions, types, roberta, act):
     cls = transformers.RobertaConfig if roberta else transformers.BertConfig
     _check(cls(**w, intermediate_size=mlp, vocab_size=vocab, max_position_embeddings=positions + (2 if roberta else 0),
                type_vocab_size=types, hidden_act=act, pad_token_id=1 if roberta else 0), 1)
+
+
+@pytest.mark.slow
+def test_the_printed_check_command_passes(tmp_path):
+    """`costspec import hf -o` prints the `validate --against` command; run as printed, it passes."""
+    import shlex
+
+    from conftest import run_cli
+    from import_check import write_config
+
+    config = write_config(transformers.CLIPConfig(vision_config={**SMALL, "intermediate_size": 96, "image_size": 32,
+                                                                 "patch_size": 8},
+                                                  text_config=SMALL, projection_dim=40), tmp_path)
+    spec = tmp_path / "clip.yaml"
+    done = run_cli("import", "hf", config, "-o", spec)
+    assert done.returncode == 0, done.stderr
+    command = done.stderr.split("check it with: ", 1)[1].strip()
+    assert command.startswith("costspec validate ")
+    checked = run_cli(*shlex.split(command)[1:])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "result: PASS" in checked.stdout

@@ -43,3 +43,14 @@ def test_vit_b_numbers_are_the_known_ones():
     per_layer = 2 * S * C * 3 * C + 2 * S * S * C * 2 + 2 * S * C * C + 2 * 2 * S * C * F  # qkv, QK^T+AV, proj, MLP
     patch = 2 * P * C * 3 * 16 * 16
     assert model.report("forward", model.bind(1)).tc == L * per_layer + patch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_import_matches_its_transformers_model(name):
+    """The imported full-size spec against its transformers class built from the same config on meta."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from import_check import assert_exact, import_and_check_file
+
+    assert_exact(import_and_check_file(CONFIGS / f"{name}.json", batch=1))

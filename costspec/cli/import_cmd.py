@@ -23,9 +23,17 @@ def import_group() -> None:
 @options.output_format("yaml", "json", default="yaml")
 def import_hf_command(source, output, dtype, fmt):
     """Write a spec from SOURCE (a Hugging Face config.json or a folder holding it), read offline (docs/import.md)."""
+    from ..errors import CostspecError
     from ..importer import check_command, import_hf, write_import
+    from ..model import loads
 
-    imported = write_import(source, output, dtype) if output else import_hf(source, dtype)
+    imported = import_hf(source, dtype, output)
+    try:  # built before anything is written: a spec that does not load is a bug in its importer
+        loads(imported.text, output or "<imported spec>")
+    except CostspecError as exc:
+        raise RuntimeError(f"the {imported.family.hf_class} importer wrote a spec that does not load: {exc}") from None
+    if output:
+        write_import(imported, output)
     check = check_command(imported.family, output or "SPEC.yaml", imported.config_path, imported.output)
     if fmt == "json":
         click.echo(json.dumps({"written": output, "family": imported.family.model_types[0],

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import CostspecError
 from ..safeio import Kind, read_json, write_text
+from ..spec.load import parse_spec
 from ..starter import SCHEMA_LINE, schema_path, schema_ref
 from .config import HFConfig, ImportProblem
 from .families import FAMILIES, Family
@@ -95,9 +96,8 @@ def check_command(family: Family, spec: str, config: str, output: str | None = N
 
 def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str | os.PathLike | None = None) -> Imported:
     """The spec text for the config at SOURCE; `output` (the file it will be written to) only sets
-    the schema reference and the check command printed in its header."""
-    from ..model import loads
-
+    the schema reference and the check command printed in its header. The text is schema-checked
+    here; the CLI also builds it (`costspec.model` is the facade above this package)."""
     cfg = read_config(source, dtype)
     family = pick_family(cfg)
     text = family.build(cfg)
@@ -113,17 +113,15 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     lines = text.splitlines()
     text = "\n".join(header + lines[1:]) + "\n"
     try:
-        loads(text, spec_name)
+        parse_spec(text, spec_name)
     except CostspecError as exc:  # the importer wrote a spec that does not load: a bug, not bad input
         raise RuntimeError(f"the {family.hf_class} importer wrote a spec that does not load: {exc}") from None
     return Imported(text, family, cfg.path, field)
 
 
-def write_import(source: str | os.PathLike, output: str | os.PathLike, dtype: str | None = None) -> Imported:
-    """Import SOURCE and write the spec to `output` (atomically; never over the config itself)."""
-    imported = import_hf(source, dtype, output)
+def write_import(imported: Imported, output: str | os.PathLike) -> None:
+    """Write an imported spec to `output` (atomically; never over the config itself)."""
     write_text(output, imported.text, inputs=[imported.config_path])
-    return imported
 
 
 __all__ = ["FAMILIES", "Family", "HFConfig", "ImportProblem", "Imported", "import_hf", "read_config",

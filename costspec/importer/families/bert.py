@@ -37,7 +37,8 @@ def build_bert(cfg: HFConfig, roberta: bool = False) -> str:
     spec.dim("B", 1, "batch size")
     # RoBERTa's positions start after padding_idx (pad_token_id + 1), so a sequence fills at most P - 2
     S = min(512, P - 2) if roberta else min(512, P)
-    spec.dim("S", S, "sequence length (tokens)")
+    spec.dim("S", S, "sequence length (tokens)", "max_position_embeddings" + (" - 2" if roberta else "")
+             + ", at most 512")
     spec.dim("C", C, "hidden size", "hidden_size")
     spec.dim("heads", heads, "attention heads", "num_attention_heads")
     spec.dim("L", cfg.get_int("num_hidden_layers", 12), "layers", "num_hidden_layers")
