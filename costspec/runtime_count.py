@@ -38,7 +38,7 @@ IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
     "aten.squeeze_", "aten.unsqueeze_", "aten.t_", "aten.transpose_", "aten.as_strided_", "aten.detach_",
     "aten.resize_",
 )}
-IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip")})
+IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip", "aten.repeat")})
 IGNORED.update({"aten.scatter": "writes values at indices (top-k's backward), no arithmetic",
                 "aten.upsample_nearest2d": "gathers rows of a table, no arithmetic",
                 "aten.roll": _IGNORED_REASON})

@@ -40,7 +40,7 @@ def import_and_check_file(path: Path, passes=("forward", "train"), sets: dict | 
     results = {}
     for pass_ in passes:
         real = load_target(f"hf:{imported.family.hf_class}", model, values, "meta", str(path),
-                           {**imported.family.hf_kwargs, **(sets or {})})
+                           {**imported.family.hf_kwargs, **(sets or {})}, output=imported.output)
         results[pass_] = validate_against(model, values, real, pass_)
     return results
 

@@ -116,9 +116,11 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
         constants.__enter__()  # innermost, inside the counters that measure() opens
         return target.args, target.kwargs
 
-    def leave(_m, _i, out):
+    def leave(m, _i, out):
+        if m is not module:
+            return None
         constants.__exit__(None, None, None)
-        return first_tensor(out)
+        return first_tensor(out, target.output)
 
     def alias_inputs(m, args):
         """A decomposed module (RMSNorm) reads its own alias of its input, as the spec's modules do
@@ -134,7 +136,10 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
     hooks = [  # registered before measure() opens its tracker: its hooks see the aliases
         torch.nn.modules.module.register_module_forward_pre_hook(alias_inputs),
         module.register_forward_pre_hook(enter, with_kwargs=True),
-        module.register_forward_hook(leave),
+        # global, registered before measure() opens its tracker: the tracker's hooks then see the one output
+        # the loss is taken of, and the root's backward scope opens when that output's gradient arrives (not
+        # when every tensor of a ModelOutput has one: ops of the root's own forward would fall outside it)
+        torch.nn.modules.module.register_module_forward_hook(leave),
     ]
     decomposed = _rmsnorm_classes(module)
     try:

@@ -131,7 +131,9 @@ def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amoun
         slot_row.setdefault(slot_of(node), holder[id(node)])
     rule_by_row: dict[str, dict[str, _Amount]] = {}
     for a in applied:
-        amount = rule_by_row.setdefault(slot_row.get(a.row, MODEL_ROW), {}).setdefault(a.rule, _Amount())
+        # an op rule names a validate slot; an `ignore: extra` rule the matched row of its modules
+        landing = slot_row.get(a.row, a.row if a.row in rowmap.matches else MODEL_ROW)
+        amount = rule_by_row.setdefault(landing, {}).setdefault(a.rule, _Amount())
         amount.add(a.matmul, a.pointwise)
 
     def in_subtree(r: str, row: str) -> bool:

@@ -39,8 +39,9 @@ class Target:
     """A built real model with the inputs it runs on.
 
     `args` / `kwargs` are what the module is called with; the first tensor of its output (a
-    tensor, a tuple, or a transformers ModelOutput: its first field) is the output whose
-    `float().sum()` the train pass differentiates, as plain `validate` does with the spec's module.
+    tensor, a tuple, or a transformers ModelOutput: its first field), or the field named by
+    `output`, is the output whose `float().sum()` the train pass differentiates, as plain
+    `validate` does with the spec's module.
     """
 
     name: str
@@ -48,11 +49,14 @@ class Target:
     args: tuple = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     described: list[str] = field(default_factory=list)  # how it was built (config keys set, inputs)
+    output: str | None = None  # the output field (or tuple index) that is the spec's output; None: the first
 
 
 def load_target(target: str, model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], device: str,
-                config: str | None = None, config_sets: Mapping[str, str] | None = None) -> Target:
-    """Build TARGET on `device` at the spec's bound dims `values`."""
+                config: str | None = None, config_sets: Mapping[str, str] | None = None,
+                output: str | None = None) -> Target:
+    """Build TARGET on `device` at the spec's bound dims `values`; `output` names the field of its
+    output that the spec's output stands for (`pooler_output`; default the first tensor)."""
     torch = import_torch("costspec validate --against")
     config_sets = dict(config_sets or {})
     if target.startswith(HF_PREFIX):
@@ -73,7 +77,9 @@ def load_target(target: str, model: "Model", values: Mapping[sympy.Symbol, sympy
     else:
         args, kwargs = _as_call(inputs, target)
         described.append("input: the example inputs the callable returned")
-    return Target(target, module, args, kwargs, described)
+    if output is not None:
+        described.append(f"output: the real model's {output!r}")
+    return Target(target, module, args, kwargs, described, output)
 
 
 def spec_input(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], device: str) -> "torch.Tensor":
@@ -88,9 +94,12 @@ def spec_input(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], dev
     return torch.randn(shape, device=device, dtype=dtype) if x is None else x
 
 
-def first_tensor(out: Any) -> "torch.Tensor":
-    """The output the loss is taken of: a tensor, or the first tensor of a tuple / mapping."""
+def first_tensor(out: Any, output: str | None = None) -> "torch.Tensor":
+    """The output the loss is taken of: a tensor, or the first tensor of a tuple / mapping, or its
+    field (or tuple index) `output`."""
     torch = import_torch("costspec validate --against")
+    if output is not None:
+        return _output_field(out, output, torch)
     if isinstance(out, torch.Tensor):
         return out
     items = list(out.values()) if isinstance(out, Mapping) else list(out) if isinstance(out, (tuple, list)) else []
@@ -98,6 +107,21 @@ def first_tensor(out: Any) -> "torch.Tensor":
         if isinstance(item, torch.Tensor):
             return item
     raise UsageError(f"the real model returned {type(out).__name__} with no tensor to take the output of")
+
+
+def _output_field(out: Any, output: str, torch) -> "torch.Tensor":
+    """A transformers output's field (`pooler_output`), a mapping's key, or a tuple's index."""
+    if isinstance(out, Mapping):
+        found, names = out.get(output), list(out.keys())
+    elif isinstance(out, (tuple, list)) and output.isdigit():
+        found, names = (out[int(output)] if int(output) < len(out) else None), [str(i) for i in range(len(out))]
+    else:
+        found, names = None, []
+    if not isinstance(found, torch.Tensor):
+        fields = f" (its fields: {', '.join(names)})" if names else ""
+        raise UsageError(f"--output-field {output}: the real model's output ({type(out).__name__}) has no tensor "
+                         f"of that name{fields}")
+    return found
 
 
 # ----------------------------------------------------------------------------------------------

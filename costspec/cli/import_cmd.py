@@ -34,7 +34,7 @@ def import_hf_command(source, output, dtype, fmt):
         raise RuntimeError(f"the {imported.family.hf_class} importer wrote a spec that does not load: {exc}") from None
     if output:
         write_import(imported, output)
-    check = check_command(imported.family, output or "SPEC.yaml", imported.config_path)
+    check = check_command(imported.family, output or "SPEC.yaml", imported.config_path, imported.output)
     if fmt == "json":
         click.echo(json.dumps({"written": output, "family": imported.family.model_types[0],
                                "hf_class": imported.family.hf_class, "check": check,

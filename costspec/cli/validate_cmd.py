@@ -35,7 +35,11 @@ def _config_sets(ctx, param, values) -> dict[str, str]:
 @click.option("--config-set", "config_sets", multiple=True, callback=_config_sets, metavar="KEY=VALUE",
               help="With --against hf:ModelClass: set a config key, or a constructor argument such as "
                    "add_pooling_layer=false (repeatable).")
-def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, against, config, config_sets):
+@click.option("--output-field", "output_field", metavar="NAME", default=None,
+              help="With --against: the output of the real model that the spec's output is (a field of a "
+                   "transformers output such as pooler_output, or a tuple index); default: its first tensor.")
+def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, against, config, config_sets,
+                     output_field):
     """Build SPEC's torch module (or, with --against, your real model), count it, and compare per layer;
     exit 1 on any mismatch. Without --against this checks the engine against itself, not your model."""
     from ..export.render import render
@@ -46,6 +50,7 @@ def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, 
     values = model.bind(batch, sets)
     if against is None:
         options.require(config is None and not config_sets, "--config and --config-set need --against hf:ModelClass")
+        options.require(output_field is None, "--output-field needs --against")
         from ..validate import check, to_result, validate
 
         with status(f"validate: building and counting {model.name} ({pass_}, {device})", quiet):
@@ -59,7 +64,7 @@ def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, 
     from ..against.target import load_target
 
     with status(f"validate: counting {against} against {model.name} ({pass_}, {device})", quiet):
-        target = load_target(against, model, values, device, config, config_sets)
+        target = load_target(against, model, values, device, config, config_sets, output_field)
         outcome = validate_against(model, values, target, pass_, device, rtol)
     click.echo(render(against_result(outcome), fmt))
     check_against(outcome)

@@ -30,6 +30,7 @@ class Imported:
     text: str
     family: Family
     config_path: str
+    output: str | None = None  # the real model's output the spec's output stands for (--output-field)
 
 
 def config_file(source: str | os.PathLike) -> Path:
@@ -86,10 +87,11 @@ def pick_family(cfg: HFConfig) -> Family:
                         f"model types: {', '.join(supported())}")
 
 
-def check_command(family: Family, spec: str, config: str) -> str:
+def check_command(family: Family, spec: str, config: str, output: str | None = None) -> str:
     """The `costspec validate --against` command that checks an imported spec against its model."""
     sets = "".join(f" --config-set {k}={v}" for k, v in family.hf_kwargs.items())
-    return f"costspec validate {spec} --against hf:{family.hf_class} --config {config}{sets} --pass train"
+    field = f" --output-field {output}" if output else ""
+    return f"costspec validate {spec} --against hf:{family.hf_class} --config {config}{sets}{field} --pass train"
 
 
 def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str | os.PathLike | None = None) -> Imported:
@@ -99,6 +101,7 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     cfg = read_config(source, dtype)
     family = pick_family(cfg)
     text = family.build(cfg)
+    field = family.hf_output(cfg) if family.hf_output is not None else None
     if not cfg.checked:
         raise RuntimeError(f"importer family {family.hf_class} never called check_understood")
     spec_name = os.fspath(output) if output is not None else f"{cfg.name}.yaml"
@@ -106,14 +109,14 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     header = [SCHEMA_LINE.format(schema=schema),
               f"# Imported by `costspec import hf` from {cfg.path} (model_type {cfg.model_type or '-'}).",
               f"# Check it against transformers' {family.hf_class} (built on meta, no weights):",
-              f"#   {check_command(family, spec_name, cfg.path)}"]
+              f"#   {check_command(family, spec_name, cfg.path, field)}"]
     lines = text.splitlines()
     text = "\n".join(header + lines[1:]) + "\n"
     try:
         parse_spec(text, spec_name)
     except CostspecError as exc:  # the importer wrote a spec that does not load: a bug, not bad input
         raise RuntimeError(f"the {family.hf_class} importer wrote a spec that does not load: {exc}") from None
-    return Imported(text, family, cfg.path)
+    return Imported(text, family, cfg.path, field)
 
 
 def write_import(imported: Imported, output: str | os.PathLike) -> None:

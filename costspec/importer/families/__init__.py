@@ -30,6 +30,9 @@ class Family:
     hf_kwargs: Mapping[str, str] = field(default_factory=dict)
     architectures: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()  # what the family refuses (an ImportProblem), for docs/import.md
+    # the output of hf_class that the spec's output stands for, from the config (`validate --against
+    # --output-field`: pooler_output for a spec ending in the model's pooling head); None: its first tensor
+    hf_output: Callable[[HFConfig], str | None] | None = None
 
 
 FAMILIES: dict[str, Family] = {}
@@ -55,3 +58,5 @@ _register("resnet")  # resnet (issue 15, h-flowspecs)
 _register("neox")  # gpt_neox, phi (issue 15, h-flowspecs)
 _register("llm")  # mistral, qwen2, gemma (issue 15, h-llm)
 _register("llm_moe")  # mixtral, qwen2_moe (issue 15, h-llm)
+_register("stages")  # convnext, swin (issue 15, h-vision)
+_register("siglip")  # siglip, siglip_vision_model (issue 15, h-vision)

@@ -1,0 +1,151 @@
+"""SigLIP's vision tower (SiglipVisionModel): a ViT without a class token, and, with vision_use_head, the
+attention-pooling head (a learned probe attending to the tokens through torch's nn.MultiheadAttention,
+then a LayerNorm + MLP residual), whose output is the model's pooler_output."""
+from __future__ import annotations
+
+import textwrap
+
+from ..config import HFConfig, ImportProblem
+from ..emit import SpecText
+from . import Family
+from .common import GELU_NEW_NOTE, activation, check_divides, square_size
+
+TEXT_TOWER = "the spec is the image tower (SiglipVisionModel); the text tower is another model"
+POOLED = "pooler_output"
+
+# nn.MultiheadAttention(need_weights=True), as SigLIP's head calls it: named differences to SDPA's math
+_HEAD_IGNORE = [
+    ("-B*S*C", None, "nn.MultiheadAttention scales q alone (B*C multiplies for the one probe), where SDPA's math "
+     "decomposition (the rule the spec's attention reconciles with on meta) scales q and k: B*S*C fewer "
+     "multiplies, forward and backward"),
+    ("B*heads*S", "forward", "need_weights=True returns the attention probabilities averaged over the heads (a "
+     "mean of B*heads*S elements), an output SigLIP discards"),
+    ("min(B - 1, 1)*min(S - 1, 1)*2*B*S*C", "forward", "nn.MultiheadAttention runs batch-first inputs as a (S, B, "
+     "C) view; for B > 1 and S > 1 it is not contiguous, and F.linear adds the packed k/v projection's bias as its "
+     "own add instead of in the GEMM (addmm): the same one add per element, counted as add rather than bias_add"),
+    ("2*B*S*C", "backward", "k and v come out of one packed projection as kv[0] and kv[1]; autograd's backward of "
+     "the two selects writes two zero-filled gradients of the whole (2, B, S, C) tensor and sums them"),
+]
+_HEAD_KINDS = ("scale", "mean", "bias_add", "add")
+
+
+def _vision(cfg: HFConfig) -> HFConfig:
+    return cfg if cfg.model_type == "siglip_vision_model" else cfg.sub("vision_config")
+
+
+def _uses_head(cfg: HFConfig) -> bool:
+    return _vision(cfg).get_bool("vision_use_head", True)
+
+
+_POSITION_IGNORE = """\
+- module: embeddings.position_embedding
+  extra: {scatter_add: "min(B - 1, 1)*S*C"}
+  pass: backward
+  reason: >-
+    transformers reads the (S, C) position table with an nn.Embedding lookup of position_ids; for B > 1
+    its backward sums the gradient over the batch (the spec's broadcast add does that too) and then
+    scatter-adds it into the table rows (S*C adds); at B = 1 the scatter-add is the only reduction
+"""
+
+
+def _head_ignores() -> str:
+    out = []
+    for (amount, pass_, reason), kind in zip(_HEAD_IGNORE, _HEAD_KINDS):
+        extra = (f'{{add: "{amount}", bias_add: "-{amount}"}}' if kind == "bias_add"
+                 else f'{{{kind}: "{amount}"}}')
+        lines = ["- module: head.attention", f"  extra: {extra}"]
+        if pass_:
+            lines.append(f"  pass: {pass_}")
+        lines.append("  reason: >-")
+        lines.extend("    " + line for line in textwrap.wrap(reason, 100))
+        out.append("\n".join(lines) + "\n")
+    return "".join(out)
+
+
+def build_siglip(cfg: HFConfig) -> str:
+    vision = _vision(cfg)
+    composite = vision is not cfg
+    p = "vision_config." if composite else ""
+    img = square_size(vision, "image_size", 224)
+    patch = square_size(vision, "patch_size", 16)
+    if img % patch:
+        raise ImportProblem(f"{vision.where('image_size')} = {img} is not a multiple of patch_size = {patch}")
+    C = vision.get_int("hidden_size", 768)
+    heads = vision.get_int("num_attention_heads", 12)
+    check_divides(vision, "hidden_size", C, "num_attention_heads", heads)
+    head = vision.get_bool("vision_use_head", True)
+    fn = activation(vision, "hidden_act", "gelu_pytorch_tanh")
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
+                    "SiglipVisionModel)")
+    if vision.get("hidden_act") == "gelu_new":
+        spec.note(GELU_NEW_NOTE)
+    spec.dim("B", 1, "batch size")
+    spec.dim("img", img, "image side in pixels", p + "image_size")
+    spec.dim("patch", patch, "patch side in pixels", p + "patch_size")
+    spec.dim("C", C, "model width", p + "hidden_size")
+    spec.dim("F", vision.get_int("intermediate_size", 3072), "MLP width", p + "intermediate_size")
+    spec.dim("heads", heads, "attention heads", p + "num_attention_heads")
+    spec.dim("L", vision.get_int("num_hidden_layers", 12), "depth (encoder layers)", p + "num_hidden_layers")
+    spec.derived("S", "(img // patch)**2", "tokens (patches; no class token)")
+    spec.precision(cfg.dtype, cfg.dtype_source)
+    spec.input(["B", str(vision.get_int("num_channels", 3)), "img", "img"], p + "num_channels")
+    spec.doc = (f"SigLIP vision tower imported from a Hugging Face config: patch {patch}, learned position embedding, "
+                f"no class token, {heads}-head pre-LN layers of width {C} with a {fn} MLP, post LayerNorm"
+                + (", attention-pooling head (a learned probe attending to the tokens, LayerNorm + MLP residual; "
+                   "pooler_output)" if head else "; no head (vision_use_head false: last_hidden_state)"))
+    spec.block("encoder_block", f"""\
+- residual:
+    - layernorm: {{}}
+      source: layer_norm1
+    - attention: {{heads: heads, fused_qkv: false}}  # q_proj, k_proj, v_proj, out_proj
+      source: self_attn
+- residual:
+    - layernorm: {{}}
+      source: layer_norm2
+    - mlp: {{hidden: F, fn: {fn}}}  # fc1 -> hidden_act -> fc2
+      source: mlp
+""")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' SiglipVisionModel"
+                       + ("; the spec's output is its pooler_output" if head else ""))
+    spec.ignore(_POSITION_IGNORE)
+    if head:
+        spec.ignore(_head_ignores())
+    spec.layers("""\
+# Conv2d(channels, C, patch, stride patch), then position_embedding(position_ids): an (S, C) table added
+- patch_embed: {patch: patch, dim: C, pos_embed: true}
+  source: embeddings
+- repeat: L
+  name: layers
+  body: encoder_block
+  source: encoder.layers
+- layernorm: {}
+  name: post_layernorm
+  source: post_layernorm
+""")
+    if head:
+        spec.layers("""\
+# SiglipMultiheadAttentionPoolingHead: probe (1, 1, C) repeated over the batch, nn.MultiheadAttention(probe,
+# x, x) (q from the probe; k and v from the tokens with one packed projection), then x + mlp(LN(x)), token 0
+- sequence:
+    - attention: {heads: heads, queries: 1}
+      source: attention
+    - residual:
+        - layernorm: {}
+          source: layernorm
+        - mlp: {hidden: F, fn: %s}
+          source: mlp
+    - take_token: {index: 0}
+  name: head
+  source: head
+""" % fn)
+    cfg.check_understood({"text_config": TEXT_TOWER} if composite else {})
+    return spec.render()
+
+
+SIGLIP = Family(("siglip", "siglip_vision_model"), "SiglipVisionModel", build_siglip,
+                "SigLIP vision tower, with its attention-pooling head when vision_use_head (pooler_output)",
+                architectures=("SiglipModel", "SiglipVisionModel"),
+                hf_output=lambda cfg: POOLED if _uses_head(cfg) else None,
+                refused=("image_size not a multiple of patch_size",))
+
+FAMILY_LIST = (SIGLIP,)
