@@ -85,3 +85,56 @@ def test_every_full_spec_validates_against_its_generated_module(text, pass_):
     model = costspec.loads(text, file="writing-specs.md")
     result = validate(model, model.bind(sets=_small(model)), pass_)
     assert result.ok, result.failures()
+
+
+# The cookbook's fragments (```yaml blocks that are not full specs), each checked and validated inside a
+# small spec: its dims and input, keyed by a string only that fragment holds. A new fragment needs a
+# context here, so none goes unchecked.
+FRAGMENT_CONTEXTS = {
+    "params: {window: 4096}": "dims: {B: 1, S: 32, C: 32, heads: 4, F: 64, L: 12}\ninput: [B, S, C]\n",
+    "x + attn(ln1(x)) + mlp(ln2(x))": "dims: {B: 1, S: 16, C: 32, heads: 4, F: 128}\ninput: [B, S, C]\n",
+    "shortcut:": "dims: {B: 1, C: 8, H: 8}\ninput: [B, C, H, H]\n",
+    "join: mul": "dims: {B: 1, C: 32, H: 8}\ninput: [B, C, H, H]\n",
+    "save: skip1": "dims: {B: 1, H: 16}\ninput: [B, 3, H, H]\n",
+    "{layer_scale: {}}": "dims: {B: 1, S: 16, C: 32}\ninput: [B, S, C]\n",
+    "{layer_scale: {axis: 1}}": "dims: {B: 1, C: 32, H: 8}\ninput: [B, C, H, H]\n",
+    "queries: 1": "dims: {B: 1, S: 16, C: 32, heads: 4}\ninput: [B, S, C]\n",
+    "kv: enc": "dims: {B: 1, S: 16, T: 8, C: 32, heads: 4}\n",
+    "sliding_window: 16": "dims: {B: 1, S: 64, C: 32, heads: 4, KV: 2}\ninput: [B, S, C]\n",
+    "rel_bias: t5": "dims: {B: 1, S: 16, C: 32, heads: 4}\ninput: [B, S, C]\n",
+    "swin_block": "dims: {B: 1, G: 14, C: 32, heads: 4}\n",
+    "- attention: {heads: heads, kv_heads: KV}\n": "dims: {B: 1, S: 16, C: 64, heads: 8, KV: 8}\ninput: [B, S, C]\n",
+    "scale: {by: sqrt(C)}": "dims: {B: 1, S: 16, C: 32, V: 100}\n",
+    "conv1d": "dims: {B: 1, mels: 80, frames: 300, C: 64}\n",
+    "conv3d": "dims: {B: 1, T: 4, img: 32, C: 64}\n",
+    "shared_experts: 2": "dims: {B: 1, S: 16, C: 64, E: 16, F: 32}\ninput: [B, S, C]\n",
+}
+
+
+def _fragments() -> list[str]:
+    return [text for lang, text in _blocks() if lang == "yaml" and not text.startswith("costspec: 1\n")]
+
+
+def _in_context(fragment: str) -> str:
+    keys = [k for k in FRAGMENT_CONTEXTS if k in fragment]
+    assert len(keys) == 1, f"no single context for the guide's fragment:\n{fragment}"
+    body = "layers:\n" + fragment if fragment.startswith("- ") else fragment
+    return "costspec: 1\nname: fragment\n" + FRAGMENT_CONTEXTS[keys[0]] + body
+
+
+def test_every_cookbook_fragment_has_a_context():
+    fragments = _fragments()
+    assert len(fragments) == len(FRAGMENT_CONTEXTS)
+    for fragment in fragments:
+        _in_context(fragment)
+
+
+@pytest.mark.parametrize("pass_", ["forward", "train"])
+@pytest.mark.parametrize("fragment", _fragments(), ids=lambda f: re.sub(r"\W+", "_", f.strip())[:40])
+def test_every_cookbook_fragment_checks_and_validates(fragment, pass_):
+    pytest.importorskip("torch")
+    from costspec.validate import validate
+
+    model = costspec.loads(_in_context(fragment), file="writing-specs.md")
+    result = validate(model, model.bind(), pass_)
+    assert result.ok, result.failures()
