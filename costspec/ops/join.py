@@ -53,11 +53,30 @@ def _pair_shape(a: Shape, b: Shape) -> Shape:
     return tuple(y if x.is_number and x == 1 else x for x, y in zip(a, b))
 
 
+def _stretch(shape: Shape, out: Shape) -> sympy.Expr:
+    """How many times an input of `shape` is repeated to fill `out`: the product of out's sizes on the
+    axes the input lacks or has as 1."""
+    missing = len(out) - len(shape)
+    factor = sympy.Integer(1)
+    for axis, o in enumerate(out):
+        d = shape[axis - missing] if axis >= missing else ONE
+        if d.is_number and d == 1:
+            factor *= o
+    return factor
+
+
+def _reduced(shape: Shape, out: Shape) -> sympy.Expr:
+    """1 when autograd sums the gradient of a broadcast input back to its shape, 0 when it does not (the
+    stretch is 1, perhaps only at the bound dims: sum_to_size is then a no-op), as an expression."""
+    factor = _stretch(shape, out)
+    if factor.is_number:
+        return sympy.Integer(1 if factor > 1 else 0)
+    return sympy.Min(1, factor - 1)
+
+
 def _broadcast_from(shape: Shape, out: Shape) -> bool:
-    """Whether an input of `shape` is stretched to `out` (fewer axes, or a 1 where out is larger)."""
-    if len(shape) < len(out):
-        return True
-    return any(d.is_number and d == 1 and not (o.is_number and o == 1) for d, o in zip(shape, out))
+    """Whether an input of `shape` may be stretched to `out` (fewer axes, or a 1 where out is larger)."""
+    return _reduced(shape, out) != 0
 
 
 class _Join(OpDef):
@@ -125,7 +144,7 @@ class Add(_Join):
                 if side_needs:
                     work = work + self._side_grad(numel(out))
                     if _broadcast_from(side, out):
-                        work = work + pointwise("bias_grad", numel(out))
+                        work = work + pointwise("bias_grad", _reduced(side, out) * numel(out))
             left, left_needs = out, left_needs or right_needs
         return [Part("", work)]
 
@@ -146,12 +165,16 @@ class Add(_Join):
         reads, writes = 2 * fan, fan
         for shape, needed in zip(_inputs(call), self._needs(call, input_grad)):
             if needed and self._own_kernel(shape, self.output_shape(call)):
-                reads += out + self._factor_reads(call, shape)
-                writes += numel(shape)
+                own = self._kernel_share(shape, self.output_shape(call))
+                reads += own * (out + self._factor_reads(call, shape))
+                writes += own * numel(shape)
         return [Traffic("", reads, writes)]
 
     def _own_kernel(self, shape: Shape, out: Shape) -> bool:
         return _broadcast_from(shape, out)
+
+    def _kernel_share(self, shape: Shape, out: Shape) -> sympy.Expr:
+        return _reduced(shape, out)
 
     def _factor_reads(self, call: OpCall, shape: Shape) -> sympy.Expr:
         return ZERO
@@ -177,6 +200,9 @@ class Mul(Add):
 
     def _own_kernel(self, shape: Shape, out: Shape) -> bool:
         return True
+
+    def _kernel_share(self, shape: Shape, out: Shape) -> sympy.Expr:
+        return sympy.Integer(1)
 
     def _factor_reads(self, call: OpCall, shape: Shape) -> sympy.Expr:
         return sum((numel(s) for s in _inputs(call)), ZERO) - numel(shape)  # the other factors

@@ -19,6 +19,12 @@ class _Norm(OpDef):
     def channels(self, call: OpCall):
         return call.in_shape[self.channel_axis]
 
+    def constraints(self, call: OpCall):
+        # every norm divides by sqrt(var + eps): torch refuses eps <= 0 in training (batch_norm raises)
+        if call.attrs.eps <= 0:
+            raise call.fail(f"eps must be positive, got {call.attrs.eps}", "eps", "a small positive number (1e-5)")
+        return super().constraints(call)
+
     def has_bias(self, call: OpCall) -> bool:
         return call.attrs.affine and getattr(call.attrs, "bias", False)
 
@@ -126,7 +132,8 @@ class BatchNorm(_Norm):
 
     def constraints(self, call: OpCall):
         if call.attrs.mode != "train":
-            return []
+            return super().constraints(call)
+        super().constraints(call)
         values = numel(call.in_shape) / self.channels(call)
         return [Constraint(sympy.Gt(values, 1), "batchnorm in train mode needs more than one value per channel "
                            "(B x positions = {n})", call.attrs.where("mode"), {"n": values},
@@ -179,6 +186,7 @@ class GroupNorm(_Norm):
         return call.in_shape
 
     def constraints(self, call: OpCall):
+        super().constraints(call)
         a, c = call.attrs, self.channels(call)
         per_group = numel(call.in_shape[1:]) / a.groups
         return [Constraint(sympy.Eq(sympy.Mod(c, a.groups), 0), "channels {c} not divisible by groups {groups}",
