@@ -126,7 +126,9 @@ class OpNode(Node):
 
     @property
     def makes_grad(self) -> bool:
-        return self.params != 0
+        """Whether this op's output needs a gradient whatever its running input: it has parameters, or it
+        reads another value that needs one (`with:`, `kv:`; a join of branches with parameters)."""
+        return self.params != 0 or GRAD_YES in self.call.wiring.grads
 
     def part_forward(self, name: str) -> Cost:
         part = next(p for p in self.fwd_parts if p.name == name)
