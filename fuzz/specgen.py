@@ -983,6 +983,32 @@ def valid_specs(draw, generic_ops: bool = True) -> dict:
     return _spec(g, dims, shape, layers)
 
 
+@st.composite
+def flow_specs(draw, kind: str) -> dict:
+    """A valid spec whose layers include the dataflow generator `kind` (FLOWS) at least once."""
+    g = Gen(draw, generic_ops=False)
+    dims = draw_dims(g)
+    shape = shape0 = draw_input(g)
+    layers: list = []
+    if g.flag():
+        layers, shape = free_body(g, shape, g.num(1, 2))
+    for _ in range(4):
+        out = FLOWS[kind](g, shape, g.flag(0.3))
+        if out:
+            layers += out[0]
+            shape = out[1]
+            break
+        layers.append({"layernorm": {}})  # a rank this generator may not take: change nothing and retry
+        layers.append({"reshape": {"shape": [s.value for s in shape[:-1]] + [2, -1]}} if shape[-1].value % 2 == 0
+                      else {"linear": {"out": 6}})
+        shape = [Size(s.value, s.value) for s in shape[:-1]] + (
+            [Size(2, 2), Size(shape[-1].value // 2, shape[-1].value // 2, False)] if shape[-1].value % 2 == 0
+            else [Size(6, 6)])
+    if g.flag(0.3):
+        layers += free_body(g, shape, 1)[0]
+    return _spec(g, dims, shape0, layers)
+
+
 @dataclass
 class RepeatCase:
     """One body, repeated 1 and k times after the same prefix (and the prefix alone)."""
