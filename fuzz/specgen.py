@@ -3,14 +3,20 @@
 * `valid_specs()` draws VALID specs: random compositions of the registered ops
   (`costspec.ops.spec_ops()`) with attributes that are valid for the shapes they receive,
   free and derived dims, residuals, named sequences, repeats (with and without `at:`
-  variants), blocks with parameters, per-layer precision and cost-table overrides. Every
+  variants), blocks with parameters, per-layer precision and cost-table overrides, and the
+  dataflow (`FLOWS`): `parallel` with 2-3 branches joined by add / mul (broadcasting keepdim
+  means) / concat on an axis, residuals whose `shortcut` changes the shape as the body does,
+  values `save:`d and read by `with:` / `input:` / `kv:` (inside repeat bodies too, and across
+  them), further `inputs:` read by `input:` and by cross-attention; never a dead value. Every
   size is tracked twice: as the expression written in the spec and as its value at the dim
   defaults, so divisibility (heads | C, groups | channels, patch | image) holds and shape-keeping
   bodies (residuals, repeats) are symbolically shape-keeping.
 * `mutated_specs()` draws a valid spec and breaks it: keys deleted, replaced, added or
   duplicated, wrong types, random and hostile expression strings, renamed references
-  (unknown dims and blocks, cycles), swapped ops, duplicate names, and byte-level edits of the
-  YAML text.
+  (unknown dims and blocks, cycles), swapped ops, duplicate names, byte-level edits of the
+  YAML text, and broken dataflow (`flow_mutate`: unknown or dropped value names, a save twice,
+  `input:` on the first layer of a branch / body, joins of shapes that differ, kv to a rank-2
+  value, dead values).
 * `check_spec()` runs the properties on one spec text and says what happened.
 
 Ops registered after this file was written are drawn too: a generic generator fills their
