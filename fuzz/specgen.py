@@ -208,8 +208,8 @@ def g_attention(g: Gen, shape):
     if spatial:
         gh = g.pick(divisors(s))
         attrs["grid"] = [gh, s // gh]
-        if g.flag(0.6):
-            attrs["window"] = g.num(1, max(gh, s // gh))
+        if g.flag(0.6):  # a window beyond a grid side of 1 is refused (SAM's 2-D window misused as 1-D)
+            attrs["window"] = g.num(1, max(gh, s // gh) if min(gh, s // gh) > 1 else 1)
         if g.flag(0.5):
             attrs["rel_pos"] = True
     if "causal" in have and not attrs.get("rel_pos") and g.flag(0.25):

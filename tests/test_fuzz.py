@@ -143,6 +143,27 @@ def test_known_bug_save_in_first_gradless_repeat_instance():
         """))
 
 
+@pytest.mark.xfail(strict=True, reason="add of [B, 1] and [B, E // 5] at E = 5: the engine charges the broadcast "
+                                       "gradient sum (bias_grad, B elements), torch runs none (no broadcast there)")
+def test_known_bug_symbolic_broadcast_gradient():
+    _validate(costspec.loads(_spec("""\
+        - linear: {out: E // 5}
+          save: a
+        - mean: {axes: [-1], keepdim: true}
+        - add: {with: a}
+        """, dims="{B: 2, E: 5}", input_="[B, 4]")))
+
+
+@pytest.mark.xfail(strict=True, reason="batchnorm eps: 0 in train mode is accepted, then torch raises ValueError in "
+                                       "validate ('batch_norm eps must be positive during training')")
+def test_known_bug_batchnorm_zero_eps():
+    try:
+        model = costspec.loads(_spec("- batchnorm: {mode: train, eps: 0.0}\n", input_="[B, 3]"))
+    except CostspecError:
+        return  # a clear refusal is a fix
+    _validate(model)
+
+
 def test_fixed_rows_of_gradless_repeat():
     model = costspec.loads(_spec("""\
         - repeat: 3
