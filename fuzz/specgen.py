@@ -799,7 +799,7 @@ def flow_parallel(g: Gen, shape, keeping: bool):
     """`parallel:` with 2-3 branches and a join whose branch shapes agree."""
     n = g.num(2, 3)
     join = "add" if keeping and g.flag() else g.pick(("add", "mul") if keeping else ("add", "mul", "concat"))
-    widen = not keeping and g.flag(0.3)  # every branch ends in a linear to a width of its own (concat) or one width
+    widen = not keeping and len(shape) <= 6 and g.flag(0.3)  # every branch ends in a linear to a width of its own (concat) or one width
     width = g.size()
     branches, outs = [], []
     axis = g.num(0, len(shape) - 1) if join == "concat" else len(shape) - 1
@@ -862,7 +862,7 @@ def flow_shortcut(g: Gen, shape, keeping: bool):
             new = shape if keeping else [shape[0], out, _conv_out_expr(shape[2], 3, stride, 1, 1),
                                          _conv_out_expr(shape[3], 3, stride, 1, 1)]
         else:
-            if keeping and not shape[-1].exact:
+            if (keeping and not shape[-1].exact) or len(shape) > 6:  # linear takes ranks 1-6
                 return None
             w = shape[-1] if keeping else g.size()
             body = (keeping_body(g, shape, 0) if g.flag() else []) + [{"linear": {"out": w.expr}}]
