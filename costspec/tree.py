@@ -126,7 +126,9 @@ class OpNode(Node):
 
     @property
     def makes_grad(self) -> bool:
-        return self.params != 0
+        """Whether this op's output needs a gradient whatever its running input: it has parameters, or it
+        reads another value that needs one (`with:`, `kv:`; a join of branches with parameters)."""
+        return self.params != 0 or GRAD_YES in self.call.wiring.grads
 
     def part_forward(self, name: str) -> Cost:
         part = next(p for p in self.fwd_parts if p.name == name)
@@ -326,6 +328,7 @@ class TreeBuilder:
         self.rg = False  # whether the running value needs a gradient
         self.running: ValueRef | None = None  # the saved value the running value is, right after a save
         self.unsure = False  # inside a repeat whose first instance's input needs no gradient
+        self.unsure_reads: list[SpecError] = []  # reads of values saved there before any gradient, per repeat
 
     def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:
         check_op_instances(self.data, self.locate(("layers",)))
@@ -354,10 +357,11 @@ class TreeBuilder:
                             f"a name given by `save:` on an earlier layer (not inside a repeat it is outside of) "
                             f"or by `inputs:` ({known})")
         ref = self.values[name]
-        if ref.unsure and not ref.rg:
-            raise SpecError(f"'{name}' is saved inside a repeat whose first instance's input needs no gradient; "
-                            "costspec cannot yet tell which instances of it need one", where,
-                            "the read outside such a repeat, or a layer with parameters before the repeat")
+        if ref.unsure and not ref.rg:  # an error only if the repeat's body has parameters (see _repeat)
+            self.unsure_reads.append(SpecError(
+                f"'{name}' is saved inside a repeat whose first instance's input needs no gradient; "
+                "costspec cannot yet tell which instances of it need one", where,
+                "the read outside such a repeat, or a layer with parameters before the repeat"))
         ref.uses = ref.uses + self.mult / ref.mult
         return ref
 
@@ -756,10 +760,15 @@ class TreeBuilder:
             # values saved in the body are its own (one per instance); it reads the ones saved before it
             self.values, self.mult = dict(outer[0]), outer[1] * count
             self.rg, self.unsure = outer[2], outer[3] or not outer[2]
+            pending = len(self.unsure_reads)
             try:
                 group_out = self._sequence(group, layers, bpath, shape, inner, fork="repeat body")
             finally:
                 self.values, self.mult, self.unsure = outer[0], outer[1], outer[3]
+            if len(self.unsure_reads) > pending and group.makes_grad:
+                raise self.unsure_reads[pending]
+            if not outer[3]:  # a body without parameters: no instance needs a gradient, every read is sure
+                del self.unsure_reads[pending:]
             if _shape_differs(group_out, shape):
                 raise SpecError(f"a repeated body must keep its input shape {_fmt(shape)}, it gives {_fmt(group_out)}",
                                 self.locate(path + ("body",)), "a body whose output can feed its input")

@@ -65,7 +65,12 @@ KNOWN_BUGS: dict[str, tuple[Callable, str]] = {
 }
 
 
-KNOWN_REJECTIONS: dict[str, tuple[Callable, str]] = {}
+KNOWN_REJECTIONS: dict[str, tuple[Callable, str]] = {
+    # a value saved in a repeat body before its parameters, when nothing before the repeat has any: the first
+    # instance's value needs no gradient, the later ones' do (a documented "cannot yet" of the dataflow)
+    "save-in-first-gradless-repeat-instance": (lambda message: "cannot yet tell which instances" in message,
+                                               "test_known_bug_save_in_first_gradless_repeat_instance"),
+}
 
 
 def known_rejection(message: str) -> str | None:

@@ -5,6 +5,7 @@ of fuzz/properties.py checked on each, and a count of what happened.
     python fuzz/run_fuzz.py --examples 500 --mode valid --meta-every 1 --out /tmp/fuzz-failures
     python fuzz/run_fuzz.py --examples 10000 --mode inputs   # catalogs, calibrations, ncu CSVs, sidecars
     python fuzz/run_fuzz.py --examples 1000 --mode csv       # one input kind
+    python fuzz/run_fuzz.py --examples 500 --mode flow       # a dataflow construct in every spec
 
 Unlike the bounded CI tests (tests/test_fuzz.py), a failing example does not stop the run: it is
 recorded, grouped by its first line, and the shortest spec of each group is printed at the end
@@ -29,7 +30,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from fuzz.input_properties import check_input  # noqa: E402
 from fuzz.inputgen import STRATEGIES as INPUT_STRATEGIES  # noqa: E402
 from fuzz.properties import check_repeat, check_spec  # noqa: E402
-from fuzz.specgen import dump, mutated_specs, repeat_cases, unknown_ops, valid_specs  # noqa: E402
+from fuzz.specgen import FLOWS, dump, flow_specs, mutated_specs, repeat_cases, unknown_ops, valid_specs  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 MODES = {"valid": 0.40, "mutated": 0.45, "repeat": 0.15}
 INPUT_MODES = {kind: 0.25 for kind in INPUT_STRATEGIES}  # --mode inputs: every non-spec input kind
@@ -64,7 +66,8 @@ def run(mode: str, examples: int, tally: Tally, meta_every: int, timeout: float,
     if mode in INPUT_STRATEGIES:
         run_inputs(mode, examples, tally, timeout, rng_seed)
         return
-    strategy = {"valid": valid_specs().map(dump), "mutated": mutated_specs(), "repeat": repeat_cases()}[mode]
+    strategy = {"valid": valid_specs().map(dump), "mutated": mutated_specs(), "repeat": repeat_cases(),
+                "flow": st.sampled_from(sorted(FLOWS)).flatmap(flow_specs).map(dump)}[mode]
     index = collections.Counter()
 
     @seed(rng_seed)
@@ -130,8 +133,9 @@ def run_inputs(kind: str, examples: int, tally: Tally, timeout: float, rng_seed:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2000, help="total examples (split over the modes)")
-    parser.add_argument("--mode", choices=["all", *MODES, "inputs", *INPUT_MODES], default="all",
-                        help="all: the spec modes; inputs: every non-spec input kind; or one mode")
+    parser.add_argument("--mode", choices=["all", *MODES, "flow", "inputs", *INPUT_MODES], default="all",
+                        help="all: the spec modes; flow: valid specs built around one dataflow construct each; "
+                             "inputs: every non-spec input kind; or one mode")
     parser.add_argument("--meta-every", type=int, default=3,
                         help="validate every Nth spec of each mode on the meta device (0: never)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per example before it is a hang")

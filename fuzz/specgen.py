@@ -3,14 +3,20 @@
 * `valid_specs()` draws VALID specs: random compositions of the registered ops
   (`costspec.ops.spec_ops()`) with attributes that are valid for the shapes they receive,
   free and derived dims, residuals, named sequences, repeats (with and without `at:`
-  variants), blocks with parameters, per-layer precision and cost-table overrides. Every
+  variants), blocks with parameters, per-layer precision and cost-table overrides, and the
+  dataflow (`FLOWS`): `parallel` with 2-3 branches joined by add / mul (broadcasting keepdim
+  means) / concat on an axis, residuals whose `shortcut` changes the shape as the body does,
+  values `save:`d and read by `with:` / `input:` / `kv:` (inside repeat bodies too, and across
+  them), further `inputs:` read by `input:` and by cross-attention; never a dead value. Every
   size is tracked twice: as the expression written in the spec and as its value at the dim
   defaults, so divisibility (heads | C, groups | channels, patch | image) holds and shape-keeping
   bodies (residuals, repeats) are symbolically shape-keeping.
 * `mutated_specs()` draws a valid spec and breaks it: keys deleted, replaced, added or
   duplicated, wrong types, random and hostile expression strings, renamed references
-  (unknown dims and blocks, cycles), swapped ops, duplicate names, and byte-level edits of the
-  YAML text.
+  (unknown dims and blocks, cycles), swapped ops, duplicate names, byte-level edits of the
+  YAML text, and broken dataflow (`flow_mutate`: unknown or dropped value names, a save twice,
+  `input:` on the first layer of a branch / body, joins of shapes that differ, kv to a rank-2
+  value, dead values).
 * `check_spec()` runs the properties on one spec text and says what happened.
 
 Ops registered after this file was written are drawn too: a generic generator fills their
@@ -80,6 +86,9 @@ class Gen:
     depth: int = 0
     params: list | None = None  # while drawing a block body: [(name, kind, domain, default)]
     generic_ops: bool = True
+    values: list = field(default_factory=list)  # named values readable here: [(name, shape)]
+    inputs: dict = field(default_factory=dict)  # further model inputs (`inputs:`): name -> shape
+    nvalues: int = 0
 
     # -- small draws ----------------------------------------------------------------------------
     def flag(self, p: float = 0.5) -> bool:
@@ -199,8 +208,8 @@ def g_attention(g: Gen, shape):
     if spatial:
         gh = g.pick(divisors(s))
         attrs["grid"] = [gh, s // gh]
-        if g.flag(0.6):
-            attrs["window"] = g.num(1, max(gh, s // gh))
+        if g.flag(0.6):  # a window beyond a grid side of 1 is refused (SAM's 2-D window misused as 1-D)
+            attrs["window"] = g.num(1, max(gh, s // gh) if min(gh, s // gh) > 1 else 1)
         if g.flag(0.5):
             attrs["rel_pos"] = True
     if "causal" in have and not attrs.get("rel_pos") and g.flag(0.25):
@@ -511,7 +520,12 @@ def keeping_body(g: Gen, shape, min_len: int = 1) -> list:
     for _ in range(n):
         if g.ops >= MAX_OPS:
             break
-        choice = g.num(0, 9)
+        choice = g.num(0, 11)
+        if choice >= 10:  # dataflow: a saved value read again, branches, a shortcut, cross-attention
+            out = flow_layers(g, shape, keeping=True)
+            if out:
+                layers.extend(out[0])
+            continue
         if choice <= 4:
             names = [k for k in KEEPING if k in spec_ops()]
             out = op_layer(g, shape, names)
@@ -577,6 +591,7 @@ def _args(g: Gen, params: list) -> dict:
 def composition(g: Gen, shape, keeping: bool) -> tuple[dict, list]:
     """A residual, a named sequence, a repeat or a block use (keeping the shape if asked)."""
     g.depth += 1
+    visible = list(g.values)  # values saved inside are not read after it (a repeat's are its own)
     try:
         kind = g.pick(("residual", "sequence", "repeat", "block"))
         if kind == "residual":
@@ -597,6 +612,7 @@ def composition(g: Gen, shape, keeping: bool) -> tuple[dict, list]:
         return repeat_layer(g, shape), shape
     finally:
         g.depth -= 1
+        g.values = visible
 
 
 def repeat_layer(g: Gen, shape, count: Size | None = None, variants: bool = True) -> dict:
@@ -635,6 +651,246 @@ def repeat_layer(g: Gen, shape, count: Size | None = None, variants: bool = True
     return layer
 
 
+# ----------------------------------------------------------------------------------------------
+# Dataflow (issue 14): named values, branches and joins, shortcuts, further inputs, cross-attention.
+# Every value drawn is read: `input:` only right after a `save:` whose value a later layer reads.
+# ----------------------------------------------------------------------------------------------
+def _same(a: list, b: list) -> bool:
+    """Shapes written alike (so costspec holds the same expressions)."""
+    return len(a) == len(b) and all(x.exact and y.exact and str(x.expr) == str(y.expr) for x, y in zip(a, b))
+
+
+def _top_level(shape: list) -> bool:
+    """A shape whose expressions mean the same at the top of the spec (no block parameter in them)."""
+    import re
+
+    return all(s.exact and not re.search(r"\bp\d+\b", str(s.expr)) for s in shape)
+
+
+def _value_name(g: Gen, prefix: str = "v") -> str:
+    g.nvalues += 1
+    return f"{prefix}{g.nvalues}"
+
+
+def _keeping_op(g: Gen, shape) -> dict:
+    out = op_layer(g, shape, [k for k in KEEPING if k in spec_ops()])
+    if out:
+        return out[0]
+    g.ops += 1
+    return {"activation": {"fn": g.pick(ACTS)}}
+
+
+def _saved(g: Gen, layer: dict, shape) -> str:
+    name = _value_name(g)
+    layer["save"] = name
+    g.values.append((name, list(shape)))
+    return name
+
+
+def _concat_size(sizes: list[Size]) -> Size:
+    exact = all(s.exact for s in sizes)
+    return Size(" + ".join(s.paren() for s in sizes) if exact else sum(s.value for s in sizes),
+                sum(s.value for s in sizes), exact)
+
+
+def _join_layer(g: Gen, shape, others: list[str], concat: bool) -> tuple[dict, list]:
+    """add / mul (broadcasting values already checked to agree) or concat on an axis whose other dims agree."""
+    join = "concat" if concat else g.pick(("add", "mul"))
+    attrs: dict = {"with": others[0] if len(others) == 1 and g.flag() else list(others)}
+    new = list(shape)
+    if concat:
+        axis = g.num(0, len(shape) - 1)
+        attrs["axis"] = axis if g.flag() else axis - len(shape)
+        new[axis] = _concat_size([shape[axis]] * (len(others) + 1))
+    g.ops += 1
+    return _decorate(g, {join: attrs}), new
+
+
+def flow_skip(g: Gen, shape, keeping: bool):
+    """A value saved, shape-keeping layers, then the running value joined with it (a U-Net skip)."""
+    first = _keeping_op(g, shape)
+    name = _saved(g, first, shape)
+    middle = keeping_body(g, shape, 0) if g.flag(0.7) else []
+    join, new = _join_layer(g, shape, [name] * g.pick((1, 1, 1, 2)), concat=not keeping and g.flag(0.4))
+    return [first, *middle, join], new
+
+
+def flow_gate(g: Gen, shape, keeping: bool):
+    """Squeeze-excitation by names: a saved value, a gate (keepdim mean) saved, the first value read again
+    by `input:`, then multiplied (or added) with the broadcast gate."""
+    if len(shape) < 2:
+        return None
+    first = _keeping_op(g, shape)
+    a = _saved(g, first, shape)
+    axes = sorted(g.draw(st.sets(st.integers(1, len(shape) - 1), min_size=1, max_size=len(shape) - 1)))
+    gate_shape = [Size(1, 1) if i in axes else s for i, s in enumerate(shape)]
+    gate = [{"mean": {"axes": axes if g.flag() else [i - len(shape) for i in axes], "keepdim": True}}]
+    if g.flag():
+        gate.append({"activation": {"fn": g.pick(ACTS)}})
+    gname = _saved(g, gate[-1], gate_shape)
+    again = _keeping_op(g, shape)
+    again["input"] = a
+    g.ops += len(gate)
+    join, _ = _join_layer(g, shape, [gname], concat=False)
+    return [first, *gate, again, join], shape
+
+
+def flow_read(g: Gen, shape, keeping: bool):
+    """A join with a value saved earlier (possibly outside this repeat / branch) of the same shape."""
+    names = [n for n, s in g.values if _same(s, shape)]
+    if not names:
+        return None
+    return [_join_layer(g, shape, [g.pick(names)], concat=False)[0]], shape
+
+
+def flow_extra_input(g: Gen, shape, keeping: bool):
+    """A further model input (`inputs:`) shaped like the running value: the running value saved, the
+    input read by `input:`, then joined with the saved value."""
+    if g.params is not None or not _top_level(shape):
+        return None
+    x = _value_name(g, "x")
+    g.inputs[x] = list(shape)
+    first = _keeping_op(g, shape)
+    a = _saved(g, first, shape)
+    g.values.append((x, list(shape)))
+    reader = _keeping_op(g, shape)
+    reader["input"] = x
+    join, new = _join_layer(g, shape, [a], concat=not keeping and g.flag(0.3))
+    return [first, reader, join], new
+
+
+def flow_cross(g: Gen, shape, keeping: bool):
+    """Cross-attention: keys and values from a saved value or a further model input [B, T, Ckv]."""
+    if len(shape) != 3 or not shape[0].exact:
+        return None
+    layers = []
+    names = [n for n, s in g.values if len(s) == 3 and s[0].exact and str(s[0].expr) == str(shape[0].expr)]
+    if not names or g.flag(0.3):
+        if g.params is None and _top_level(shape[:1]) and g.flag():
+            name = _value_name(g, "mem")
+            g.inputs[name] = [shape[0], g.size(1, 9), g.size(1, 12)]
+            g.values.append((name, g.inputs[name]))
+        else:  # the running value itself, saved and read as keys and values too
+            first = _keeping_op(g, shape)
+            name = _saved(g, first, shape)
+            layers.append(first)
+    else:
+        name = g.pick(names)
+    c = shape[2].value
+    heads = g.pick(divisors(c))
+    attrs: dict = {"heads": g.term_for(heads).expr, "kv": name}
+    for key in ("qkv_bias", "proj_bias", "fused_qkv"):
+        _maybe(g, attrs, key, g.flag(), 0.3)
+    _maybe(g, attrs, "backend", g.pick(("flash", "math")), 0.4)
+    if heads > 1 and g.flag(0.25):
+        attrs["kv_heads"] = g.pick([d for d in divisors(heads) if d < heads])
+    g.ops += 1
+    layers.append(_decorate(g, {"attention": attrs}))
+    return layers, shape
+
+
+def _mean_branch(g: Gen, shape) -> tuple[list, list]:
+    axes = sorted(g.draw(st.sets(st.integers(1, len(shape) - 1), min_size=1, max_size=len(shape) - 1)))
+    g.ops += 1
+    return [{"mean": {"axes": axes, "keepdim": True}}], [Size(1, 1) if i in axes else s for i, s in enumerate(shape)]
+
+
+def flow_parallel(g: Gen, shape, keeping: bool):
+    """`parallel:` with 2-3 branches and a join whose branch shapes agree."""
+    n = g.num(2, 3)
+    join = "add" if keeping and g.flag() else g.pick(("add", "mul") if keeping else ("add", "mul", "concat"))
+    widen = not keeping and len(shape) <= 6 and g.flag(0.3)  # every branch ends in a linear to a width of its own (concat) or one width
+    width = g.size()
+    branches, outs = [], []
+    axis = g.num(0, len(shape) - 1) if join == "concat" else len(shape) - 1
+    if widen:
+        axis = len(shape) - 1
+    g.depth += 1
+    visible = list(g.values)
+    try:
+        for i in range(n):
+            if widen:
+                w = g.size() if join == "concat" else width
+                body = keeping_body(g, shape, 0) if g.flag(0.4) else []
+                body.append(_decorate(g, {"linear": {"out": w.expr}}))
+                g.ops += 1
+                branches.append(body)
+                outs.append(shape[:-1] + [w])
+            elif join != "concat" and len(shape) >= 2 and i > 0 and g.flag(0.3):
+                pre = keeping_body(g, shape, 0) if g.flag() else []
+                mean, out = _mean_branch(g, shape)
+                branches.append(pre + mean)
+                outs.append(out)
+            else:
+                branches.append([] if g.flag(0.3) else keeping_body(g, shape))
+                outs.append(list(shape))
+            g.values = list(visible)
+    finally:
+        g.depth -= 1
+    if all(any(s.value == 1 and o.value != 1 for s, o in zip(out, shape)) for out in outs):
+        return None  # every branch broadcast: not this generator's shape
+    spec: dict = {"branches": branches}
+    if join != "add" or g.flag(0.3):
+        spec["join"] = join
+    if join == "concat":
+        spec["axis"] = axis if g.flag() else axis - len(shape)
+        new = list(outs[0])
+        new[axis] = _concat_size([o[axis] for o in outs])
+    else:
+        new = next(o for o in outs if not any(s.value == 1 and x.value != 1 for s, x in zip(o, shape)))
+    return [{"parallel": spec}], new
+
+
+def flow_shortcut(g: Gen, shape, keeping: bool):
+    """`residual: {body, shortcut}`: both change the shape the same way (a linear to one width, or a
+    strided conv to one channel count)."""
+    g.depth += 1
+    visible = list(g.values)
+    try:
+        if len(shape) == 4 and g.flag(0.5):
+            stride = 1 if keeping else g.pick((1, 2))
+            out = shape[1] if keeping and shape[1].exact else g.size()
+            if keeping and not shape[1].exact:
+                return None
+            body = [{"conv2d": {"out": out.expr, "kernel": 3, "padding": 1, "stride": stride}}]
+            if g.flag():
+                body.append({"activation": {"fn": g.pick(ACTS)}})
+            if "batchnorm" in spec_ops() and g.flag():
+                body.append({"batchnorm": {}})
+            short = [{"conv2d": {"out": out.expr, "kernel": 1, "stride": stride, "bias": g.flag()}}]
+            g.ops += len(body) + 1
+            new = shape if keeping else [shape[0], out, _conv_out_expr(shape[2], 3, stride, 1, 1),
+                                         _conv_out_expr(shape[3], 3, stride, 1, 1)]
+        else:
+            if (keeping and not shape[-1].exact) or len(shape) > 6:  # linear takes ranks 1-6
+                return None
+            w = shape[-1] if keeping else g.size()
+            body = (keeping_body(g, shape, 0) if g.flag() else []) + [{"linear": {"out": w.expr}}]
+            if g.flag():
+                body += keeping_body(g, shape[:-1] + [w])
+            short = [{"linear": {"out": w.expr, "bias": g.flag()}}]
+            if g.flag(0.3):
+                short.append({"layernorm": {}})
+                g.ops += 1
+            g.ops += 2
+            new = shape[:-1] + [w]
+    finally:
+        g.depth -= 1
+        g.values = visible
+    return [{"residual": {"body": body, "shortcut": short}}], new
+
+
+FLOWS = {"skip": flow_skip, "gate": flow_gate, "read": flow_read, "extra_input": flow_extra_input,
+         "cross": flow_cross, "parallel": flow_parallel, "shortcut": flow_shortcut}
+
+
+def flow_layers(g: Gen, shape, keeping: bool):
+    """Layers drawn by one dataflow generator, and the shape they give (keeping it if asked), or None."""
+    if g.ops >= MAX_OPS or g.depth >= 3:
+        return None
+    return FLOWS[g.pick(sorted(FLOWS))](g, shape, keeping)
+
+
 def free_body(g: Gen, shape, n: int | None = None) -> tuple[list, list]:
     """Layers in sequence, each fitting the shape the previous one gives."""
     layers = []
@@ -646,6 +902,12 @@ def free_body(g: Gen, shape, n: int | None = None) -> tuple[list, list]:
             layer, shape = composition(g, shape, keeping=False)
             layers.append(layer)
             continue
+        if g.depth < 3 and g.flag(0.25):
+            flow = flow_layers(g, shape, keeping=False)
+            if flow:
+                layers.extend(flow[0])
+                shape = flow[1]
+                continue
         out = op_layer(g, shape)
         if out is None:
             continue
@@ -709,6 +971,8 @@ def _spec(g: Gen, dims, shape, layers) -> dict:
         spec["costs"] = {k: g.num(0, 9) for k in g.draw(st.lists(st.sampled_from(sorted(default_table())),
                                                                   unique=True, min_size=1, max_size=3))}
     spec["input"] = [s.expr for s in shape]
+    if g.inputs:
+        spec["inputs"] = {name: [s.expr for s in dims] for name, dims in g.inputs.items()}
     if g.blocks:
         spec["blocks"] = g.blocks
     spec["layers"] = layers
@@ -723,6 +987,32 @@ def valid_specs(draw, generic_ops: bool = True) -> dict:
     shape = draw_input(g)
     layers, _ = free_body(g, shape, g.num(1, 5))
     return _spec(g, dims, shape, layers)
+
+
+@st.composite
+def flow_specs(draw, kind: str) -> dict:
+    """A valid spec whose layers include the dataflow generator `kind` (FLOWS) at least once."""
+    g = Gen(draw, generic_ops=False)
+    dims = draw_dims(g)
+    shape = shape0 = draw_input(g)
+    layers: list = []
+    if g.flag():
+        layers, shape = free_body(g, shape, g.num(1, 2))
+    for _ in range(4):
+        out = FLOWS[kind](g, shape, g.flag(0.3))
+        if out:
+            layers += out[0]
+            shape = out[1]
+            break
+        layers.append({"layernorm": {}})  # a rank this generator may not take: change nothing and retry
+        layers.append({"reshape": {"shape": [s.value for s in shape[:-1]] + [2, -1]}} if shape[-1].value % 2 == 0
+                      else {"linear": {"out": 6}})
+        shape = [Size(s.value, s.value) for s in shape[:-1]] + (
+            [Size(2, 2), Size(shape[-1].value // 2, shape[-1].value // 2, False)] if shape[-1].value % 2 == 0
+            else [Size(6, 6)])
+    if g.flag(0.3):
+        layers += free_body(g, shape, 1)[0]
+    return _spec(g, dims, shape0, layers)
 
 
 @dataclass
@@ -797,7 +1087,8 @@ JUNK = st.one_of(
 )
 KEYS = ("name", "body", "at", "args", "precision", "repeat", "residual", "sequence", "block", "layers", "params",
         "indices", "value", "doc", "keep", "dims", "blocks", "costs", "input", "foo", "dtype", "heads", "out", "in",
-        "hidden", "fn", "kernel", "groups", "axis", "shape", "steps", "forward", "training", "others")
+        "hidden", "fn", "kernel", "groups", "axis", "shape", "steps", "forward", "training", "others",
+        "save", "with", "kv", "inputs", "parallel", "branches", "join", "shortcut")
 
 
 def _paths(node, prefix=()) -> list[tuple]:
@@ -853,9 +1144,9 @@ def _divisor_expr(draw, dims: list[str]) -> str:
 
 ESCAPES = ("\x1b[2J", "\r", "\x07", "\u202e", "\n\\input{x}", "^^M", "|", "`", "<b>", "\x1b]0;t\x07")
 
-SOFT = ("retarget", "toggle", "number", "duplicate", "divisor")  # mutations that often leave a spec loadable
+SOFT = ("retarget", "toggle", "number", "duplicate", "divisor", "flow")  # mutations that often leave a spec loadable
 HARD = ("delete", "junk", "junk", "add_key", "duplicate", "rename", "swap_op", "number", "expr", "expr", "share",
-        "retarget", "retarget", "retarget", "toggle", "divisor", "divisor", "escape")
+        "retarget", "retarget", "retarget", "toggle", "divisor", "divisor", "escape", "flow", "flow", "flow")
 
 
 def mutate(draw, spec: dict, kinds: tuple = HARD) -> dict:
@@ -867,7 +1158,9 @@ def mutate(draw, spec: dict, kinds: tuple = HARD) -> dict:
     key = path[-1]
     words = sorted({w for w in _strings(spec) if isinstance(w, str) and w.isidentifier()} | set(spec_ops()))
     kind = draw(st.sampled_from(kinds))
-    if kind == "delete":
+    if kind == "flow":
+        flow_mutate(draw, spec)
+    elif kind == "delete":
         del parent[key]
     elif kind == "junk":
         parent[key] = draw(JUNK)
@@ -943,6 +1236,70 @@ def mutate(draw, spec: dict, kinds: tuple = HARD) -> dict:
         else:
             parent[key] = source
     return spec
+
+
+def _layer_lists(spec: dict) -> list[tuple]:
+    """Paths of every list of layers (the model's, bodies, branches, blocks')."""
+    out = []
+    for p in _paths(spec):
+        node = _get(spec, p)
+        if isinstance(node, list) and node and all(isinstance(x, dict) for x in node) and (
+                p in (("layers",),) or (p and p[-1] in ("body", "shortcut", "residual", "layers", "sequence"))
+                or (len(p) >= 2 and p[-2] in ("branches", "blocks"))):
+            out.append(p)
+    return out
+
+
+def flow_mutate(draw, spec: dict) -> None:
+    """Break the dataflow keys: unknown or dropped value names, a save twice, `input:` on the first layer of a
+    branch / body, `input:` dropping an unsaved value, joins of shapes that differ, kv to a value of rank 2."""
+    lists = _layer_lists(spec)
+    layers = [p + (i,) for p in lists for i in range(len(_get(spec, p)))]
+    if not layers:
+        return
+    saves = [p for p in layers if "save" in _get(spec, p)]
+    names = [_get(spec, p)["save"] for p in saves] + list(spec.get("inputs") or {}) + ["nope", "B", "input"]
+    readers = [p + (k,) for p in layers for k in ("input",) if k in _get(spec, p)] + [
+        p + (op, key) for p in layers for op, attrs in _get(spec, p).items()
+        if isinstance(attrs, dict) for key in ("with", "kv") if key in attrs]
+    what = draw(st.sampled_from(("unknown", "save_twice", "first_input", "drop", "mismatch", "kv_rank2",
+                                 "unsave", "unread", "join_key")))
+    target = _get(spec, draw(st.sampled_from(layers)))
+    if what == "unknown" and readers:
+        p = draw(st.sampled_from(readers))
+        _get(spec, p[:-1])[p[-1]] = draw(st.sampled_from(names + ["v999", ["nope"], [], 3]))
+    elif what == "save_twice" and saves:
+        target["save"] = _get(spec, draw(st.sampled_from(saves)))["save"]
+    elif what == "first_input":  # the first layer of a body / branch (or the model) reads a value
+        first = _get(spec, draw(st.sampled_from(lists)))[0]
+        first["input"] = draw(st.sampled_from(names))
+    elif what == "drop":  # a layer reads a value, dropping the running value (saved or not)
+        target["input"] = draw(st.sampled_from(names))
+    elif what == "mismatch":  # a layer appended to one branch / body / shortcut that changes the shape
+        forks = [p for p in lists if len(p) >= 2 and (p[-2] == "branches" or p[-1] in ("body", "shortcut"))]
+        where = _get(spec, draw(st.sampled_from(forks or lists)))
+        where.append(draw(st.sampled_from(({"linear": {"out": 7}}, {"mean": {"axes": [1]}},
+                                           {"reshape": {"shape": [-1]}}, {"transpose": {"axis0": 0, "axis1": -1}}))))
+    elif what == "kv_rank2":
+        spec.setdefault("inputs", {})
+        if isinstance(spec["inputs"], dict):
+            spec["inputs"]["flat"] = [2, 4]
+        attns = [p for p in layers if isinstance(_get(spec, p).get("attention"), dict)]
+        if attns:
+            _get(spec, draw(st.sampled_from(attns)))["attention"]["kv"] = "flat"
+        else:
+            target["input"] = "flat"
+    elif what == "unsave" and saves:  # the saved value's readers now read nothing
+        del _get(spec, draw(st.sampled_from(saves)))["save"]
+    elif what == "unread" and readers:  # a saved value that nobody reads
+        p = draw(st.sampled_from(readers))
+        del _get(spec, p[:-1])[p[-1]]
+    else:  # parallel / residual keys broken
+        forks = [p for p in _paths(spec) if p and p[-1] in ("parallel", "residual") and isinstance(_get(spec, p), dict)]
+        if forks:
+            node = _get(spec, draw(st.sampled_from(forks)))
+            key = draw(st.sampled_from(("join", "axis", "branches", "body", "shortcut", "extra")))
+            node[key] = draw(st.sampled_from(("concat", "mul", "sub", 5, -9, [], [[]], [[], []], None, "x")))
 
 
 TEXT_EDITS = ("\t", "&a ", "*a", "!!python/object/apply:os.system ['true']", "!!binary AAAA", "\x00", "\xff", "{",

@@ -213,3 +213,58 @@ layers:
     model = costspec.loads(spec)
     result = validate(model, model.bind(), "train")
     assert result.ok, result.failures()
+
+
+PARAM_FREE_REPEAT_SAVE = HEAD + """\
+input: [2, 4]
+layers:
+  - repeat: 2
+    body:
+      - activation: {fn: relu}
+        save: a
+      - add: {with: a}
+"""
+
+
+@pytest.mark.parametrize("pass_", ["forward", "train"])
+def test_a_value_saved_and_read_in_a_parameter_free_repeat_is_accepted(pass_):
+    """Found by the fuzzer: refused as 'cannot yet tell which instances need a gradient', though in a body
+    without parameters no instance needs one."""
+    model = costspec.loads(PARAM_FREE_REPEAT_SAVE)
+    values = model.bind()
+    # per instance: relu 8 elements, add 8 elements; two instances
+    assert model.cost("forward").cuda.xreplace(values) == 2 * (8 + 8)
+    result = validate(model, values, pass_)
+    assert result.ok, result.failures()
+
+
+def test_a_value_saved_before_the_parameters_of_a_repeat_body_is_still_refused():
+    """The first instance's value needs no gradient, the later ones' do: costspec cannot count that yet."""
+    with pytest.raises(SpecError, match="cannot yet tell"):
+        costspec.loads(PARAM_FREE_REPEAT_SAVE.replace("      - add: {with: a}\n",
+                                                      "      - linear: {out: 4}\n      - add: {with: a}\n"))
+
+
+JOIN_GIVES_GRADIENT = HEAD + """\
+input: [2, 3, 4]
+inputs: {x1: [2, 3, 4]}
+layers:
+  - layernorm: {}
+    save: v
+  - activation: {fn: relu}
+    input: x1
+  - mul: {with: v}
+  - softmax: {}
+"""
+
+
+@pytest.mark.parametrize("pass_", ["forward", "train"])
+def test_a_join_with_a_value_that_needs_a_gradient_passes_it_on(pass_):
+    """Found by the fuzzer: the running value read from a model input needs no gradient, but after `mul` with
+    a value saved after a layernorm (parameters) it does; the softmax after it runs its backward."""
+    model = costspec.loads(JOIN_GIVES_GRADIENT)
+    values = model.bind()
+    softmax = next(s for s in walk(model.root) if s.node.name == "softmax")
+    assert softmax.node.backward(softmax.grad.first).pointwise["softmax_backward"].xreplace(values) == 2 * 3 * 4
+    result = validate(model, values, pass_)
+    assert result.ok, result.failures()

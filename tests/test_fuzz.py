@@ -6,8 +6,12 @@ fuzz/run_fuzz.py). Strategies: fuzz/specgen.py; properties: fuzz/properties.py.
   dims -> accepted, evaluate == the symbolic total substituted, train == forward + backward,
   rows consistent, and (sampled) matmul FLOPs == FlopCounterMode on meta with 0 relative error;
 * mutated specs (keys deleted / replaced / added, wrong types, hostile expressions, duplicate
-  names, byte edits) -> accepted (and then the same properties) or a CostspecError, never
-  another exception;
+  names, byte edits; the dataflow keys broken: unknown value names, a save twice, `input:` on
+  a first layer, joins of shapes that differ, kv to a rank-2 value, dead values) -> accepted (and
+  then the same properties) or a CostspecError, never another exception;
+* the dataflow (issue 14): parallel branches with each join, residual shortcuts, saved values
+  read by `with:` / `input:` / `kv:`, further `inputs:`, saves in repeat bodies -> drawn inside
+  valid specs, and each construct on its own validated against autograd;
 * repeat-k == k x the body, with and without variants.
 
 Bugs the fuzzer found are pinned below as strict-xfail reproducers (`test_known_bug_*`); the
@@ -33,7 +37,7 @@ from costspec.errors import CostspecError  # noqa: E402
 from costspec.ops import spec_ops  # noqa: E402
 from fuzz import properties, specgen  # noqa: E402
 from fuzz.properties import check_repeat, check_spec  # noqa: E402
-from fuzz.specgen import dump, generators, mutated_specs, repeat_cases, valid_specs  # noqa: E402
+from fuzz.specgen import FLOWS, dump, flow_specs, generators, mutated_specs, repeat_cases, valid_specs  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -47,6 +51,21 @@ FAST = dict(deadline=None, derandomize=True, database=None,
 def test_valid_specs_are_accepted_and_consistent(spec, sample):
     outcome = check_spec(dump(spec), meta=sample == 0)  # a third validated on meta
     assert outcome.accepted or outcome.known, f"a valid spec was rejected: {outcome.error}\n{dump(spec)}"
+
+
+@pytest.mark.parametrize("kind", sorted(FLOWS))
+def test_every_dataflow_construct_is_accepted_and_validated(kind):
+    """Each dataflow generator (a saved value joined back, a gate by names, a read of an earlier value, a
+    further input, cross-attention, parallel branches, a shortcut): accepted, consistent, and every row
+    checked against autograd on meta (train)."""
+
+    @settings(max_examples=2, **FAST)
+    @given(flow_specs(kind))
+    def check(spec):
+        outcome = check_spec(dump(spec), meta=True)
+        assert outcome.accepted or outcome.known, f"a valid spec was rejected: {outcome.error}\n{dump(spec)}"
+
+    check()
 
 
 @pytest.mark.slow
@@ -108,6 +127,37 @@ def test_fixed_validate_train_without_parameters():
                                        "runs outside the add module and validate attributes it to (model)")
 def test_known_bug_identity_residual_validate():
     _validate(costspec.loads(_spec("- layernorm: {}\n- residual: [{dropout: {}}]\n")))
+
+
+@pytest.mark.xfail(strict=True, reason="a value saved in a repeat body before its parameters, with no gradient "
+                                       "before the repeat: instance 0's value needs none, the others' do; refused "
+                                       "('cannot yet tell which instances of it need one')")
+def test_known_bug_save_in_first_gradless_repeat_instance():
+    costspec.loads(_spec("""\
+        - repeat: 2
+          body:
+            - activation: {fn: relu}
+              save: a
+            - linear: {out: 8}
+            - add: {with: a}
+        """))
+
+
+def test_fixed_symbolic_broadcast_gradient():
+    # found by the fuzzer: add of [B, 1] and [B, E // 5] at E = 5 charged a broadcast gradient sum torch
+    # never runs (the stretch is 1 at these dims); the sum is now weighted by min(1, stretch - 1)
+    _validate(costspec.loads(_spec("""\
+        - linear: {out: E // 5}
+          save: a
+        - mean: {axes: [-1], keepdim: true}
+        - add: {with: a}
+        """, dims="{B: 2, E: 5}", input_="[B, 4]")))
+
+
+def test_fixed_batchnorm_zero_eps_is_refused():
+    # found by the fuzzer: eps 0 in train mode loaded, then torch raised in validate
+    with pytest.raises(CostspecError, match="eps must be positive"):
+        costspec.loads(_spec("- batchnorm: {mode: train, eps: 0.0}\n", input_="[B, 3]"))
 
 
 def test_fixed_rows_of_gradless_repeat():
