@@ -19,7 +19,7 @@ from .errors import ExpressionError, SpecError
 from .expr import as_exact_int
 from .ops.base import layer_notes
 from .results import Column, Row, Table
-from .tree import Node, RepeatNode
+from .tree import Node, OpNode, RepeatNode
 from .vocab import Pass
 from .walk import NO_GRAD, matmul_engine, node_cost, walk
 
@@ -142,7 +142,26 @@ def build_report(model: Model, pass_: Pass | str, values: Mapping[sympy.Symbol, 
         row.values["share"] = row.values["total_flops"] / (tc + cuda) if tc + cuda else None
     dims = {str(s): int(v) for s, v in values.items()}
     notes = layer_notes(model.op_nodes()) + ([SPARSE_NOTE, *_unpatterned(model, values)] if sparse else [])
+    notes += _active_params(model, values, total_row.values["params"])
     return Report(model.name, pass_, model.precision.label, dims, Table(_columns(sparse), rows, total_row), notes)
+
+
+def _active_params(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], total: int) -> list[str]:
+    """The model's parameters one token uses, where some layers use fewer than all of theirs (experts)."""
+    unused, layers = 0, []
+    for step in walk(model.root):
+        node = step.node
+        if not isinstance(node, OpNode):
+            continue
+        active = node.op.active_params(node.call)
+        if active is not None:
+            unused += exact_int(step.instances * (node.params - active), values, node)
+            layers.append(node.name)
+    if not layers:
+        return []
+    share = (total - unused) / total if total else 0.0
+    return [f"active parameters per token: {total - unused:,} of {total:,} ({share:.1%}): every parameter outside "
+            f"{', '.join(layers)}, and there the router, top_k experts and shared experts"]
 
 
 def _unpatterned(model: Model, values: Mapping[sympy.Symbol, sympy.Integer]) -> list[str]:

@@ -144,3 +144,18 @@ def test_mixtral_8x7b_full_size_matches_mixtral_model(pass_):
     """S = 8192 on meta: MixtralConfig()'s defaults are Mixtral-8x7B-v0.1's; batched_mm experts."""
     totals = assert_exact(against("mixtral_8x7b", "hf:MixtralModel", pass_, config=BATCHED_MM))
     assert totals["forward"]["spec_params"] == 46_571_720_704
+
+
+def test_eval_reports_the_active_parameters_next_to_the_total():
+    """Mixtral: 32 layers x (router + 2 of 8 SwiGLU experts) + everything else; 12.75 B of 46.57 B."""
+    from costspec.evaluation import build_report
+    from costspec.model import load
+
+    model = load(ROOT / "specs" / "mixtral_8x7b.yaml")
+    values = model.bind()
+    report = build_report(model, "forward", values)
+    C, F, E, K, L = 4096, 14336, 8, 2, 32
+    total = report.table.total.values["params"]
+    unused = L * (E - K) * 3 * C * F  # the experts a token does not visit
+    line = next(n for n in report.notes if n.startswith("active parameters per token"))
+    assert f"{total - unused:,} of {total:,}" in line and total - unused == 12_748_853_248

@@ -373,6 +373,11 @@ class OpDef:
         is counted), for the report to print next to the numbers. Default: none."""
         return []
 
+    def active_params(self, call: OpCall) -> Expr | None:
+        """The parameters one token uses, where fewer than all of them (a mixture of experts: the router,
+        top_k experts, shared experts); None when every parameter is used."""
+        return None
+
     def example_input(self, call: OpCall, shape: tuple[int, ...], ev: Callable[[Expr], int], device: str,
                       dtype) -> "torch.Tensor | None":
         """The model input when this op is the spec's first layer, or None for a float tensor

@@ -230,15 +230,22 @@ class Moe(OpDef):
             out.append(Gemm("shared_gate", t, 1, c))
         return out
 
-    def notes(self, call: OpCall):
+    def _param_split(self, call: OpCall):
+        """(all parameters, those one token uses: the router, top_k experts, the shared experts)."""
         a = call.attrs
-        t, c = self._tokens(call)
+        _, c = self._tokens(call)
         expert = mlp_params(c, a.hidden, a.gated, a.bias)
         shared = ZERO if _is_zero(a.shared_experts) else mlp_params(c, a.shared_experts * a.shared_hidden, a.gated,
                                                                     a.bias)
         shared = shared + (c if a.shared_gate else ZERO)
-        total = c * a.experts + a.experts * expert + shared
-        active = c * a.experts + a.top_k * expert + shared
+        return c * a.experts + a.experts * expert + shared, c * a.experts + a.top_k * expert + shared
+
+    def active_params(self, call: OpCall):
+        return self._param_split(call)[1]
+
+    def notes(self, call: OpCall):
+        a = call.attrs
+        total, active = self._param_split(call)
         cap = "" if not a.capacity_factor else f", capacity factor {a.capacity_factor} (rows beyond it dropped)"
         return [f"{sympy.sympify(total)} parameters in total, {sympy.sympify(active)} active per token "
                 f"(router, top_k = {a.top_k} of {a.experts} experts"
