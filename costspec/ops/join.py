@@ -12,7 +12,7 @@ from typing import Sequence
 
 import sympy
 
-from .base import (GRAD_INPUT, ONE, ZERO, Attr, Constraint, OpCall, OpDef, Part, Shape, Traffic, Work, numel, pointwise,
+from .base import (ONE, ZERO, Attr, Constraint, OpCall, OpDef, Part, Shape, Traffic, Work, numel, pointwise,
                    same_size)
 from .registry import register_op
 
@@ -72,11 +72,6 @@ def _reduced(shape: Shape, out: Shape) -> sympy.Expr:
     if factor.is_number:
         return sympy.Integer(1 if factor > 1 else 0)
     return sympy.Min(1, factor - 1)
-
-
-def _broadcast_from(shape: Shape, out: Shape) -> bool:
-    """Whether an input of `shape` may be stretched to `out` (fewer axes, or a 1 where out is larger)."""
-    return _reduced(shape, out) != 0
 
 
 class _Join(OpDef):
@@ -143,8 +138,9 @@ class Add(_Join):
             for side, side_needs in ((left, left_needs), (right, right_needs)):
                 if side_needs:
                     work = work + self._side_grad(numel(out))
-                    if _broadcast_from(side, out):
-                        work = work + pointwise("bias_grad", _reduced(side, out) * numel(out))
+                    reduced = _reduced(side, out)
+                    if reduced != 0:
+                        work = work + pointwise("bias_grad", reduced * numel(out))
             left, left_needs = out, left_needs or right_needs
         return [Part("", work)]
 
@@ -164,16 +160,15 @@ class Add(_Join):
         fan = call.wiring.fanout if input_grad else ZERO
         reads, writes = 2 * fan, fan
         for shape, needed in zip(_inputs(call), self._needs(call, input_grad)):
-            if needed and self._own_kernel(shape, self.output_shape(call)):
-                own = self._kernel_share(shape, self.output_shape(call))
+            own = self._kernel_share(shape, self.output_shape(call)) if needed else ZERO
+            if own != 0:
                 reads += own * (out + self._factor_reads(call, shape))
                 writes += own * numel(shape)
         return [Traffic("", reads, writes)]
 
-    def _own_kernel(self, shape: Shape, out: Shape) -> bool:
-        return _broadcast_from(shape, out)
-
     def _kernel_share(self, shape: Shape, out: Shape) -> sympy.Expr:
+        """1 when this input's gradient runs a kernel of its own (0: it passes through), as an expression:
+        for a sum, only a broadcast input's (the sum back to its shape)."""
         return _reduced(shape, out)
 
     def _factor_reads(self, call: OpCall, shape: Shape) -> sympy.Expr:
@@ -198,11 +193,8 @@ class Mul(Add):
     def _side_grad(self, out: sympy.Expr) -> Work:
         return pointwise("mul", out)  # the gradient times the other side
 
-    def _own_kernel(self, shape: Shape, out: Shape) -> bool:
-        return True
-
     def _kernel_share(self, shape: Shape, out: Shape) -> sympy.Expr:
-        return sympy.Integer(1)
+        return sympy.Integer(1)  # every factor's gradient is a product
 
     def _factor_reads(self, call: OpCall, shape: Shape) -> sympy.Expr:
         return sum((numel(s) for s in _inputs(call)), ZERO) - numel(shape)  # the other factors
@@ -290,4 +282,4 @@ class Fanout(OpDef):
         return Join("fanout", uses=uses + 1)  # one alias per consumer, and one for the running value
 
 
-__all__ = ["Add", "Mul", "Concat", "Fanout", "broadcast", "GRAD_INPUT"]
+__all__ = ["Add", "Mul", "Concat", "Fanout", "broadcast"]
