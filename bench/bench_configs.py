@@ -21,7 +21,7 @@ from _common import ROOT, SPECS, fmt_s, machine
 sys.path.insert(0, str(ROOT))
 
 import costspec  # noqa: E402
-from costspec.sweep import points, sweep  # noqa: E402
+from costspec.analysis.sweep import points, sweep  # noqa: E402
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]  # 10
 IMAGES = [160 + 32 * i for i in range(10)]  # 160..448, multiples of the patch (16)

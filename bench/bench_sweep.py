@@ -1,4 +1,4 @@
-"""A 10^6-point sweep of specs/vit_h.yaml with the vectorised sweep API (costspec.sweep: the
+"""A 10^6-point sweep of specs/vit_h.yaml with the vectorised sweep API (costspec.analysis.sweep: the
 symbolic costs lambdified to numpy, exact int64) vs evaluating the same points one by one through
 the API (Model.evaluate), for a random sample of them, extrapolated to all 10^6 (said so in the
 output). The sampled points are checked to agree exactly.
@@ -19,7 +19,7 @@ from _common import ROOT, SPECS, fmt_s, machine
 sys.path.insert(0, str(ROOT))
 
 import costspec  # noqa: E402
-from costspec.sweep import sweep  # noqa: E402
+from costspec.analysis.sweep import sweep  # noqa: E402
 
 
 def main() -> None:

@@ -1,3 +1,3 @@
-from .cli import main
+from costspec.cli import main
 
 main()

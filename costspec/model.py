@@ -9,19 +9,19 @@ from typing import Any, Iterator, Mapping
 
 import sympy
 
-from .conventions import Precision
-from .cost import Cost
-from .cost_table import flops_per_element
-from .dims import Dims, parse_dims
-from .errors import SpecError, UsageError
-from .evaluation import Report, build_report
-from .expr import parse_expr
-from .ops.base import Constraint
-from .spec.load import parse_spec, read_bounded, read_spec, schema_problems
-from .spec.yaml_marks import MarkedDoc, load_marked
-from .tree import Node, OpNode, TreeBuilder
-from .vocab import Pass
-from .walk import NO_GRAD, Step, node_cost, walk
+from costspec.core.conventions import Precision
+from costspec.tree.cost import Cost
+from costspec.core.cost_table import flops_per_element
+from costspec.core.dims import Dims, parse_dims
+from costspec.core.errors import SpecError, UsageError
+from costspec.analysis.evaluation import Report, build_report
+from costspec.core.expr import parse_expr
+from costspec.ops.base import Constraint
+from costspec.spec.load import parse_spec, read_bounded, read_spec, schema_problems
+from costspec.core.yaml_marks import MarkedDoc, load_marked
+from costspec.tree.build import Node, OpNode, TreeBuilder
+from costspec.core.vocab import Pass
+from costspec.tree.walk import NO_GRAD, Step, node_cost, walk
 
 class Model:
     """A loaded, checked spec. Build with `costspec.load(path)`."""
@@ -65,7 +65,7 @@ class Model:
         return self.root.op_nodes()
 
     def walk(self) -> Iterator[Step]:
-        """The report rows: (node, depth, instances in the model, grad state), pre-order (`costspec.walk`)."""
+        """The report rows: (node, depth, instances in the model, grad state), pre-order (`costspec.tree.walk`)."""
         return walk(self.root)
 
     # -- binding ----------------------------------------------------------------------------
@@ -76,7 +76,7 @@ class Model:
         if batch is not None and "B" in bindings:
             raise UsageError(f"--batch {batch} and --set B={bindings['B']} both bind B; give one")
         if batch is not None:
-            from .dims import as_dim_value
+            from costspec.core.dims import as_dim_value
 
             batch = as_dim_value("B", batch, "--batch")
             if "B" not in self.dims.dims:
@@ -121,7 +121,7 @@ class Model:
         return self.report(pass_, self.bind(sets=dims))
 
     def report(self, pass_: Pass | str, values: Mapping[sympy.Symbol, sympy.Integer]) -> Report:
-        """Rows and totals for `pass_` at bound dim `values` (`costspec.evaluation.build_report`)."""
+        """Rows and totals for `pass_` at bound dim `values` (`costspec.analysis.evaluation.build_report`)."""
         return build_report(self, Pass.parse(pass_, "pass"), values)
 
     def with_precision(self, dtype: str) -> "Model":
@@ -130,14 +130,14 @@ class Model:
 
     def latex(self, keep=None, pass_: Pass | str = Pass.FORWARD, standalone: bool = False, **kwargs) -> str:
         """The closed forms as a LaTeX `align` (see `costspec latex`)."""
-        from .export.latex import render_latex
-        from .formula import formulas
+        from costspec.export.latex import render_latex
+        from costspec.analysis.formula import formulas
 
         return render_latex(formulas(self, Pass.parse(pass_, "pass"), keep, **kwargs), standalone=standalone)
 
     def to_torch(self, **dims: int):
         """A torch nn.Module built from this spec, and a function making a correctly shaped input."""
-        from .torch_build import build_module
+        from costspec.runtime.torch_build import build_module
 
         return build_module(self, self.bind(sets=dims))
 
@@ -154,7 +154,7 @@ def load(path: str | Path, dtype: str | None = None) -> Model:
     exists); `dtype` overrides the spec's default precision."""
     import os
 
-    from .zoo import resolve
+    from costspec.core.zoo import resolve
 
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"costspec.load needs a file path (str or pathlib.Path), got {type(path).__name__}; "

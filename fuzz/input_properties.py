@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costspec.cli import main
-from costspec.errors import CostspecError
+from costspec.core.errors import CostspecError
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "specs" / "toy_mlp.yaml")

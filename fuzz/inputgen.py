@@ -21,7 +21,7 @@ import yaml
 from hypothesis import strategies as st
 
 # text a valid file may hold: no control, line-separator, direction-override or zero-width characters (the
-# YAML loader refuses them in names, costspec.text); surrogates cannot be encoded
+# YAML loader refuses them in names, costspec.core.text); surrogates cannot be encoded
 _PRINTABLE = st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp", "Cf"))
 
 PUSH_POP = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"

@@ -1,6 +1,6 @@
 """The properties every spec must have, checked on one spec text at a time.
 
-1. Loading either returns a Model or raises a `costspec.errors.CostspecError`; never another
+1. Loading either returns a Model or raises a `costspec.core.errors.CostspecError`; never another
    exception.
 2. For an accepted spec, at the default dims and at a second batch size:
    * `Model.evaluate(pass_)` totals equal `Model.cost(pass_)` with the dims substituted
@@ -9,7 +9,7 @@
    * report rows have unique names, and the top-level rows sum to the totals.
 3. (sampled) The torch module built from the spec, run on `meta`, has matmul-class FLOPs equal
    to FlopCounterMode's with 0 relative error, and the same pointwise kinds and element
-   counts (`costspec.validate`, every named reconciliation applied).
+   counts (`costspec.runtime.validate`, every named reconciliation applied).
 
 `check_spec` raises AssertionError (with the spec text) when a property fails; exceptions
 other than CostspecError propagate. Failures that match a known, reported bug (`KNOWN_BUGS`,
@@ -24,8 +24,8 @@ from typing import Callable
 import sympy
 
 import costspec
-from costspec.errors import CostspecError
-from costspec.tree import OpNode
+from costspec.core.errors import CostspecError
+from costspec.tree.build import OpNode
 
 PASSES = ("forward", "backward", "train")
 MAX_INSTANCES = 400  # op instances in the torch module (repeats unrolled) for the meta check
@@ -45,7 +45,7 @@ class Outcome:
 def _identity_residual(model, exc) -> bool:
     """`residual: [dropout]` (or a flatten of one axis): the body returns x itself, and autograd's
     gradient sum for x + x runs outside the add module, so `validate` attributes it to (model)."""
-    from costspec.tree import ResidualNode
+    from costspec.tree.build import ResidualNode
 
     def residuals(node):
         for child in node.children:
@@ -147,7 +147,7 @@ def check_numbers(model, text, values) -> None:
 def check_sweep(model, text) -> None:
     """Property 4 (issue 12): `sweep` over a free dim gives exactly `evaluate`'s integers at every point,
     and refuses the grid (a CostspecError naming a point) exactly when `evaluate` refuses some point."""
-    from costspec.sweep import MAX_VALUE, sweep
+    from costspec.analysis.sweep import MAX_VALUE, sweep
 
     free = [d for d in model.dims.free()]
     if not free:
@@ -182,9 +182,9 @@ def check_sweep(model, text) -> None:
 
 def check_render(model, text) -> None:
     """Property 5 (issue 12): no control or direction-override character reaches a rendered report."""
-    from costspec.export.render import render
+    from costspec.core.render import render
     from costspec.export.report import eval_result
-    from costspec.text import unsafe_chars
+    from costspec.core.text import unsafe_chars
 
     result = eval_result(model.evaluate())
     for out in (render(result, "table"), render(result, "markdown"), render(result, "csv")):
@@ -200,8 +200,8 @@ def instances(model) -> int:
 
 
 def check_meta(model, text) -> bool:
-    """Property 3: costspec.validate on meta, train (forward when the model has no parameters)."""
-    from costspec.validate import render_table, validate
+    """Property 3: costspec.runtime.validate on meta, train (forward when the model has no parameters)."""
+    from costspec.runtime.validate import render_table, validate
 
     if instances(model) > MAX_INSTANCES:
         return False

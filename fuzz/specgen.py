@@ -38,8 +38,8 @@ import yaml
 from hypothesis import strategies as st
 
 import costspec
-from costspec.cost_table import default_table
-from costspec.errors import CostspecError
+from costspec.core.cost_table import default_table
+from costspec.core.errors import CostspecError
 from costspec.ops import spec_ops
 from costspec.ops.base import REQUIRED
 from costspec.ops.pointwise import ACTIVATIONS

@@ -15,10 +15,10 @@ from costspec.against.check import summary, validate_against  # noqa: E402
 from costspec.against.mapping import compact  # noqa: E402
 from costspec.against.report import to_result  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
-from costspec.errors import UsageError  # noqa: E402
-from costspec.export.render import render  # noqa: E402
+from costspec.core.errors import UsageError  # noqa: E402
+from costspec.core.render import render  # noqa: E402
 from costspec.model import load, loads  # noqa: E402
-from costspec.validate import validate  # noqa: E402
+from costspec.runtime.validate import validate  # noqa: E402
 
 
 def against(spec, target: str, pass_: str = "forward", sets: dict | None = None):

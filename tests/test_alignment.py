@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from costspec.alignment import apply, check, falls_back, multiples, strict_report, tensor_core_misses
-from costspec.conventions import Precision
-from costspec.errors import UsageError
+from costspec.analysis.alignment import apply, check, falls_back, multiples, strict_report, tensor_core_misses
+from costspec.core.conventions import Precision
+from costspec.core.errors import UsageError
 from costspec.model import load, loads
 from costspec.ncu.attribute import Attribution, Kernel
 

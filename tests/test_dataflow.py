@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import costspec
-from costspec.errors import SpecError
-from costspec.walk import walk
+from costspec.core.errors import SpecError
+from costspec.tree.walk import walk
 
 torch = pytest.importorskip("torch")
 
-from costspec.validate import validate  # noqa: E402
+from costspec.runtime.validate import validate  # noqa: E402
 
 HEAD = "costspec: 1\nname: flow\n"
 

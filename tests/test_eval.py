@@ -181,6 +181,6 @@ def test_rows_of_a_parameter_free_repeat_nested_in_the_first_instance_sum_to_the
             if children:
                 assert sum(c.cuda_flops for c in children) == row.cuda_flops, (batch, row.name)
     torch = pytest.importorskip("torch")  # noqa: F841
-    from costspec.validate import validate
+    from costspec.runtime.validate import validate
 
     assert validate(model, model.bind(sets={"B": 6}), "train").ok

@@ -3,8 +3,8 @@ import sympy
 import pytest
 from hypothesis import given, strategies as st
 
-from costspec.errors import ExpressionError
-from costspec.expr import dim_symbol, parse_expr
+from costspec.core.errors import ExpressionError
+from costspec.core.expr import dim_symbol, parse_expr
 
 ENV = {n: dim_symbol(n) for n in ("img", "patch", "C", "heads", "i")}
 img, patch, C, heads, i = (ENV[n] for n in ("img", "patch", "C", "heads", "i"))

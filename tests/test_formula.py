@@ -1,12 +1,12 @@
-"""Closed forms (costspec.formula): symbol choice, canonical text, exactness against `eval`."""
+"""Closed forms (costspec.analysis.formula): symbol choice, canonical text, exactness against `eval`."""
 import json
 
 import pytest
 import sympy
 
 import costspec
-from costspec.errors import UsageError
-from costspec.formula import choose_symbols, closed_form, formulas, latex_name
+from costspec.core.errors import UsageError
+from costspec.analysis.formula import choose_symbols, closed_form, formulas, latex_name
 
 from conftest import SPECS
 

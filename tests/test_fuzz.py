@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import costspec  # noqa: E402
-from costspec.errors import CostspecError  # noqa: E402
+from costspec.core.errors import CostspecError  # noqa: E402
 from costspec.ops import spec_ops  # noqa: E402
 from fuzz import properties, specgen  # noqa: E402
 from fuzz.properties import check_repeat, check_spec  # noqa: E402
@@ -108,7 +108,7 @@ def _spec(layers: str, dims: str = "{B: 2, C: 8}", input_: str = "[B, 4, C]", ex
 
 
 def _validate(model, pass_="train"):
-    from costspec.validate import render_table, validate
+    from costspec.runtime.validate import render_table, validate
 
     result = validate(model, model.bind(), pass_, "meta", 0.0)
     assert result.ok, render_table(result)

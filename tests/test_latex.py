@@ -9,9 +9,9 @@ import sympy
 from sympy.parsing.latex import parse_latex
 
 import costspec
-from costspec.walk import node_cost
+from costspec.tree.walk import node_cost
 from costspec.export.latex import label_key, render_latex, tex_escape
-from costspec.formula import formulas
+from costspec.analysis.formula import formulas
 
 from conftest import SPECS
 

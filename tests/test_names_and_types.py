@@ -9,14 +9,14 @@ import pytest
 from conftest import ROOT, run_cli
 
 import costspec
-from costspec.errors import CostspecError, ExpressionError, UsageError
+from costspec.core.errors import CostspecError, ExpressionError, UsageError
 from costspec.export.latex import render_latex
-from costspec.export.render import render
+from costspec.core.render import render
 from costspec.export.report import eval_result
-from costspec.results import Row
-from costspec.expr import dim_symbol, parse_expr
-from costspec.formula import formulas
-from costspec.text import (
+from costspec.core.results import Row
+from costspec.core.expr import dim_symbol, parse_expr
+from costspec.analysis.formula import formulas
+from costspec.core.text import (
     for_latex_comment,
     for_markdown,
     for_markdown_code,

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 import costspec
-from costspec.errors import SpecError
+from costspec.core.errors import SpecError
 
 
 def spec(layers: str, dims: str = "{B: 2}", input_: str = "[B, 4, 10]") -> costspec.Model:
@@ -303,7 +303,7 @@ def test_upsample_nearest_is_free_and_bilinear_costs_per_output():
 
 
 def test_swin_shifted_windows_mask_every_score_and_validate():
-    from costspec.validate import render_table, validate
+    from costspec.runtime.validate import render_table, validate
 
     model = spec("""\
         - layernorm: {}

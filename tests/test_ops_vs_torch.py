@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 import costspec  # noqa: E402
 from costspec.ops import OPS  # noqa: E402
-from costspec.validate import render_table, validate  # noqa: E402
+from costspec.runtime.validate import render_table, validate  # noqa: E402
 
 # Half the active profile's examples per op (conftest's "ci": 20, "long": 1000), reproducible.
 SETTINGS = settings(max_examples=max(10, settings.default.max_examples // 2), deadline=None, derandomize=True,

@@ -13,10 +13,10 @@ import costspec
 from conftest import ROOT, SPECS
 from costspec.export.html_page import render_page
 from costspec.export.mathml import mathml
-from costspec.formula import choose_symbols, closed_form
-from costspec.gpus import get_gpu
-from costspec.html_report import gather
-from costspec.sweep import parse_vary
+from costspec.analysis.formula import choose_symbols, closed_form
+from costspec.analysis.gpus import get_gpu
+from costspec.export.html_report import gather
+from costspec.analysis.sweep import parse_vary
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ""
 MATH = re.compile(r"<math\b.*?</math>", re.S)

@@ -3,8 +3,8 @@ import pytest
 
 import costspec
 from conftest import ROOT, SPECS
-from costspec.gpus import get_gpu
-from costspec.roofline import Efficiency, estimate
+from costspec.analysis.gpus import get_gpu
+from costspec.analysis.roofline import Efficiency, estimate
 
 H100 = get_gpu("h100-sxm")
 

@@ -1,4 +1,4 @@
-"""costspec.safeio: the bounded reader and the atomic writer every command uses.
+"""costspec.core.safeio: the bounded reader and the atomic writer every command uses.
 
 The command-level cases (every kind of input file, `-o` naming an input) are in
 tests/test_bad_inputs.py; here: the functions themselves and `kill -9` during a write.
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from costspec import safeio
-from costspec.safeio import (
+from costspec.core import safeio
+from costspec.core.safeio import (
     CATALOG,
     NCU_CSV,
     SIDECAR,
@@ -221,7 +221,7 @@ def test_a_directory_target_is_an_error(tmp_path):
 # ----------------------------------------------------------------------------------------------
 SLOW_WRITER = """
 import sys, time
-from costspec.safeio import atomic_output
+from costspec.core.safeio import atomic_output
 with atomic_output(sys.argv[1]) as f:
     for i in range(10**7):
         f.write(f"row {i},{i * i}\\n")
@@ -278,9 +278,9 @@ def test_kill_9_during_sweep_output_leaves_the_old_or_the_new_file(tmp_path):
 
 
 def test_the_documented_limits_are_the_code_s():
-    from costspec.calibration import MAX_COEFFICIENT
-    from costspec.expr import MAX_INT_DIGITS
-    from costspec.spec.yaml_marks import MAX_BYTES, MAX_DEPTH, MAX_NODES
+    from costspec.analysis.calibration import MAX_COEFFICIENT
+    from costspec.core.expr import MAX_INT_DIGITS
+    from costspec.core.yaml_marks import MAX_BYTES, MAX_DEPTH, MAX_NODES
 
     doc = (ROOT / "docs" / "spec-language.md").read_text(encoding="utf-8")
     limits = doc[doc.index("## Limits of every input file"):]

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 import costspec
 from conftest import ROOT
-from costspec.conventions import Precision, sparse_metadata_bits
-from costspec.errors import SpecError, UsageError
-from costspec.gpus import catalog, get_gpu
-from costspec.roofline import estimate
+from costspec.core.conventions import Precision, sparse_metadata_bits
+from costspec.core.errors import SpecError, UsageError
+from costspec.analysis.gpus import catalog, get_gpu
+from costspec.analysis.roofline import estimate
 
 H100 = get_gpu("h100-sxm")
 VIT_B = (ROOT / "specs/vit_b.yaml").read_text()
@@ -138,8 +138,8 @@ def test_metadata_bits_per_kept_value():
 
 
 def test_sweep_gpu_uses_the_sparse_peak_like_the_roofline():
-    from costspec.sweep import make_grid
-    from costspec.sweep_time import grid_times
+    from costspec.analysis.sweep import make_grid
+    from costspec.analysis.sweep_time import grid_times
 
     (_, _), (sm, _) = _reports("forward")
     grid = make_grid(sm, [("B", [1, 8, 256])])
@@ -151,7 +151,7 @@ def test_sweep_gpu_uses_the_sparse_peak_like_the_roofline():
 
 
 def test_sweep_reports_executed_and_dense_equivalent_columns():
-    from costspec.sweep import sweep
+    from costspec.analysis.sweep import sweep
 
     (dm, _), (sm, _) = _reports("forward")
     _, sparse = sweep(sm, [("B", [1, 8])])
@@ -236,7 +236,7 @@ def test_cli_refuses_fp32_sparse_with_exit_2(write_spec, cli):
 @pytest.mark.slow  # subprocess CLI round trips / torch import: 7-10 s on 2 cores
 def test_validate_compares_the_dense_equivalent_and_says_so():
     pytest.importorskip("torch")
-    from costspec.validate import validate
+    from costspec.runtime.validate import validate
 
     model = costspec.loads(BASE + 'precision: {dtype: bf16, sparsity: "2:4"}\nlayers:\n'
                                   '  - linear: {out: 32}\n  - activation: {fn: gelu}\n  - linear: {out: 64}\n')
@@ -267,7 +267,7 @@ def test_any_sparse_linear_executes_half_its_dense_gemm(m, k, n, bias, dtype):
 
 def test_formula_and_latex_give_executed_and_dense_equivalent_closed_forms():
     from costspec.export.formulas import render_text
-    from costspec.formula import formulas
+    from costspec.analysis.formula import formulas
 
     model = costspec.loads(BASE + 'precision: {dtype: bf16, sparsity: "2:4"}\nlayers:\n  - linear: {out: 256}\n')
     result = formulas(model, "forward", keep=["B", "C"])
@@ -283,7 +283,7 @@ def test_formula_and_latex_give_executed_and_dense_equivalent_closed_forms():
 
 
 def test_the_ladder_of_a_sparse_spec_keeps_the_rungs_with_a_sparse_peak():
-    from costspec.ladder import ladder
+    from costspec.analysis.ladder import ladder
 
     (_, _), (sm, _) = _reports("forward")
     result = ladder(sm, sm.bind(8), H100)
@@ -305,7 +305,7 @@ def test_model_level_sparsity_leaves_gathered_relative_positions_dense():
 
 def test_the_html_report_shows_executed_and_dense_equivalent_cards():
     from costspec.export.html_page import render_page
-    from costspec.html_report import gather
+    from costspec.export.html_report import gather
 
     (dm, _), (sm, _) = _reports("forward")
     sparse_page = render_page(gather(sm, sm.bind(8), "forward", {}, H100, quiet=True))

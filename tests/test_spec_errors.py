@@ -17,7 +17,7 @@ import yaml
 
 import costspec
 from costspec.cli import main
-from costspec.spec.yaml_marks import MAX_BYTES
+from costspec.core.yaml_marks import MAX_BYTES
 
 from conftest import ROOT, SPECS, run_cli
 

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import costspec
-from costspec.errors import UsageError
-from costspec.sweep import parse_vary, points, sweep, to_csv
+from costspec.core.errors import UsageError
+from costspec.analysis.sweep import parse_vary, points, sweep, to_csv
 
 
 @pytest.mark.parametrize("text, values", [
@@ -129,7 +129,7 @@ def test_varies_are_not_materialised_before_the_grid_is_bounded():
 
 
 def test_the_grid_is_streamed_in_chunks(monkeypatch):
-    from costspec import sweep as sweep_module
+    from costspec.analysis import sweep as sweep_module
 
     monkeypatch.setattr(sweep_module, "CHUNK", 7)
     model = costspec.load(ROOT / "specs/toy_mlp.yaml")

@@ -10,10 +10,10 @@ import pytest
 import costspec
 from conftest import ROOT
 from costspec.export.sweep_plot import series
-from costspec.gpus import get_gpu
-from costspec.roofline import estimate
-from costspec.sweep import make_grid, parse_vary, points
-from costspec.sweep_time import grid_times
+from costspec.analysis.gpus import get_gpu
+from costspec.analysis.roofline import estimate
+from costspec.analysis.sweep import make_grid, parse_vary, points
+from costspec.analysis.sweep_time import grid_times
 
 
 def expected_bound(report, roof) -> str:

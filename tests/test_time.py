@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import costspec  # noqa: E402
-from costspec.gpus import get_gpu  # noqa: E402
-from costspec.roofline import estimate  # noqa: E402
-from costspec.timing import Intervals, add_estimate, render_json, render_table, time_layers  # noqa: E402
+from costspec.analysis.gpus import get_gpu  # noqa: E402
+from costspec.analysis.roofline import estimate  # noqa: E402
+from costspec.runtime.timing import Intervals, add_estimate, render_json, render_table, time_layers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = ROOT / "specs" / "toy_mlp.yaml"

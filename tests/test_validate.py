@@ -15,7 +15,7 @@ from costspec.ops.base import gemm
 
 torch = pytest.importorskip("torch")
 
-from costspec.validate import check, pointwise_diff, render_json, render_table, validate  # noqa: E402
+from costspec.runtime.validate import check, pointwise_diff, render_json, render_table, validate  # noqa: E402
 
 SPECS = sorted(Path(__file__).resolve().parent.parent.joinpath("specs").glob("*.yaml"))
 TINY_VIT = textwrap.dedent("""\
@@ -145,7 +145,7 @@ def test_wrong_formula_is_caught(monkeypatch):
     assert not result.ok
     fc = next(r for r in result.rows["forward"] if r.name == "layers.fc")
     assert fc.matmul_analytic == fc.matmul_measured + 2 * 10 and fc.matmul == "FAIL"
-    with pytest.raises(costspec.errors.MismatchError):
+    with pytest.raises(costspec.core.errors.MismatchError):
         check(result)
     assert run(model, "forward", rtol=1e-6).ok  # within a relative tolerance
     from costspec.cli import main
@@ -171,7 +171,7 @@ def test_unknown_aten_op_is_listed_not_dropped(monkeypatch):
 
 
 def test_missing_residual_add_is_caught(monkeypatch):
-    from costspec import torch_modules
+    from costspec.nn import modules as torch_modules
 
     monkeypatch.setattr(torch_modules.Join, "forward",
                         lambda self, x, *others, fork=0: x.view_as(x) if not others else others[0])  # forgets the add

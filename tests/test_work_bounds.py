@@ -11,8 +11,9 @@ import pytest
 from conftest import ROOT
 
 import costspec
-from costspec import budget, torch_budget
-from costspec.errors import CostspecError, UsageError
+from costspec.core import budget
+from costspec.runtime import torch_budget
+from costspec.core.errors import CostspecError, UsageError
 
 SECONDS = 5.0
 MAX_RSS = 1 << 30
@@ -157,7 +158,7 @@ def test_op_instances_are_counted_on_the_document():
 
 
 def test_real_specs_are_far_inside_every_budget():
-    from costspec.formula import choose_symbols
+    from costspec.analysis.formula import choose_symbols
 
     for path in sorted((ROOT / "specs").glob("*.yaml")):
         model = costspec.load(path)

@@ -80,7 +80,7 @@ def _small(model) -> dict[str, int]:
 @pytest.mark.parametrize("text", [t for _, t, _ in SPECS], ids=IDS)
 def test_every_full_spec_validates_against_its_generated_module(text, pass_):
     pytest.importorskip("torch")
-    from costspec.validate import validate
+    from costspec.runtime.validate import validate
 
     model = costspec.loads(text, file="writing-specs.md")
     result = validate(model, model.bind(sets=_small(model)), pass_)
@@ -133,7 +133,7 @@ def test_every_cookbook_fragment_has_a_context():
 @pytest.mark.parametrize("fragment", _fragments(), ids=lambda f: re.sub(r"\W+", "_", f.strip())[:40])
 def test_every_cookbook_fragment_checks_and_validates(fragment, pass_):
     pytest.importorskip("torch")
-    from costspec.validate import validate
+    from costspec.runtime.validate import validate
 
     model = costspec.loads(_in_context(fragment), file="writing-specs.md")
     result = validate(model, model.bind(), pass_)

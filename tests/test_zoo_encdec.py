@@ -12,10 +12,10 @@ from conftest import ROOT  # noqa: E402
 
 from costspec.against.check import validate_against  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
-from costspec.errors import SpecError  # noqa: E402
+from costspec.core.errors import SpecError  # noqa: E402
 from costspec.model import load, loads  # noqa: E402
-from costspec.torch_build import build_module  # noqa: E402
-from costspec.validate import validate  # noqa: E402
+from costspec.runtime.torch_build import build_module  # noqa: E402
+from costspec.runtime.validate import validate  # noqa: E402
 
 T5 = ROOT / "specs/t5_small_encoder.yaml"
 WHISPER = ROOT / "specs/whisper_tiny_encoder.yaml"

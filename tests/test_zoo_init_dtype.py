@@ -12,11 +12,11 @@ import yaml
 
 import costspec
 from conftest import ROOT, SPECS
-from costspec.errors import UsageError
-from costspec.progress import progress
+from costspec.core.errors import UsageError
+from costspec.core.progress import progress
 from costspec.spec.schema import build_schema
-from costspec.starter import starter_spec
-from costspec.zoo import resolve, zoo_specs
+from costspec.importer.starter import starter_spec
+from costspec.core.zoo import resolve, zoo_specs
 
 SCHEMA_LINE = "# yaml-language-server: $schema=../schemas/costspec.schema.json"
 
@@ -169,7 +169,7 @@ def test_wheel_ships_the_zoo_and_the_schema(tmp_path):
 def test_status_line_on_a_terminal_only():
     import time as _time
 
-    from costspec.progress import status
+    from costspec.core.progress import status
 
     tty, pipe = _Tty(), io.StringIO()
     with status("validate: counting", stream=tty, every=0.01):

@@ -22,7 +22,7 @@ from conftest import ROOT  # noqa: E402
 
 from costspec.against.check import summary, validate_against  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
-from costspec.evaluation import build_report  # noqa: E402
+from costspec.analysis.evaluation import build_report  # noqa: E402
 from costspec.model import load, loads  # noqa: E402
 
 BATCHED_MM = {"_experts_implementation": "batched_mm"}
@@ -148,7 +148,7 @@ def test_mixtral_8x7b_full_size_matches_mixtral_model(pass_):
 
 def test_eval_reports_the_active_parameters_next_to_the_total():
     """Mixtral: 32 layers x (router + 2 of 8 SwiGLU experts) + everything else; 12.75 B of 46.57 B."""
-    from costspec.evaluation import build_report
+    from costspec.analysis.evaluation import build_report
     from costspec.model import load
 
     model = load(ROOT / "specs" / "mixtral_8x7b.yaml")

@@ -9,14 +9,14 @@ import textwrap
 import pytest
 
 import costspec
-from costspec.errors import SpecError
+from costspec.core.errors import SpecError
 
 from conftest import ROOT, run_cli
 
 torch = pytest.importorskip("torch")
 
-from costspec.torch_modules import window_partition, window_unpartition  # noqa: E402
-from costspec.validate import render_table, validate  # noqa: E402
+from costspec.nn.modules import window_partition, window_unpartition  # noqa: E402
+from costspec.runtime.validate import render_table, validate  # noqa: E402
 
 
 def spec(layers: str, dims: str = "{B: 2, S: 6, C: 8}", input_: str = "[B, S, C]") -> costspec.Model:

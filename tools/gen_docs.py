@@ -28,8 +28,8 @@ import sympy  # noqa: E402
 import yaml  # noqa: E402
 
 import costspec  # noqa: E402
-from costspec.cost_table import default_table  # noqa: E402
-from costspec.errors import CostspecError  # noqa: E402
+from costspec.core.cost_table import default_table  # noqa: E402
+from costspec.core.errors import CostspecError  # noqa: E402
 from costspec.ops import OPS, spec_ops  # noqa: E402
 from costspec.ops.base import REQUIRED, OpDef  # noqa: E402
 from costspec.ops.base import _ATTR_SCHEMAS as ATTR_KINDS  # noqa: E402

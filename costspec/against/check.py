@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
 
-from ..errors import MismatchError
-from ..validate import Applied, _Amount
-from ..vocab import RUNNABLE_PASSES, FusedRun, Pass
-from .constants import ConstantOps
-from .compare import MATMUL, PhaseResult, compare_phase, op_of_row, rule_deltas
-from .mapping import MODEL_ROW, RealModules, RowMap, build_mapping
-from .target import Target, first_tensor
+from costspec.core.errors import MismatchError
+from costspec.runtime.validate import Applied, _Amount
+from costspec.core.vocab import RUNNABLE_PASSES, FusedRun, Pass
+from costspec.against.constants import ConstantOps
+from costspec.against.compare import MATMUL, PhaseResult, compare_phase, op_of_row, rule_deltas
+from costspec.against.mapping import MODEL_ROW, RealModules, RowMap, build_mapping
+from costspec.against.target import Target, first_tensor
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from costspec.model import Model
 
 OUTSIDE_ROW = MODEL_ROW  # the loss and its gradient seed: only in the total, as in plain validate
 
@@ -82,7 +82,7 @@ def _what(kind: str, spec: int, real: int) -> str:
 
 
 def _ignore_entries(model: "Model") -> list[Ignored]:
-    from ..expr import parse_expr
+    from costspec.core.expr import parse_expr
 
     out = []
     data: Any = model.doc.data
@@ -104,8 +104,8 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
     pass_ = Pass.parse(pass_, "--pass", RUNNABLE_PASSES)
     import torch
 
-    from .. import runtime_count
-    from ..runtime_count import OUTSIDE, measure
+    from costspec.runtime import runtime_count
+    from costspec.runtime.runtime_count import OUTSIDE, measure
 
     module = target.module
     names = {id(m): p for p, m in module.named_modules()}
@@ -229,7 +229,7 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
 def _extra_rules(entries: list[Ignored], paths: list[str], rowmap: RowMap, phases, values) -> list[Applied]:
     """`ignore:` entries with `extra:` as named rules: the real model runs exactly this much more
     (real = spec + extra), in the row holding the modules they name."""
-    from ..torch_build import evaluator
+    from costspec.runtime.torch_build import evaluator
 
     ev = evaluator(values)
     out = []
@@ -257,7 +257,7 @@ RMSNORM_BY_OTHER_NAMES = frozenset({"T5LayerNorm"})
 def _rmsnorm_classes(module) -> list[type]:
     """RMSNorm classes of the real model (LlamaRMSNorm, ...) counted as torch.nn.RMSNorm is: their
     pow / mean / add / rsqrt / mul ops as one rmsnorm kind (registered for this run only)."""
-    from .. import runtime_count
+    from costspec.runtime import runtime_count
 
     classes = sorted({type(m) for m in module.modules()
                       if (type(m).__name__.endswith("RMSNorm") or type(m).__name__ in RMSNORM_BY_OTHER_NAMES)

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
-from ..walk import node_cost, slot_of, walk
-from ..torch_build import evaluator
-from ..tree import Node, OpNode, PartNode
-from ..validate import Applied, _Amount, _reconciliations
-from .mapping import MODEL_ROW, RowMap
+from costspec.tree.walk import node_cost, slot_of, walk
+from costspec.runtime.torch_build import evaluator
+from costspec.tree.build import Node, OpNode, PartNode
+from costspec.runtime.validate import Applied, _Amount, _reconciliations
+from costspec.against.mapping import MODEL_ROW, RowMap
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from costspec.model import Model
 
 PARAMS = "params"
 MATMUL = "matmul"

@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 import sympy
 
-from ..errors import UsageError
-from ..torch_build import evaluator
-from ..walk import group_of, walk
-from ..tree import Node, OpNode, RepeatNode, ScopeNode, scope_members
+from costspec.core.errors import UsageError
+from costspec.runtime.torch_build import evaluator
+from costspec.tree.walk import group_of, walk
+from costspec.tree.build import Node, OpNode, RepeatNode, ScopeNode, scope_members
 
 if TYPE_CHECKING:
     import torch
 
-    from ..model import Model
+    from costspec.model import Model
 
 MODEL_ROW = ""  # the spec's root scope, matched to the real model's root module ""
 

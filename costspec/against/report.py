@@ -1,10 +1,10 @@
-"""`validate --against` as a `costspec.results.Result` (printed by `costspec.export.render`)."""
+"""`validate --against` as a `costspec.core.results.Result` (printed by `costspec.core.render`)."""
 from __future__ import annotations
 
-from ..results import Column, Result, Row, Table
-from .check import AgainstResult, _what
-from .compare import GRADIENT_REDUCTION, REDUCTION_KINDS
-from .mapping import compact
+from costspec.core.results import Column, Result, Row, Table
+from costspec.against.check import AgainstResult, _what
+from costspec.against.compare import GRADIENT_REDUCTION, REDUCTION_KINDS
+from costspec.against.mapping import compact
 
 COLUMNS = [
     Column("real_module", "real module", "text"),

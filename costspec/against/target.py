@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import sympy
 import yaml
 
-from ..errors import MissingExtraError, UsageError
-from ..torch_build import evaluator, import_torch
+from costspec.core.errors import MissingExtraError, UsageError
+from costspec.runtime.torch_build import evaluator, import_torch
 
 if TYPE_CHECKING:
     import torch
 
-    from ..model import Model
+    from costspec.model import Model
 
 HF_PREFIX = "hf:"
 

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ..errors import CostspecError
+from costspec.core.errors import CostspecError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,7 +21,7 @@ def cli() -> None:
 
 def _register() -> None:
     # Explicit list (no discovery). Commands that need torch import it inside the command.
-    from . import (  # noqa: F401
+    from costspec.cli import (  # noqa: F401
         check,
         eval_cmd,
         formula_cmd,
@@ -34,8 +34,8 @@ def _register() -> None:
         torch_cmd,
         validate_cmd,
     )
-    from . import init_cmd, report_cmd, zoo_cmd  # noqa: F401  (issue 18)
-    from . import import_cmd  # noqa: F401  (issue 15)
+    from costspec.cli import init_cmd, report_cmd, zoo_cmd  # noqa: F401  (issue 18)
+    from costspec.cli import import_cmd  # noqa: F401  (issue 15)
 
 
 def main(argv: list[str] | None = None) -> None:

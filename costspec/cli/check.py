@@ -5,8 +5,8 @@ import json
 
 import click
 
-from ..errors import CostspecError
-from . import cli, options
+from costspec.core.errors import CostspecError
+from costspec.cli import cli, options
 
 
 @cli.command("check")
@@ -14,8 +14,8 @@ from . import cli, options
 @options.output_format("table", "json")
 def check_command(specs, fmt):
     """Check each SPEC (schema, dims, shapes, divisibility): every problem found, one line each; exit 2 if any."""
-    from ..export.render import plain
-    from ..model import check_file
+    from costspec.core.render import plain
+    from costspec.model import check_file
 
     failed = 0
     report = []

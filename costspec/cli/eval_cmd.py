@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("eval")
@@ -27,11 +27,11 @@ from . import cli, options
 def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, efficiency, calibration, fmt, alignment,
                  lengths, lengths_file, seq_dim, ladder):
     """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
-    from ..export.render import render
-    from ..export.report import eval_result
-    from ..model import load
+    from costspec.core.render import render
+    from costspec.export.report import eval_result
+    from costspec.model import load
 
-    from ..backend_note import flash_backward_note
+    from costspec.analysis.backend_note import flash_backward_note
 
     model = load(spec, dtype)
     ragged_lengths = options.ragged_lengths(lengths, lengths_file)
@@ -46,14 +46,14 @@ def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, e
     roof = None
     device = None
     if gpu:
-        from ..gpus import get_gpu
+        from costspec.analysis.gpus import get_gpu
 
         device = get_gpu(gpu, catalog)
-    from ..alignment import apply
+    from costspec.analysis.alignment import apply
 
     report, _, aligned = apply(model, report, values, alignment, device.compute_capability if device else None)
     if device:
-        from ..roofline import estimate
+        from costspec.analysis.roofline import estimate
 
         roof = estimate(model, report, values, device, fusion, efficiency)
     result = eval_result(report, depth, roof)
@@ -61,7 +61,7 @@ def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, e
         result.sections["Tensor-Core alignment (misaligned GEMM leading dims)"] = aligned
         result.meta["tensor_core_alignment"] = aligned
     if calibration:
-        from ..calibration import add_executed, executed_report, load_calibration
+        from costspec.analysis.calibration import add_executed, executed_report, load_calibration
 
         add_executed(result, executed_report(model, values, pass_, load_calibration(calibration)), depth)
     click.echo(render(result, fmt))
@@ -70,18 +70,18 @@ def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, e
 def _variant(model, batch, sets, pass_, depth, gpu, catalog, fusion, efficiency, fmt, ragged_lengths, seq_dim,
              ladder) -> str:
     """The --lengths (padded vs packed) or --ladder (one row per precision) result, rendered."""
-    from ..export.render import render
+    from costspec.core.render import render
 
     options.require(not (ladder and ragged_lengths is not None), "--ladder and --lengths are separate views: "
                     "give one")
     if ladder:
-        from ..gpus import get_gpu
-        from ..ladder import ladder as precision_ladder
+        from costspec.analysis.gpus import get_gpu
+        from costspec.analysis.ladder import ladder as precision_ladder
 
         options.require(bool(gpu), "--ladder needs --gpu NAME (the peaks and bandwidth it prices each precision with)")
         return render(precision_ladder(model, model.bind(batch, sets), get_gpu(gpu, catalog), pass_, fusion,
                                        efficiency), fmt)
-    from ..ragged import ragged
+    from costspec.analysis.ragged import ragged
 
     options.require(batch is None, "--lengths sets the batch (one sequence per length): drop --batch")
     return render(ragged(model, ragged_lengths, pass_, sets, seq_dim, "B", fusion, depth), fmt)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("formula")
@@ -12,11 +12,11 @@ from . import cli, options
 @options.output_format("text", "json", default="text")
 def formula_command(spec, keep, sets, pass_, per_layer, expand, dtype, fmt):
     """Print SPEC's costs as canonical polynomials in the kept symbols (totals; every layer with --per-layer)."""
-    from ..export.formulas import RENDERERS
-    from ..formula import formulas
-    from ..model import load
+    from costspec.export.formulas import RENDERERS
+    from costspec.analysis.formula import formulas
+    from costspec.model import load
 
-    from ..backend_note import flash_backward_note
+    from costspec.analysis.backend_note import flash_backward_note
 
     model = load(spec, dtype)
     result = formulas(model, pass_, keep, expand, sets, depth=None if per_layer else 0)

@@ -5,8 +5,8 @@ import json
 
 import click
 
-from ..conventions import DTYPES
-from . import cli, options
+from costspec.core.conventions import DTYPES
+from costspec.cli import cli, options
 
 
 @cli.group("import")
@@ -23,9 +23,9 @@ def import_group() -> None:
 @options.output_format("yaml", "json", default="yaml")
 def import_hf_command(source, output, dtype, fmt):
     """Write a spec from SOURCE (a Hugging Face config.json or a folder holding it), read offline (docs/import.md)."""
-    from ..errors import CostspecError
-    from ..importer import check_command, import_hf, write_import
-    from ..model import loads
+    from costspec.core.errors import CostspecError
+    from costspec.importer import check_command, import_hf, write_import
+    from costspec.model import loads
 
     imported = import_hf(source, dtype, output)
     try:  # built before anything is written: a spec that does not load is a bug in its importer

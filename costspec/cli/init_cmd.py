@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("init")
@@ -16,7 +16,7 @@ from . import cli, options
 @options.output_format("table", "json")
 def init_command(name, output, schema, fmt):
     """Write NAME.yaml: a small transformer spec with comments, ready for `costspec eval`; never overwrites."""
-    from ..starter import write_starter
+    from costspec.importer.starter import write_starter
 
     path = write_starter(name, output, schema)
     if fmt == "json":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("latex")
@@ -14,16 +14,16 @@ from . import cli, options
               help="latex: the align environment; json: each formula's LaTeX and sympy text (as `formula`).")
 def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone, fmt):
     """LaTeX formulas of SPEC: one row per top-level layer (every level with --per-layer), subtotals, total."""
-    from ..export.latex import render_latex
-    from ..formula import formulas
-    from ..model import load
-    from ..safeio import check_not_input, write_text
+    from costspec.export.latex import render_latex
+    from costspec.analysis.formula import formulas
+    from costspec.model import load
+    from costspec.core.safeio import check_not_input, write_text
 
     if output:
         check_not_input(output, [spec])  # before any work: the spec would be lost
     result = formulas(load(spec), pass_, keep, expand, sets, depth=None if per_layer else 1)
     if fmt == "json":
-        from ..export.formulas import render_json
+        from costspec.export.formulas import render_json
 
         text = render_json(result) + "\n"
     else:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import click
 
-from ..vocab import RUNNABLE_PASSES, Pass
-from . import cli, options
+from costspec.core.vocab import RUNNABLE_PASSES, Pass
+from costspec.cli import cli, options
 
 _passes = click.option("--pass", "pass_", type=click.Choice(Pass.choices()), default=None,
                        help="Phases in the CSV (default: from the sidecar, else forward); train needs the "
@@ -36,8 +36,8 @@ def ncu_group() -> None:
 @options.output_format("table", "json")
 def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arch, gpu, catalog, ncu, fmt):
     """Profile one step of SPEC's torch module under ncu; writes OUT.csv and the sidecar OUT.json."""
-    from ..model import load
-    from ..ncu.run import PRINT_COMMAND_HINT, detect_gpu, execute, find_ncu, format_plan, plan_run, resolve_arch
+    from costspec.model import load
+    from costspec.ncu.run import PRINT_COMMAND_HINT, detect_gpu, execute, find_ncu, format_plan, plan_run, resolve_arch
 
     model = load(spec)
     model.bind(batch, sets)  # bad dims fail here, before anything runs
@@ -73,8 +73,8 @@ def run_command(spec, batch, sets, pass_, dtype, warmup, out, print_command, arc
 @options.output_format()
 def show_command(csv, fmt):
     """Per kernel launch of any ncu CSV export: class, TC/CUDA-core FLOPs, DRAM bytes, time, counters."""
-    from ..export.render import render
-    from ..ncu.show import show, to_result
+    from costspec.core.render import render
+    from costspec.ncu.show import show, to_result
 
     click.echo(render(to_result(show(csv)), fmt))
 
@@ -90,11 +90,11 @@ def show_command(csv, fmt):
 @options.output_format()
 def compare_command(spec, csv, batch, sets, pass_, calibration, fmt):
     """Analytic vs measured Tensor-Core / CUDA-core FLOPs per layer, from ncu CSV(s); no GPU needed."""
-    from ..calibration import load_calibration
-    from ..export.render import render
-    from ..model import load
-    from ..ncu.compare import compare, to_result
-    from ..ncu.inputs import load_measured
+    from costspec.analysis.calibration import load_calibration
+    from costspec.core.render import render
+    from costspec.model import load
+    from costspec.ncu.compare import compare, to_result
+    from costspec.ncu.inputs import load_measured
 
     measured = load_measured(load(spec), list(csv), batch, sets, pass_)
     result = compare(measured, load_calibration(calibration) if calibration else None)
@@ -113,11 +113,11 @@ def calibrate_command(spec, csv, batch, sets, pass_, out, fmt):
     """Fit epsilon (GEMM), rho (split-K) and kappa (pointwise kinds) per phase; write a calibration file."""
     import json
 
-    from ..calibration import dump_calibration
-    from ..model import load
-    from ..ncu.calibrate import calibrate, render_summary
-    from ..ncu.inputs import load_measured, sidecar_path
-    from ..safeio import check_not_input, write_text
+    from costspec.analysis.calibration import dump_calibration
+    from costspec.model import load
+    from costspec.ncu.calibrate import calibrate, render_summary
+    from costspec.ncu.inputs import load_measured, sidecar_path
+    from costspec.core.safeio import check_not_input, write_text
 
     inputs = [spec, *csv, *(sidecar_path(c) for c in csv)]
     check_not_input(out, inputs)  # before any work: a raw profile may need a GPU to recreate

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import click
 
-from ..errors import UsageError
-from ..conventions import DTYPES
-from ..vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass
+from costspec.core.errors import UsageError
+from costspec.core.conventions import DTYPES
+from costspec.core.vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass
 
 
 def _parse_sets(ctx, param, values) -> dict[str, int]:
@@ -70,7 +70,7 @@ rtol = click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_de
 
 
 def _parse_efficiency(ctx, param, value):
-    from ..roofline import Efficiency
+    from costspec.analysis.roofline import Efficiency
 
     if not value:
         return Efficiency()
@@ -105,9 +105,9 @@ efficiency = click.option("--efficiency", callback=_parse_efficiency, default=No
                           help="Fractions of the peaks reached (default 1 = datasheet).")
 
 
-# ragged batches, Tensor-Core alignment, precision ladder (costspec.ragged / .alignment / .ladder)
+# ragged batches, Tensor-Core alignment, precision ladder (costspec.analysis.ragged / .alignment / .ladder)
 def _parse_lengths(ctx, param, value):
-    from ..ragged import parse_lengths
+    from costspec.analysis.ragged import parse_lengths
 
     return None if value is None else parse_lengths(value)
 
@@ -129,7 +129,7 @@ ladder = click.option("--ladder", is_flag=True,
 
 def ragged_lengths(lengths, lengths_file) -> list[int] | None:
     """The lengths of --lengths or --lengths-file (not both)."""
-    from ..ragged import read_lengths_file
+    from costspec.analysis.ragged import read_lengths_file
 
     require(not (lengths and lengths_file), "give --lengths or --lengths-file, not both")
     return read_lengths_file(lengths_file) if lengths_file else lengths

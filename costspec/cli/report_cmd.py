@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("report")
@@ -28,12 +28,12 @@ from . import cli, options
 def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, efficiency, varies, validation, compare,
                    quiet, output, fmt):
     """Write SPEC's costs as one HTML page (no network needed to view it: CSS, JS, SVG and MathML inline)."""
-    from ..errors import UsageError
-    from ..export.html_page import render_page
-    from ..html_report import gather, read_json
-    from ..model import load
-    from ..safeio import check_not_input, write_text
-    from ..sweep import parse_vary
+    from costspec.core.errors import UsageError
+    from costspec.export.html_page import render_page
+    from costspec.export.html_report import gather, read_json
+    from costspec.model import load
+    from costspec.core.safeio import check_not_input, write_text
+    from costspec.analysis.sweep import parse_vary
 
     if not output.lower().endswith((".html", ".htm")):
         raise UsageError(f"-o {output}: the report is an HTML file (.html)")
@@ -42,7 +42,7 @@ def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, effici
     values = model.bind(batch, sets)
     device = None
     if gpu:
-        from ..gpus import get_gpu
+        from costspec.analysis.gpus import get_gpu
 
         device = get_gpu(gpu, catalog)
     data = gather(model, values, pass_, sets, device, fusion, efficiency, [parse_vary(v) for v in varies],

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("roofline")
@@ -20,11 +20,11 @@ from . import cli, options
               show_default=True, help="Also print the plotted rows (bytes, intensity, bound, time) in this format.")
 def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency, depth, output, fmt):
     """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof)."""
-    from ..export.roofline_plot import plot_roofline
-    from ..gpus import get_gpu
-    from ..model import load
-    from ..roofline import estimate
-    from ..safeio import check_not_input
+    from costspec.export.roofline_plot import plot_roofline
+    from costspec.analysis.gpus import get_gpu
+    from costspec.model import load
+    from costspec.analysis.roofline import estimate
+    from costspec.core.safeio import check_not_input
 
     check_not_input(output, [spec, catalog])  # before any work: an input would be lost
     model = load(spec)
@@ -34,7 +34,7 @@ def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency,
     plot_roofline(report, roof, model.precision.dtype, output, depth, [spec, catalog])
     click.echo(f"wrote {output}: {len(report.rows)} layers, estimated {roof.time_s * 1e3:.4g} ms", err=True)
     if fmt != "none":
-        from ..export.render import render
-        from ..export.report import eval_result
+        from costspec.core.render import render
+        from costspec.export.report import eval_result
 
         click.echo(render(eval_result(report, depth, roof), fmt))

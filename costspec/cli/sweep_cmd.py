@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("sweep")
@@ -28,19 +28,19 @@ from . import cli, options
 def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, efficiency, fmt, plot, quiet, output,
                   lengths, lengths_file, seq_dim):
     """Evaluate SPEC over the cartesian product of --vary values (exact integers; CSV by default)."""
-    from ..backend_note import flash_backward_note
-    from ..export.render import render
-    from ..export.sweep_result import sweep_result, with_times
-    from ..model import load
-    from ..safeio import check_not_input
-    from ..sweep import parse_vary, sweep, to_csv
+    from costspec.analysis.backend_note import flash_backward_note
+    from costspec.core.render import render
+    from costspec.export.sweep_result import sweep_result, with_times
+    from costspec.model import load
+    from costspec.core.safeio import check_not_input
+    from costspec.analysis.sweep import parse_vary, sweep, to_csv
 
     if output:
         check_not_input(output, [spec])  # before any work: the spec would be lost
     model = load(spec, dtype)
     ragged_lengths = options.ragged_lengths(lengths, lengths_file)
     if ragged_lengths is not None:
-        from ..ragged import ragged_sweep_csv
+        from costspec.analysis.ragged import ragged_sweep_csv
 
         options.require(fmt == "csv" and not gpu and not plot, "--lengths sweeps print CSV totals (padded vs "
                         "packed per grid point): drop --gpu, --plot and --format")
@@ -55,8 +55,8 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
     if note := flash_backward_note(model, pass_):
         notes.append(note)  # in table / json output; CSV stays plain rows
     if gpu:
-        from ..gpus import get_gpu
-        from ..sweep_time import grid_times
+        from costspec.analysis.gpus import get_gpu
+        from costspec.analysis.sweep_time import grid_times
 
         device = get_gpu(gpu, catalog)
         times = grid_times(model, grid, pass_, device, sets, fusion, efficiency, quiet)
@@ -71,7 +71,7 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
                 "varied": list(grid.names), "gpu": gpu}
         text = render(sweep_result(grid, columns, meta, notes), fmt)
     if plot:
-        from ..export.sweep_plot import plot_sweep
+        from costspec.export.sweep_plot import plot_sweep
 
         key = "time_s" if times is not None else "total_flops"
         title = f"{model.name} | {pass_} | {model.precision}" + (f" | {gpu}" if gpu else "")
@@ -81,11 +81,11 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
 
 
 def _stream(model, varies, output: str | None, spec: str, pass_: str, sets) -> None:
-    """The CSV of the grid, evaluated and written in chunks (`costspec.sweep.write_csv`); to -o atomically."""
+    """The CSV of the grid, evaluated and written in chunks (`costspec.analysis.sweep.write_csv`); to -o atomically."""
     import sys
 
-    from ..safeio import atomic_output
-    from ..sweep import write_csv
+    from costspec.core.safeio import atomic_output
+    from costspec.analysis.sweep import write_csv
 
     if output:
         with atomic_output(output, [spec]) as f:
@@ -96,7 +96,7 @@ def _stream(model, varies, output: str | None, spec: str, pass_: str, sets) -> N
 
 
 def _write(text: str, output: str | None, rows: int, spec: str) -> None:
-    from ..safeio import write_text
+    from costspec.core.safeio import write_text
 
     if output:
         write_text(output, text + "\n", [spec])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("time")
@@ -20,21 +20,21 @@ from . import cli, options
 @options.quiet
 def time_command(spec, batch, sets, pass_, dtype, warmup, repeats, gpu, catalog, fmt, quiet):
     """Time every layer of SPEC's torch module on CUDA (median of repeats); with --gpu, vs the roofline."""
-    from ..export.render import render
-    from ..model import load
-    from ..ncu.run import detect_gpu
-    from ..timing import add_estimate, time_layers, to_result
+    from costspec.core.render import render
+    from costspec.model import load
+    from costspec.ncu.run import detect_gpu
+    from costspec.runtime.timing import add_estimate, time_layers, to_result
 
     model = load(spec)
     values = model.bind(batch, sets)
     detect_gpu()  # no CUDA GPU: says so, exit 2
-    from ..progress import status
+    from costspec.core.progress import status
 
     with status(f"time: {model.name} ({pass_}, {warmup} warmup + {repeats} timed steps)", quiet):
         timing = time_layers(model, values, pass_, dtype, warmup, repeats)
     if gpu:
-        from ..gpus import get_gpu
-        from ..roofline import estimate
+        from costspec.analysis.gpus import get_gpu
+        from costspec.analysis.roofline import estimate
 
         timing = add_estimate(timing, estimate(model, model.report(pass_, values), values, get_gpu(gpu, catalog)))
     click.echo(render(to_result(timing), fmt))

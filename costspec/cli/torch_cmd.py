@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("torch")
@@ -14,10 +14,10 @@ from . import cli, options
 @options.output_format()
 def torch_command(spec, batch, sets, depth, fmt):
     """Print the torch module built from SPEC (module paths = layer names) with parameter counts."""
-    from ..export.render import render
-    from ..model import load
-    from ..torch_budget import check_torch_build
-    from ..torch_build import build_module, describe, import_torch
+    from costspec.core.render import render
+    from costspec.model import load
+    from costspec.runtime.torch_budget import check_torch_build
+    from costspec.runtime.torch_build import build_module, describe, import_torch
 
     model = load(spec)
     values = model.bind(batch, sets)

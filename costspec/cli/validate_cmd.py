@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 def _config_sets(ctx, param, values) -> dict[str, str]:
     out = {}
@@ -42,26 +42,26 @@ def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, 
                      output_field):
     """Build SPEC's torch module (or, with --against, your real model), count it, and compare per layer;
     exit 1 on any mismatch. Without --against this checks the engine against itself, not your model."""
-    from ..export.render import render
-    from ..model import load
-    from ..progress import status
+    from costspec.core.render import render
+    from costspec.model import load
+    from costspec.core.progress import status
 
     model = load(spec)
     values = model.bind(batch, sets)
     if against is None:
         options.require(config is None and not config_sets, "--config and --config-set need --against hf:ModelClass")
         options.require(output_field is None, "--output-field needs --against")
-        from ..validate import check, to_result, validate
+        from costspec.runtime.validate import check, to_result, validate
 
         with status(f"validate: building and counting {model.name} ({pass_}, {device})", quiet):
             result = validate(model, values, pass_, device, rtol, force)
         click.echo(render(to_result(result), fmt))
         check(result)
         return
-    from ..against.check import check as check_against
-    from ..against.check import validate_against
-    from ..against.report import to_result as against_result
-    from ..against.target import load_target
+    from costspec.against.check import check as check_against
+    from costspec.against.check import validate_against
+    from costspec.against.report import to_result as against_result
+    from costspec.against.target import load_target
 
     with status(f"validate: counting {against} against {model.name} ({pass_}, {device})", quiet):
         target = load_target(against, model, values, device, config, config_sets, output_field)

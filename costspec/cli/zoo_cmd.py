@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import click
 
-from . import cli, options
+from costspec.cli import cli, options
 
 
 @cli.command("zoo")
 @options.output_format()
 def zoo_command(fmt):
     """List the zoo's specs with their doc lines; pass a key (e.g. vit_b) wherever a SPEC path goes."""
-    from ..export.render import render
-    from ..results import Column, Result, Row, Table
-    from ..zoo import zoo_dir, zoo_specs
+    from costspec.core.render import render
+    from costspec.core.results import Column, Result, Row, Table
+    from costspec.core.zoo import zoo_dir, zoo_specs
 
     specs = zoo_specs()
     rows = [Row(z.key, z.key, 0, {"spec_name": z.name, "doc": z.doc}) for z in specs]

@@ -1,12 +1,12 @@
-"""Render closed-form `Formulas` (costspec.formula) as plain text or JSON; LaTeX is in `latex.py`."""
+"""Render closed-form `Formulas` (costspec.analysis.formula) as plain text or JSON; LaTeX is in `latex.py`."""
 from __future__ import annotations
 
 import json
 
 import sympy
 
-from ..formula import ClosedForm, Formulas
-from ..text import for_terminal
+from costspec.analysis.formula import ClosedForm, Formulas
+from costspec.core.text import for_terminal
 
 
 def render_json(result: Formulas) -> str:

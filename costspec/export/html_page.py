@@ -13,15 +13,15 @@ from typing import Sequence
 
 import sympy
 
-from .. import __version__
-from ..gpus import POINTWISE_DTYPE
-from ..html_report import PageData
-from . import units
-from .html_assets import CSS, JS
-from .json_html import json_sections
-from .mathml import mathml
-from .svg import RoofPoint, line_chart, roofline_chart, seconds
-from .sweep_plot import series, wants_log
+from costspec import __version__
+from costspec.analysis.gpus import POINTWISE_DTYPE
+from costspec.export.html_report import PageData
+from costspec.core import units
+from costspec.export.html_assets import CSS, JS
+from costspec.export.json_html import json_sections
+from costspec.export.mathml import mathml
+from costspec.export.svg import RoofPoint, line_chart, roofline_chart, seconds
+from costspec.export.sweep_plot import series, wants_log
 
 OPEN_DEPTH = 2  # tree rows deeper than this start collapsed
 

@@ -12,8 +12,8 @@ import re
 
 import sympy
 
-from ..formula import ClosedForm, Formulas, latex_summands
-from ..text import for_latex_comment, for_latex_text
+from costspec.analysis.formula import ClosedForm, Formulas, latex_summands
+from costspec.core.text import for_latex_comment, for_latex_text
 
 _ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "#": r"\#", "%": r"\%", "&": r"\&",
             "$": r"\$", "^": r"\textasciicircum{}", "~": r"\textasciitilde{}"}

@@ -1,4 +1,4 @@
-"""Closed forms (`costspec.formula.ClosedForm`) as presentation MathML, which browsers render natively.
+"""Closed forms (`costspec.analysis.formula.ClosedForm`) as presentation MathML, which browsers render natively.
 
 The written form follows the canonical `parts` (the order and grouping `costspec formula` prints),
 not sympy's own ordering: L·(24 B S C² + 4 B S² C) + 1536 B C·(S − 1). Atoms other than dim
@@ -11,7 +11,7 @@ from html import escape
 
 import sympy
 
-from ..formula import ClosedForm, Group, Term
+from costspec.analysis.formula import ClosedForm, Group, Term
 
 _TIMES = '<mo>&#x2062;</mo><mspace width="0.2em"/>'  # invisible times and a thin space: 24 B S, as a paper prints it
 _DOT = "<mo>&#x22C5;</mo>"

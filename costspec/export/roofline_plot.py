@@ -3,21 +3,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import MissingExtraError
-from ..gpus import POINTWISE_DTYPE
-from ..evaluation import Report
-from ..roofline import RooflineReport
-from ..safeio import write_with
+from costspec.core.errors import MissingExtraError
+from costspec.analysis.gpus import POINTWISE_DTYPE
+from costspec.analysis.evaluation import Report
+from costspec.analysis.roofline import RooflineReport
+from costspec.core.safeio import write_with
 
 
 def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, depth: int = 2,
                   inputs: Sequence[str | None] = ()) -> None:
     """Write a roofline PNG/SVG: x = FLOPs/byte, y = achieved FLOP/s at the estimated time;
     one point per leaf row up to `depth`, sized by its share of the time. The file is written
-    atomically and never over one of `inputs` (`costspec.safeio.write_with`)."""
+    atomically and never over one of `inputs` (`costspec.core.safeio.write_with`)."""
     from pathlib import Path
 
-    from ..errors import UsageError
+    from costspec.core.errors import UsageError
 
     if Path(path).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"-o {path}: the roofline is written as .png, .svg or .pdf")

@@ -12,12 +12,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CostspecError
-from ..safeio import Kind, read_json, write_text
-from ..spec.load import parse_spec
-from ..starter import SCHEMA_LINE, schema_path, schema_ref
-from .config import HFConfig, ImportProblem
-from .families import FAMILIES, Family
+from costspec.core.errors import CostspecError
+from costspec.core.safeio import Kind, read_json, write_text
+from costspec.spec.load import parse_spec
+from costspec.importer.starter import SCHEMA_LINE, schema_path, schema_ref
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.families import FAMILIES, Family
 
 CONFIG = Kind("Hugging Face config", 4_000_000)
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")

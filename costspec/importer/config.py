@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..conventions import DTYPES
-from ..errors import CostspecError
+from costspec.core.conventions import DTYPES
+from costspec.core.errors import CostspecError
 
 # Keys every PretrainedConfig carries that never change a cost: bookkeeping, generation settings,
 # label maps, initialisation, numerical epsilons, dropout (costspec counts the model in eval mode,

@@ -11,7 +11,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from ..starter import SCHEMA_LINE, schema_path
+from costspec.importer.starter import SCHEMA_LINE, schema_path
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_ .,/+*()'-]*")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "none", "y", "n"}

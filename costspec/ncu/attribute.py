@@ -23,16 +23,16 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import CostspecError
-from .kernels import base_name, classify, flops_from_metrics
-from .metrics import TENSOR_OPS_PREFIX, UnknownArchError, normalize_cc
-from .parse import KernelRecord
-from ..ops import OPS
-from ..vocab import Pass
-from .slots import MODEL_SLOT, RangeResolver
+from costspec.core.errors import CostspecError
+from costspec.ncu.kernels import base_name, classify, flops_from_metrics
+from costspec.ncu.metrics import TENSOR_OPS_PREFIX, UnknownArchError, normalize_cc
+from costspec.ncu.parse import KernelRecord
+from costspec.ops import OPS
+from costspec.core.vocab import Pass
+from costspec.analysis.slots import MODEL_SLOT, RangeResolver
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from costspec.model import Model
 
 PHASE_RANGES = {"costspec:forward": "forward", "costspec:backward": "backward"}
 LOSS_RANGE = "costspec:loss"

@@ -9,7 +9,7 @@ How each kernel enters the fit (per phase; a kernel's *slot* is its innermost la
   all slots. Epilogue work (alpha/beta, the bias add, activation epilogues) runs inside these
   kernels on CUDA cores; it is part of the measured numerator, so epsilon holds it.
 * **split-K reduce kernels**: ``rho = their FLOPs / GEMM+conv output elements`` of the phase
-  (`costspec.ncu.slots`: forward = the op's output; backward = weight parameters + input elements
+  (`costspec.analysis.slots`: forward = the op's output; backward = weight parameters + input elements
   when dX is computed).
 * **pointwise kernels** (elementwise, reductions, norms, softmax) of a slot are the executed work
   of the slot's cost-table kinds. With one kind, ``kappa[k] = measured / analytic - 1``; with several
@@ -26,7 +26,7 @@ How each kernel enters the fit (per phase; a kernel's *slot* is its innermost la
   kernels (outside every layer: the loss) are not fitted; they are listed, and the reconstruction
   adds them as measured so that it accounts for every kernel.
 
-The reconstruction = the executed prediction of `costspec.calibration` at the profiled dims +
+The reconstruction = the executed prediction of `costspec.analysis.calibration` at the profiled dims +
 no-term + unattributed FLOPs. It equals the measured total exactly whenever no kind is both fused
 and separate and no slot shares kappa among kinds.
 """
@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-from ..calibration import (FORMAT_KEY, FORMAT_VERSION, Calibration, Executed, PhaseCoefficients, exact,
+from costspec.analysis.calibration import (FORMAT_KEY, FORMAT_VERSION, Calibration, Executed, PhaseCoefficients, exact,
                            executed_slot)
-from .attribute import CONVENTIONS, MATMUL_KERNEL_CLASSES, Kernel
-from .inputs import Measured
-from .slots import SlotTerms, analytic_slots
+from costspec.ncu.attribute import CONVENTIONS, MATMUL_KERNEL_CLASSES, Kernel
+from costspec.ncu.inputs import Measured
+from costspec.analysis.slots import SlotTerms, analytic_slots
 
 
 @dataclass

@@ -6,7 +6,7 @@ the FLOPs the hardware counters measured in the kernels attributed to the row
 model has no term for (split-K reduces, RNG, copies) are listed per layer; kernels outside every
 layer (the loss, anything unattributed) are listed one by one; nothing is dropped, so the total
 row holds every kernel of the phase. With a calibration, the predicted executed FLOPs
-(`costspec.calibration`) and the residual measured - executed are shown too.
+(`costspec.analysis.calibration`) and the residual measured - executed are shown too.
 
 Analytic and measured FLOPs differ by construction (epilogues, split-K, an activation's executed
 instruction count); `compare` reports, it does not judge: its exit code is 0.
@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..calibration import Calibration, Executed, executed_slot
-from ..export.render import render
-from ..results import Column, Result, Row, Table
-from .attribute import CONVENTIONS, Kernel
-from .calibrate import bucket_phase
-from .inputs import Measured
-from .slots import MODEL_SLOT, rows_layout, sum_slots
+from costspec.analysis.calibration import Calibration, Executed, executed_slot
+from costspec.core.render import render
+from costspec.core.results import Column, Result, Row, Table
+from costspec.ncu.attribute import CONVENTIONS, Kernel
+from costspec.ncu.calibrate import bucket_phase
+from costspec.ncu.inputs import Measured
+from costspec.analysis.slots import MODEL_SLOT, rows_layout, sum_slots
 
 UNATTRIBUTED = "(unattributed)"
 
@@ -133,7 +133,9 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
     if calibration:
         notes.append("executed = the calibration's prediction (epsilon, rho, kappa) plus the measured FLOPs of "
                      "kernels with no model term and of unattributed kernels; residual = measured - executed")
-    from ..alignment import tensor_core_misses  # issue 19: DLProf's "eligible for Tensor Cores, not using them"
+    from costspec.analysis.alignment import (
+        tensor_core_misses  # issue 19: DLProf's "eligible for Tensor Cores, not using them",
+    )
 
     notes += tensor_core_misses(measured.attribution, model, measured.values)
     dims = {str(k): int(v) for k, v in measured.values.items()}

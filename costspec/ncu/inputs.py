@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ..errors import CostspecError, UsageError
-from ..safeio import SIDECAR, read_json, write_text
-from .attribute import Attribution, attribute
-from .parse import parse_csv
+from costspec.core.errors import CostspecError, UsageError
+from costspec.core.safeio import SIDECAR, read_json, write_text
+from costspec.ncu.attribute import Attribution, attribute
+from costspec.ncu.parse import parse_csv
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from costspec.model import Model
 
 SIDECAR_VERSION = 1
 
@@ -32,7 +32,7 @@ def sidecar_path(csv_path: str | Path) -> Path:
 
 def read_sidecar(csv_path: str | Path) -> dict | None:
     """The sidecar of a CSV, or None when there is none; read with the bounds of every input
-    (`costspec.safeio`: a regular file of at most 1 MB, JSON nested at most 32 levels, bounded
+    (`costspec.core.safeio`: a regular file of at most 1 MB, JSON nested at most 32 levels, bounded
     numbers) and checked: `bind` and `dims` map names to positive integers, `pass` and `dtype`
     are strings."""
     path = sidecar_path(csv_path)
@@ -57,7 +57,7 @@ def read_sidecar(csv_path: str | Path) -> dict | None:
 
 
 def write_sidecar(csv_path: str | Path, data: Mapping, inputs: Sequence[str | Path] = ()) -> Path:
-    """Write the sidecar atomically (`costspec.safeio.write_text`); `inputs` may not be overwritten."""
+    """Write the sidecar atomically (`costspec.core.safeio.write_text`); `inputs` may not be overwritten."""
     path = sidecar_path(csv_path)
     write_text(path, json.dumps({"costspec_ncu_sidecar": SIDECAR_VERSION, **data}, indent=2) + "\n", inputs)
     return path

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Collection, Literal, Mapping, Sequence, TypedDict
 
-from costspec.errors import UsageError
+from costspec.core.errors import UsageError
 from costspec.ncu.metrics import (
     CUDA_CORE_METRICS,
     PACKED_FP32_METRICS,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from costspec.errors import CostspecError, UsageError
+from costspec.core.errors import CostspecError, UsageError
 
 
 class UnknownArchError(CostspecError):

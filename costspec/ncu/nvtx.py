@@ -1,9 +1,9 @@
-"""Per-layer hooks on a module built by `costspec.torch_build`: NVTX ranges (and timers) around
+"""Per-layer hooks on a module built by `costspec.runtime.torch_build`: NVTX ranges (and timers) around
 the forward AND the backward of every costspec layer, without changing the module.
 
 **Range names** are torch module paths, i.e. the spec's dotted layer names with the repeat index
-(``layers.3.fc``, ``blocks.0.attn.qkv``); `costspec.torch_build.row_name` maps them to report rows
-and `costspec.ncu.slots.RangeResolver` to comparison slots. The root module's range is named
+(``layers.3.fc``, ``blocks.0.attn.qkv``); `costspec.runtime.torch_build.row_name` maps them to report rows
+and `costspec.analysis.slots.RangeResolver` to comparison slots. The root module's range is named
 after the spec (``toy_mlp``). A module gets a range when it is a layer of its own: the root, a
 repeat instance, a scope, an op, or an op's part with its own submodule -- not an op's internals,
 and not `nn.ModuleList` containers (they never run).
@@ -43,8 +43,9 @@ import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Protocol
 
-from ..layer_hooks import (BACKWARD_RANGE, FORWARD_RANGE, LOSS_RANGE, LayerHooks, LayerListener, layer_paths,
-                           step)
+from costspec.runtime.layer_hooks import (
+    BACKWARD_RANGE, FORWARD_RANGE, LOSS_RANGE, LayerHooks, LayerListener, layer_paths, step,
+)
 
 if TYPE_CHECKING:
 

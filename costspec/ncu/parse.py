@@ -76,9 +76,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Union
 
-from costspec.errors import CostspecError
+from costspec.core.errors import CostspecError
 from costspec.ncu.metrics import all_known_metrics
-from costspec.safeio import check_number_text
+from costspec.core.safeio import check_number_text
 
 
 class NcuFormatError(CostspecError):
@@ -130,7 +130,7 @@ _GROUPED = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][+-]?\d+)?")
 
 def parse_value(cell: str) -> Decimal | None:
     """A metric cell as an exact decimal; ``None`` for n/a or empty; ``ValueError`` if not a number."""
-    check_number_text(cell, "ncu CSV value")  # bounded digits and magnitude (costspec.safeio)
+    check_number_text(cell, "ncu CSV value")  # bounded digits and magnitude (costspec.core.safeio)
     text = cell.strip()
     if text.lower() in _NA:
         return None
@@ -467,7 +467,7 @@ def _nvtx(table: _Table, row: _Row, column: str | None) -> tuple[str, ...]:
 
 def _launch_id(table: _Table, row: _Row) -> int:
     text = table.get(row, "ID")
-    check_number_text(text, f"{table.source}:{row.line}: ncu CSV ID")  # bounded digits (costspec.safeio)
+    check_number_text(text, f"{table.source}:{row.line}: ncu CSV ID")  # bounded digits (costspec.core.safeio)
     if not text.isdigit():
         raise NcuFormatError(f"ID {text!r} is not a non-negative integer", table.source, row.line)
     return int(text)
@@ -475,9 +475,9 @@ def _launch_id(table: _Table, row: _Row) -> int:
 
 def _read_text(path_or_text: PathOrText, source_name: str | None) -> tuple[str, str]:
     """(text, name for messages). A ``str`` containing a newline is CSV text, anything else a path,
-    read by the shared bounded reader (`costspec.safeio`: a regular file of at most 256 MiB, no
+    read by the shared bounded reader (`costspec.core.safeio`: a regular file of at most 256 MiB, no
     line over 131,072 characters, so no CSV field can exceed Python's csv field limit)."""
-    from costspec.safeio import MAX_CSV_LINE, NCU_CSV, check_line_lengths, read_text
+    from costspec.core.safeio import MAX_CSV_LINE, NCU_CSV, check_line_lengths, read_text
 
     if isinstance(path_or_text, str) and "\n" in path_or_text:
         name = source_name or "<text>"

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import CostspecError, UsageError
-from ..safeio import NCU_CSV, InputError, check_not_input, read_text
-from .inputs import read_sidecar, sidecar_path, write_sidecar
-from .metrics import NCU_ENV, build_command, build_export_command, normalize_cc
-from .parse import parse_csv
+from costspec.core.errors import CostspecError, UsageError
+from costspec.core.safeio import NCU_CSV, InputError, check_not_input, read_text
+from costspec.ncu.inputs import read_sidecar, sidecar_path, write_sidecar
+from costspec.ncu.metrics import NCU_ENV, build_command, build_export_command, normalize_cc
+from costspec.ncu.parse import parse_csv
 
 
 class NoGpuError(CostspecError):
@@ -68,7 +68,7 @@ def resolve_arch(arch: str | None, gpu: str | None, catalog: str | None = None) 
     if arch:
         return normalize_cc(arch)
     if gpu:
-        from ..gpus import get_gpu
+        from costspec.analysis.gpus import get_gpu
 
         entry = get_gpu(gpu, catalog)
         if not entry.compute_capability:

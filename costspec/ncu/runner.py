@@ -1,6 +1,6 @@
 """``python -m costspec.ncu.runner SPEC ...``: the program `costspec ncu run` profiles under ncu.
 
-It builds the spec's torch module on the GPU (`costspec.torch_build`), wraps every layer in NVTX
+It builds the spec's torch module on the GPU (`costspec.runtime.torch_build`), wraps every layer in NVTX
 ranges (`costspec.ncu.nvtx`: forward and backward, process-scope push/pop), runs ``--warmup``
 steps, then runs ONE step between ``cudaProfilerStart`` / ``cudaProfilerStop``
 (``torch.cuda.profiler.start/stop``). ncu is started with ``--profile-from-start off``, so only that
@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from ..torch_build import TORCH_DTYPES, configure_dtype
+from costspec.runtime.torch_build import TORCH_DTYPES, configure_dtype
 
 
 
@@ -45,12 +45,12 @@ def parse_sets(items: list[str]) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from ..errors import CostspecError
-    from ..model import load
-    from ..layer_hooks import LayerHooks, layer_paths, step
-    from ..safeio import write_text
-    from ..torch_build import build_module, import_torch
-    from .nvtx import NvtxRanges, TorchNvtx
+    from costspec.core.errors import CostspecError
+    from costspec.model import load
+    from costspec.runtime.layer_hooks import LayerHooks, layer_paths, step
+    from costspec.core.safeio import write_text
+    from costspec.runtime.torch_build import build_module, import_torch
+    from costspec.ncu.nvtx import NvtxRanges, TorchNvtx
 
     try:
         torch = import_torch("costspec.ncu.runner")

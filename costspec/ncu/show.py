@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..export.render import render
-from ..results import Column, Result, Row, Table
-from .attribute import short_name
-from .kernels import classify, flops_from_metrics
-from .metrics import (
+from costspec.core.render import render
+from costspec.core.results import Column, Result, Row, Table
+from costspec.ncu.attribute import short_name
+from costspec.ncu.kernels import classify, flops_from_metrics
+from costspec.ncu.metrics import (
     DRAM_BYTES_READ,
     DRAM_BYTES_WRITE,
     DURATION,
@@ -31,7 +31,7 @@ from .metrics import (
     cuda_core_metric,
     normalize_cc,
 )
-from .parse import LABEL_SEPARATOR, KernelRecord, parse_csv
+from costspec.ncu.parse import LABEL_SEPARATOR, KernelRecord, parse_csv
 
 DRAM_BYTES_TOTAL = "dram__bytes.sum"
 _SOL_DURATION = LABEL_SEPARATOR.join(("GPU Speed Of Light Throughput", "Duration"))

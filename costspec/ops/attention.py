@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from ..conventions import FLOPS_PER_MAC
-from .base import (
+from costspec.core.conventions import FLOPS_PER_MAC
+from costspec.ops.base import (
     ZERO,
     Attr,
     Constraint,
@@ -34,7 +34,7 @@ from .base import (
     same_size,
     same_size_constraint,
 )
-from .registry import register_op
+from costspec.ops.registry import register_op
 
 
 def _is_zero(value) -> bool:
@@ -675,7 +675,7 @@ class Attention(OpDef):
 
     # -- torch --------------------------------------------------------------------------------
     def build(self, call: OpCall, ev):
-        from ..torch_modules import SelfAttention
+        from costspec.nn.modules import SelfAttention
 
         a, g = call.attrs, self._geom(call)
         grid = tuple(ev(x) for x in _pair(a.grid)) if (self._windowed(call) or a.rel_pos) else None

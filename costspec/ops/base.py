@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence, Ty
 
 import sympy
 
-from ..conventions import FLOPS_PER_MAC, Precision
-from ..errors import Location, SpecError
+from costspec.core.conventions import FLOPS_PER_MAC, Precision
+from costspec.core.errors import Location, SpecError
 
 if TYPE_CHECKING:  # torch stays out of the import graph of eval/check
     import torch
@@ -363,7 +363,7 @@ class OpDef:
 
     def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool) -> dict[str, Expr]:
         """Output elements of the GEMM / conv kernels one instance runs, per part, in pass_ ("forward" |
-        "backward"): the denominator of the split-K coefficient rho (`costspec.calibration`). Forward: the
+        "backward"): the denominator of the split-K coefficient rho (`costspec.analysis.calibration`). Forward: the
         elements each GEMM writes; backward: dW (the weight, bias excluded) plus dX (when input_grad).
         Every op with gemm or conv work defines it (a registry test checks)."""
         raise NotImplementedError(f"{self.name} has no gemm_outputs()")
@@ -422,7 +422,7 @@ class OpDef:
 
     def gemms(self, call: OpCall) -> list["Gemm"]:
         """The matrix multiplies one forward call runs, per part (the geometry behind its matmul-class
-        FLOPs), for the Tensor-Core alignment rules (`costspec.alignment`). Default: none."""
+        FLOPs), for the Tensor-Core alignment rules (`costspec.analysis.alignment`). Default: none."""
         return []
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sympy
 
-from ..conventions import FLOPS_PER_MAC
-from .base import (CONV_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Reconcile, Traffic, Work, numel,
-                   pointwise, requires)
-from .registry import register_op
+from costspec.core.conventions import FLOPS_PER_MAC
+from costspec.ops.base import (
+    CONV_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Reconcile, Traffic, Work, numel, pointwise,
+    requires,
+)
+from costspec.ops.registry import register_op
 
 
 def conv_out(size, kernel, stride, padding, dilation):
@@ -341,7 +343,7 @@ class PatchEmbed(OpDef):
         return out
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import PatchEmbed as TorchPatchEmbed
+        from costspec.nn.modules import PatchEmbed as TorchPatchEmbed
 
         a = call.attrs
         _, cin, gh, gw = self._grid(call)

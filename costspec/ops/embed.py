@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from .base import (
+from costspec.ops.base import (
     GEMM_RUNTIME,
     ZERO,
     Attr,
@@ -25,7 +25,7 @@ from .base import (
     pointwise,
     requires,
 )
-from .registry import register_op
+from costspec.ops.registry import register_op
 
 ID_BYTES = 8  # token ids are int64 (torch's index dtype)
 
@@ -95,7 +95,7 @@ class Embedding(OpDef):
         return torch.randint(0, ev(call.attrs.vocab), shape, device=device, dtype=torch.int64)
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import TokenEmbedding
+        from costspec.nn.modules import TokenEmbedding
 
         a = call.attrs
         return TokenEmbedding(ev(a.vocab), ev(a.dim), ev(a.segments))
@@ -165,7 +165,7 @@ class PositionEmbedding(OpDef):
         return [Traffic("", b * s * c, call.attrs.length * c)]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import PositionEmbedding as TorchPositionEmbedding
+        from costspec.nn.modules import PositionEmbedding as TorchPositionEmbedding
 
         return TorchPositionEmbedding(ev(call.attrs.length), ev(call.in_shape[2]), bool(call.attrs.trainable))
 
@@ -202,7 +202,7 @@ class ClsToken(_Broadcast):
         return [Traffic("", b * (s + 1) * c, (b * s * c if input_grad else ZERO) + c)]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import ClsToken as TorchClsToken
+        from costspec.nn.modules import ClsToken as TorchClsToken
 
         return TorchClsToken(ev(call.in_shape[2]))
 
@@ -313,6 +313,6 @@ class TakeToken(OpDef):
         return [Traffic("", b * c, b * s * c if input_grad else ZERO)]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import TakeToken as TorchTakeToken
+        from costspec.nn.modules import TakeToken as TorchTakeToken
 
         return TorchTakeToken(call.attrs.index)

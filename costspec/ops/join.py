@@ -12,9 +12,9 @@ from typing import Sequence
 
 import sympy
 
-from .base import (ONE, ZERO, Attr, Constraint, OpCall, OpDef, Part, Shape, Traffic, Work, numel, pointwise,
+from costspec.ops.base import (ONE, ZERO, Attr, Constraint, OpCall, OpDef, Part, Shape, Traffic, Work, numel, pointwise,
                    same_size)
-from .registry import register_op
+from costspec.ops.registry import register_op
 
 
 def _inputs(call: OpCall) -> list[Shape]:
@@ -175,7 +175,7 @@ class Add(_Join):
         return ZERO
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Join
+        from costspec.nn.modules import Join
 
         return Join("add")
 
@@ -200,7 +200,7 @@ class Mul(Add):
         return sum((numel(s) for s in _inputs(call)), ZERO) - numel(shape)  # the other factors
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Join
+        from costspec.nn.modules import Join
 
         return Join("mul")
 
@@ -248,7 +248,7 @@ class Concat(_Join):
         return [Traffic("", (out if needed else ZERO) + 2 * fan, (out if needed else ZERO) + fan)]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Join
+        from costspec.nn.modules import Join
 
         return Join("concat", int(call.attrs.axis))
 
@@ -276,7 +276,7 @@ class Fanout(OpDef):
         return [Traffic("", 2 * call.wiring.fanout, call.wiring.fanout)]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Join
+        from costspec.nn.modules import Join
 
         uses = ev(call.wiring.fanout / numel(call.in_shape)) + 1
         return Join("fanout", uses=uses + 1)  # one alias per consumer, and one for the running value

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sympy
 
-from .base import Attr, Constraint, OpCall, same_size
-from .registry import register_op
-from .shape_ops import _axis, _Free
+from costspec.ops.base import Attr, Constraint, OpCall, same_size
+from costspec.ops.registry import register_op
+from costspec.ops.shape_ops import _axis, _Free
 
 
 @register_op
@@ -35,7 +35,7 @@ class Permute(_Free):
         return tuple(call.in_shape[a] for a in self._order(call))
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Permute as TorchPermute
+        from costspec.nn.modules import Permute as TorchPermute
 
         return TorchPermute(self._order(call))
 
@@ -75,7 +75,7 @@ class Slice(_Free):
                            {"start": a.start, "end": a.end, "size": size}, "0 <= start < end <= size")]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Narrow
+        from costspec.nn.modules import Narrow
 
         a = call.attrs
         return Narrow(_axis(call, "axis") - len(call.in_shape), ev(a.start), ev(a.end - a.start))
@@ -98,7 +98,7 @@ class _Piece(_Free):
         return tuple(shape)
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Narrow
+        from costspec.nn.modules import Narrow
 
         sizes, index = self.sizes(call), call.attrs.index
         start = sum((ev(s) for s in sizes[:index]), 0)
@@ -180,7 +180,7 @@ class Pad(_Free):
         return tuple(shape)
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Pad as TorchPad
+        from costspec.nn.modules import Pad as TorchPad
 
         return TorchPad([ev(p) for p in call.attrs.pads], call.attrs.value)
 

@@ -1,7 +1,7 @@
 """`linear`: y = x W^T + b over the last dim."""
 from __future__ import annotations
 
-from .base import (
+from costspec.ops.base import (
     GEMM_RUNTIME,
     Attr,
     Gemm,
@@ -16,7 +16,7 @@ from .base import (
     requires,
     same_size_constraint,
 )
-from .registry import register_op
+from costspec.ops.registry import register_op
 
 
 @register_op

@@ -2,7 +2,7 @@
 gate / up -> act(gate) * up -> down (GLU variants: SwiGLU, GeGLU; Shazeer 2020, as in Llama)."""
 from __future__ import annotations
 
-from .base import (
+from costspec.ops.base import (
     GEMM_RUNTIME,
     ZERO,
     Attr,
@@ -19,8 +19,8 @@ from .base import (
     pointwise,
     requires,
 )
-from .pointwise import ACT_ATTR, activation_work, build_activation
-from .registry import register_op
+from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
+from costspec.ops.registry import register_op
 
 
 @register_op
@@ -105,8 +105,8 @@ class Mlp(OpDef):
         return parts + [linear_traffic(down, m, k, n, bias, pass_, True)]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import GatedMlp
-        from ..torch_modules import Mlp as TorchMlp
+        from costspec.nn.modules import GatedMlp
+        from costspec.nn.modules import Mlp as TorchMlp
 
         m, c, hidden, out = self._sizes(call)
         cls = GatedMlp if call.attrs.gated else TorchMlp

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import sympy
 
-from .base import (GEMM_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Traffic, Work, linear_backward,
-                   linear_forward, linear_outputs, linear_traffic, numel, pointwise, requires)
-from .pointwise import ACT_ATTR, activation_work, build_activation
-from .registry import register_op
+from costspec.ops.base import (
+    GEMM_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Traffic, Work, linear_backward, linear_forward,
+    linear_outputs, linear_traffic, numel, pointwise, requires,
+)
+from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
+from costspec.ops.registry import register_op
 
 
 def _mlp_linears(c, hidden, gated: bool, fused: bool = False):
@@ -280,7 +282,7 @@ class Moe(OpDef):
         return out
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import MixtureOfExperts
+        from costspec.nn.modules import MixtureOfExperts
 
         a = call.attrs
         t, c = self._tokens(call)

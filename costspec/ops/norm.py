@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sympy
 
-from .base import Attr, Constraint, OpCall, OpDef, Part, Runtime, numel, pointwise, requires
-from .registry import register_op
+from costspec.ops.base import Attr, Constraint, OpCall, OpDef, Part, Runtime, numel, pointwise, requires
+from costspec.ops.registry import register_op
 
 # one native_layer_norm kernel per call, forward and backward (nn.LayerNorm, F.layer_norm)
 _LAYER_NORM_RUNTIME = Runtime(aten={"aten.native_layer_norm": "layernorm",
@@ -77,7 +77,7 @@ class LayerNorm2d(_Norm):
         return call.in_shape
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import LayerNorm2d as TorchLayerNorm2d
+        from costspec.nn.modules import LayerNorm2d as TorchLayerNorm2d
 
         a = call.attrs
         return TorchLayerNorm2d(ev(self.channels(call)), a.eps, a.affine, self.has_bias(call))
@@ -154,7 +154,7 @@ class BatchNorm(_Norm):
             else "running statistics (constants): a per-channel scale and shift")]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import BatchNorm as TorchBatchNorm
+        from costspec.nn.modules import BatchNorm as TorchBatchNorm
 
         a = call.attrs
         return TorchBatchNorm(ev(self.channels(call)), a.eps, a.affine, a.mode == "train")

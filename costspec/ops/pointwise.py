@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Attr, OpCall, OpDef, Part, Runtime, Work, numel, pointwise
-from .registry import register_op
+from costspec.ops.base import Attr, OpCall, OpDef, Part, Runtime, Work, numel, pointwise
+from costspec.ops.registry import register_op
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class Activation:
 
     forward: tuple[str, ...]
     backward: tuple[str, ...]
-    torch_name: str  # nn module class, or a costspec.torch_modules class
+    torch_name: str  # nn module class, or a costspec.nn.modules class
     aten: tuple[tuple[str, str], ...] = ()  # aten ops its module runs -> cost-table kind
 
 
@@ -54,7 +54,7 @@ def build_activation(fn: str):
     """A torch module for activation `fn`."""
     import torch.nn as nn
 
-    from .. import torch_modules
+    from costspec.nn import modules as torch_modules
 
     name = ACTIVATIONS[fn].torch_name
     return getattr(torch_modules, name)() if hasattr(torch_modules, name) else getattr(nn, name)()

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import sympy
 
-from .base import Attr, Constraint, OpCall, OpDef, Part, Reconcile, Runtime, Work, numel, pointwise, requires, same_size
-from .conv import conv_out
-from .registry import register_op
+from costspec.ops.base import (
+    Attr, Constraint, OpCall, OpDef, Part, Reconcile, Runtime, Work, numel, pointwise, requires, same_size,
+)
+from costspec.ops.conv import conv_out
+from costspec.ops.registry import register_op
 
 
 def _spatial(value, n: int) -> tuple:
@@ -179,7 +181,7 @@ class Mean(_Mean):
         return tuple(d for i, d in enumerate(call.in_shape) if i not in axes)
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Mean as TorchMean
+        from costspec.nn.modules import Mean as TorchMean
 
         return TorchMean(self.reduced(call), call.attrs.keepdim)
 
@@ -201,7 +203,7 @@ class GlobalAvgPool(_Mean):
         return tuple(call.in_shape[:2])
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Mean as TorchMean
+        from costspec.nn.modules import Mean as TorchMean
 
         return TorchMean(self.reduced(call), False)
 

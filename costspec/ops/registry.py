@@ -1,7 +1,7 @@
 """The op registry: the single source of op names (schema, docs, CLI, tests read it)."""
 from __future__ import annotations
 
-from .base import OpDef
+from costspec.ops.base import OpDef
 
 OPS: dict[str, OpDef] = {}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sympy
 
-from .base import Attr, OpCall, OpDef, Part, Runtime, Work, numel, pointwise, requires
-from .registry import register_op
+from costspec.ops.base import Attr, OpCall, OpDef, Part, Runtime, Work, numel, pointwise, requires
+from costspec.ops.registry import register_op
 
 
 def _pair(value) -> tuple:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sympy
 
-from .base import Attr, OpCall, OpDef, Part, Reconcile, Work, numel, pointwise
-from .registry import register_op
+from costspec.ops.base import Attr, OpCall, OpDef, Part, Reconcile, Work, numel, pointwise
+from costspec.ops.registry import register_op
 
 
 @register_op
@@ -26,7 +26,7 @@ class Scale(OpDef):
         return [Part("", pointwise("scale", numel(call.in_shape)) if input_grad else Work())]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Scale as TorchScale
+        from costspec.nn.modules import Scale as TorchScale
 
         return TorchScale(_evaluate(call.attrs.by, ev))
 
@@ -84,7 +84,7 @@ class LayerScale(OpDef):
                           "reduction for dgamma; costspec counts one addition per element")]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import LayerScale as TorchLayerScale
+        from costspec.nn.modules import LayerScale as TorchLayerScale
 
         axis = _axis(call)
         return TorchLayerScale(ev(self._channels(call)), len(call.in_shape) - 1 - axis)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sympy
 
-from .base import Attr, Constraint, OpCall, OpDef, Part, Work, numel, same_size
-from .registry import register_op
+from costspec.ops.base import Attr, Constraint, OpCall, OpDef, Part, Work, numel, same_size
+from costspec.ops.registry import register_op
 
 
 def _axis(call: OpCall, attr: str) -> int:
@@ -92,7 +92,7 @@ class Reshape(_Free):
                            call.attrs.where("shape"), values, "a shape with the same number of elements")]
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Reshape as TorchReshape
+        from costspec.nn.modules import Reshape as TorchReshape
 
         out = self.output_shape(call)
         if same_size(out[0], call.in_shape[0]):  # keep the batch dim: the module runs at any batch size
@@ -116,6 +116,6 @@ class Transpose(_Free):
         return tuple(shape)
 
     def build(self, call: OpCall, ev):
-        from ..torch_modules import Transpose as TorchTranspose
+        from costspec.nn.modules import Transpose as TorchTranspose
 
         return TorchTranspose(call.attrs.axis0, call.attrs.axis1)

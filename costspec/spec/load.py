@@ -7,9 +7,9 @@ from typing import Iterator
 
 import jsonschema
 
-from ..errors import Location, SpecError
-from .schema import COMPOSITION_KEYS, build_schema
-from .yaml_marks import MAX_BYTES, MarkedDoc, format_path, load_marked
+from costspec.core.errors import Location, SpecError
+from costspec.spec.schema import COMPOSITION_KEYS, build_schema
+from costspec.core.yaml_marks import MAX_BYTES, MarkedDoc, format_path, load_marked
 
 
 _REQUIRED = ("costspec", "name", "input", "layers")
@@ -28,10 +28,10 @@ def read_spec(path: str | Path) -> MarkedDoc:
 
 
 def read_bounded(path: str | Path) -> bytes:
-    """The bytes of a spec file, through the shared bounded reader (`costspec.safeio`): a regular
+    """The bytes of a spec file, through the shared bounded reader (`costspec.core.safeio`): a regular
     file of at most MAX_BYTES bytes; a huge file, a FIFO or a device such as /dev/zero is an
     error, not a memory spike or a hang."""
-    from ..safeio import SPEC, InputError, TooLargeError, read_bytes
+    from costspec.core.safeio import SPEC, InputError, TooLargeError, read_bytes
 
     try:
         return read_bytes(path, SPEC)

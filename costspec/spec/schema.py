@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from ..conventions import DENSE, DTYPES, SPARSITY_PATTERNS
-from ..cost_table import default_table
-from ..ops import spec_ops
+from costspec.core.conventions import DENSE, DTYPES, SPARSITY_PATTERNS
+from costspec.core.cost_table import default_table
+from costspec.ops import spec_ops
 
 FORMAT_VERSION = 1
 SCHEMA_ID = "https://costspec.dev/schemas/costspec.schema.json"

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import costspec
-from costspec.calibration import executed_report, load_calibration
+from costspec.analysis.calibration import executed_report, load_calibration
 from costspec.ncu.calibrate import bucket_phase, calibrate, render_summary
 from costspec.ncu.compare import compare
 from costspec.ncu.inputs import load_measured
@@ -89,7 +89,7 @@ def test_relation_to_the_notes_backward_coefficients(toy):
 def test_calibration_file_round_trip_and_eval(toy, tmp_path):
     _, result = toy
     path = tmp_path / "calib.yaml"
-    from costspec.calibration import dump_calibration
+    from costspec.analysis.calibration import dump_calibration
 
     path.write_text(dump_calibration(result.data))
     data = yaml.safe_load(path.read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from costspec.errors import CostspecError
+from costspec.core.errors import CostspecError
 from costspec.ncu.attribute import AttributionError, role_of, short_name
 from costspec.ncu.compare import compare, render_json, render_table
 from costspec.ncu.inputs import load_measured, read_sidecar, sidecar_path
@@ -181,8 +181,8 @@ def test_slots_add_up_to_the_report_for_every_spec(spec):
     """compare's per-slot analytic terms sum to `costspec eval`'s totals; with no coefficients the
     'executed' prediction is the analytic count."""
     import costspec
-    from costspec.calibration import Calibration, PhaseCoefficients, executed_report
-    from costspec.ncu.slots import analytic_slots
+    from costspec.analysis.calibration import Calibration, PhaseCoefficients, executed_report
+    from costspec.analysis.slots import analytic_slots
 
     model = costspec.load(spec)
     values = model.bind()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from costspec.errors import CostspecError
+from costspec.core.errors import CostspecError
 from costspec.ncu.kernels import KERNEL_CLASSES, classify, flops_from_metrics, inner_range
 from costspec.ncu.metrics import CUDA_CORE_METRICS, cuda_core_metric, metrics_for
 from costspec.ncu.parse import parse_csv

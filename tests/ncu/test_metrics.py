@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from costspec.errors import CostspecError
+from costspec.core.errors import CostspecError
 from costspec.ncu.metrics import (
     ARCHS,
     CUDA_CORE_METRICS,

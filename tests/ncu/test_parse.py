@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from costspec.errors import CostspecError
+from costspec.core.errors import CostspecError
 from costspec.ncu.parse import (
     KernelRecord,
     NcuFormatError,

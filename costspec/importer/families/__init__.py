@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 
-from ..config import HFConfig
+from costspec.importer.config import HFConfig
 
 
 @dataclass(frozen=True)

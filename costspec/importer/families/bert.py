@@ -1,10 +1,10 @@
 """BERT-style encoders: BERT and RoBERTa (post-LN, separate q/k/v, learned positions, token types)."""
 from __future__ import annotations
 
-from ..config import HFConfig
-from ..emit import SpecText
-from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.config import HFConfig
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
 
 NO_HEAD = "the spec is the encoder without pooler: no masked-LM head whose weight could be tied"
 BERT_IGNORED = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ..config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem
 
 # hidden_act / activation_function -> the `fn` of mlp / activation, and why where it is not 1:1
 ACTIVATIONS = {

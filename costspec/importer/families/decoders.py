@@ -1,10 +1,10 @@
 """Decoder-only language models: GPT-2 (with its tied LM head) and Llama (the backbone, LlamaModel)."""
 from __future__ import annotations
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
 
 DOUBLE_HEADS = "GPT2DoubleHeadsModel's multiple-choice head only"
 ROPE_CONSTANTS = ("the rotary frequencies (theta, scaling type and factor) are constants: RoPE costs 2 mul + 1 add "

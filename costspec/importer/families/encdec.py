@@ -5,10 +5,10 @@ the config keys that describe the decoder are read as such and named in the spec
 """
 from __future__ import annotations
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .common import ACTIVATIONS, GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import ACTIVATIONS, GELU_NEW_NOTE, activation, check_divides
 
 DECODER_ONLY = "describes the decoder, which this importer leaves out (the spec is the encoder)"
 

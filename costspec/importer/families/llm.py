@@ -2,11 +2,13 @@
 layers by layer_types), Gemma (embeddings scaled by sqrt(C), GeGLU, head_dim 256)."""
 from __future__ import annotations
 
-from ..config import HFConfig
-from ..emit import SpecText
-from . import Family
-from .llm_parts import (EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text,
-                      decoder_dims, decoder_layers, gated_fn, header_note, mask_ignore, rope)
+from costspec.importer.config import HFConfig
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.llm_parts import (
+    EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text, decoder_dims,
+    decoder_layers, gated_fn, header_note, mask_ignore, rope,
+)
 
 # the token ids of the input (the embedding reads them)
 TOKENS = ["B", "S"]

@@ -6,12 +6,14 @@ one expert path FlopCounterMode counts on meta; see docs/validation.md): its per
 scatters T*K*3*F*C weight-gradient elements back in the backward, a named rule in the spec."""
 from __future__ import annotations
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .llm_parts import (EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text,
-                      decoder_dims, decoder_layers, gated_fn, header_note, mask_ignore, rope)
-from .llm import TOKENS, dense_block, describe, qwen_window
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.llm_parts import (
+    EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text, decoder_dims,
+    decoder_layers, gated_fn, header_note, mask_ignore, rope,
+)
+from costspec.importer.families.llm import TOKENS, dense_block, describe, qwen_window
 
 BATCHED_MM = {"_experts_implementation": "batched_mm"}
 MOE_IGNORED = dict(IGNORED, router_aux_loss_coef="the load-balancing loss: training objective, not the model",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText, wrap_comment
-from .common import activation, check_divides
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText, wrap_comment
+from costspec.importer.families.common import activation, check_divides
 
 DEFAULT_S = 4096  # the sequence length when the config names no max_position_embeddings
 

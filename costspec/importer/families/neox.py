@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import textwrap
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides
-from .decoders import ROPE_CONSTANTS
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.families.decoders import ROPE_CONSTANTS
 
 # rope_parameters keys (default, linear and dynamic scaling) that shape the cos/sin tables only:
 # computed from a buffer and the positions (constants, outside the counted work), never a cost

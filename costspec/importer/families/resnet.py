@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import textwrap
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .common import activation
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import activation
 
 # transformers' ResNetBottleNeckLayer: the inner width is out_channels // reduction
 REDUCTION = 4

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import textwrap
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides, square_size
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides, square_size
 
 TEXT_TOWER = "the spec is the image tower (SiglipVisionModel); the text tower is another model"
 POOLED = "pooler_output"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .common import activation, check_divides, square_size
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import activation, check_divides, square_size
 
 # keys of the backbone API (SwinBackbone / ConvNextBackbone's returned stages) and of heads the spec leaves out
 BACKBONE = {

@@ -1,10 +1,12 @@
 """Vision towers of larger models: CLIP's image encoder with its projection, SAM's image encoder."""
 from __future__ import annotations
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import (
+    GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size,
+)
 
 TEXT_TOWER = "the spec is the image tower (CLIPModel.get_image_features); the text tower is another model"
 SAM_PROMPT = "the spec is SAM's image encoder (SamVisionModel); the prompt encoder and mask decoder run per prompt"

@@ -1,10 +1,12 @@
 """Vision transformers: ViT, DeiT, DINOv2 (ViT-style encoders), CLIP's vision tower, SAM's image encoder."""
 from __future__ import annotations
 
-from ..config import HFConfig, ImportProblem
-from ..emit import SpecText
-from . import Family
-from .common import GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size
+from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.emit import SpecText
+from costspec.importer.families import Family
+from costspec.importer.families.common import (
+    GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size,
+)
 
 DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
 

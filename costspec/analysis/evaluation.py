@@ -1,0 +1,202 @@
+"""Exact integer costs per row at bound dims: the table every per-layer command starts from.
+
+`build_report` walks the model tree once (`costspec.tree.walk`) and fills one `Table` row per report
+row with the row's total contribution to the model (all its instances) for one pass: Tensor-Core
+and CUDA-core FLOPs, parameters, the engine its matmul-class FLOPs go to, and its instance count.
+Consumers attach further columns to the same rows (the roofline its bytes and time, a calibration
+its executed FLOPs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
+
+import sympy
+
+from costspec.core.conventions import SPARSE_MATMUL_CLASSES
+from costspec.tree.cost import runs_sparse
+from costspec.core.errors import ExpressionError, SpecError
+from costspec.core.expr import as_exact_int
+from costspec.ops.base import layer_notes
+from costspec.core.results import Column, Row, Table
+from costspec.tree.build import Node, OpNode, RepeatNode
+from costspec.core.vocab import Pass
+from costspec.tree.walk import NO_GRAD, matmul_engine, node_cost, walk
+
+if TYPE_CHECKING:
+    from costspec.tree.cost import Cost
+    from costspec.model import Model
+
+COLUMNS = (
+    Column("tc_flops", "TC FLOPs", "flops"),
+    Column("cuda_flops", "CUDA FLOPs", "flops"),
+    Column("total_flops", "total", "flops"),
+    Column("params", "params", "params"),
+    Column("share", "share", "percent"),
+    Column("matmul_engine", "matmul on", "text"),
+    Column("kind", "kind", "text", hidden=True),
+    Column("count", "count", "count", hidden=True),
+    Column("repeat", "repeat", "count", hidden=True),
+)
+# Added after tc_flops when a layer runs 2:4 sparse: `tc_flops` is then what the Tensor Cores execute.
+SPARSE_COLUMNS = (
+    Column("tc_flops", "TC executed", "flops"),
+    Column("tc_flops_dense_equivalent", "TC dense-eq.", "flops"),
+    Column("sparse_tc_flops", "on sparse TC", "flops", hidden=True),
+)
+SPARSE_NOTE = ("2:4 sparse layers: 'TC executed' counts the forward weight GEMMs at half their dense FLOPs (the "
+               "Sparse Tensor Cores skip the pruned zeros); 'TC dense-eq.' counts them dense, as FlopCounterMode "
+               "and dense FLOP counts do; backward GEMMs, attention's QK^T / AV and pointwise work run dense "
+               "(docs/conventions.md#24-structured-sparsity)")
+
+
+@dataclass
+class Report:
+    """Evaluated costs of a model for one pass at bound dims: one table row per report row."""
+
+    spec_name: str
+    pass_: Pass
+    precision: str
+    dims: dict[str, int]
+    table: Table
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[Row]:
+        return self.table.rows
+
+    def _total(self, key: str) -> int:
+        assert self.table.total is not None
+        return int(self.table.total.values[key])
+
+    @property
+    def tc(self) -> int:
+        return self._total("tc_flops")
+
+    @property
+    def cuda(self) -> int:
+        return self._total("cuda_flops")
+
+    @property
+    def params(self) -> int:
+        return self._total("params")
+
+    @property
+    def total(self) -> int:
+        return self.tc + self.cuda
+
+    @property
+    def sparse(self) -> bool:
+        """True when some layer runs 2:4 sparse (the table has the dense-equivalent column)."""
+        return "tc_flops_dense_equivalent" in self.table.keys()
+
+    @property
+    def sparse_tc(self) -> int:
+        """Executed FLOPs on Sparse Tensor Cores (0 for a dense model)."""
+        return self._total("sparse_tc_flops") if self.sparse else 0
+
+    @property
+    def tc_dense(self) -> int:
+        """Tensor-Core FLOPs with 2:4 GEMMs counted dense (= tc for a dense model)."""
+        return self._total("tc_flops_dense_equivalent") if self.sparse else self.tc
+
+
+def exact_int(expr, values: Mapping[sympy.Symbol, sympy.Integer], node: Node) -> int:
+    """An expression of the dims at bound `values`, as an exact int (a located SpecError if it is not one)."""
+    try:
+        value = sympy.sympify(expr).xreplace(values)
+    except (ZeroDivisionError, TypeError):
+        value = sympy.nan
+    if value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        raise SpecError(f"cost of '{node.name or 'model'}' divides by zero at these dims", node.loc,
+                        "positive sizes")
+    try:
+        return as_exact_int(value, f"cost of '{node.name or 'model'}'", node.loc)
+    except ExpressionError as exc:
+        raise SpecError(f"cost of '{node.name or 'model'}' is not an exact integer: {exc.message}", node.loc,
+                        "sizes that divide evenly") from None
+
+
+def build_report(model: Model, pass_: Pass | str, values: Mapping[sympy.Symbol, sympy.Integer]) -> Report:
+    """Rows and totals for `pass_` at bound dim `values`."""
+    pass_ = Pass.parse(pass_, "pass")
+    sparse = any(op.precision.sparse for op in model.op_nodes())
+    rows = []
+    for step in walk(model.root):
+        node = step.node
+        cost = node_cost(node, pass_, step.instances, step.grad)
+        tc, cuda = exact_int(cost.tc, values, node), exact_int(cost.cuda, values, node)
+        rows.append(Row(node.name, node.label, step.depth, {
+            "tc_flops": tc, "cuda_flops": cuda, "total_flops": tc + cuda,
+            "params": exact_int(cost.params, values, node), "matmul_engine": matmul_engine(node),
+            "kind": node.kind, "count": exact_int(step.instances, values, node),
+            "repeat": exact_int(node.times, values, node) if isinstance(node, RepeatNode) else None,
+            **(_sparse_values(cost, values, node) if sparse else {})}))
+    total = node_cost(model.root, pass_, sympy.Integer(1), NO_GRAD)
+    tc, cuda = exact_int(total.tc, values, model.root), exact_int(total.cuda, values, model.root)
+    total_row = Row("", "total", 0, {"tc_flops": tc, "cuda_flops": cuda, "total_flops": tc + cuda,
+                                     "params": exact_int(total.params, values, model.root), "share": 1.0,
+                                     "matmul_engine": None, "kind": "model", "count": 1, "repeat": None,
+                                     **(_sparse_values(total, values, model.root, row=False) if sparse else {})})
+    for row in rows:
+        row.values["share"] = row.values["total_flops"] / (tc + cuda) if tc + cuda else None
+    dims = {str(s): int(v) for s, v in values.items()}
+    notes = layer_notes(model.op_nodes()) + ([SPARSE_NOTE, *_unpatterned(model, values)] if sparse else [])
+    notes += _active_params(model, values, total_row.values["params"])
+    return Report(model.name, pass_, model.precision.label, dims, Table(_columns(sparse), rows, total_row), notes)
+
+
+def _active_params(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], total: int) -> list[str]:
+    """The model's parameters one token uses, where some layers use fewer than all of theirs (experts)."""
+    unused, layers = 0, []
+    for step in walk(model.root):
+        node = step.node
+        if not isinstance(node, OpNode):
+            continue
+        active = node.op.active_params(node.call)
+        if active is not None:
+            unused += exact_int(step.instances * (node.params - active), values, node)
+            layers.append(node.name)
+    if not layers:
+        return []
+    share = (total - unused) / total if total else 0.0
+    return [f"active parameters per token: {total - unused:,} of {total:,} ({share:.1%}): every parameter outside "
+            f"{', '.join(layers)}, and there the router, top_k experts and shared experts"]
+
+
+def _unpatterned(model: Model, values: Mapping[sympy.Symbol, sympy.Integer]) -> list[str]:
+    """A note naming the 2:4 GEMMs whose reduction dim is not a whole number of groups of 4 at these dims."""
+    odd = []
+    for op in model.op_nodes():
+        if not op.precision.sparse:
+            continue
+        parts = {p.name for p in op.fwd_parts if runs_sparse(op.precision, p.name, p.params)}
+        for g in op.op.gemms(op.call):
+            k = sympy.sympify(g.k).xreplace(values)
+            if g.part in parts and g.kind in SPARSE_MATMUL_CLASSES and k.is_Integer and int(k) % 4:
+                odd.append(f"{op.name}{'.' + g.part if g.part else ''} (k={int(k)})")
+    if not odd:
+        return []
+    return ["2:4 GEMMs whose reduction dim k is not a multiple of 4, the pattern's group: " + ", ".join(
+        dict.fromkeys(odd)) + "; they are still charged half their dense FLOPs (a sparse kernel pads k up to a "
+        "multiple of 4 and executes a little more)"]
+
+
+def _columns(sparse: bool) -> list[Column]:
+    if not sparse:
+        return list(COLUMNS)
+    return [SPARSE_COLUMNS[0], *SPARSE_COLUMNS[1:], *COLUMNS[1:]]
+
+
+def _sparse_values(cost: Cost, values: Mapping[sympy.Symbol, sympy.Integer], node: Node, row: bool = True) -> dict:
+    """The dense-equivalent and sparse-executed Tensor-Core FLOPs of a row; its engine marked 2:4 when
+    some of its GEMMs run sparse."""
+    sparse_tc = exact_int(cost.sparse_tc, values, node)
+    out: dict[str, int | str] = {"tc_flops_dense_equivalent": exact_int(cost.tc_dense, values, node),
+                                 "sparse_tc_flops": sparse_tc}
+    if sparse_tc and row:
+        out["matmul_engine"] = matmul_engine(node) + " 2:4"
+    return out
+
+
+__all__ = ["COLUMNS", "SPARSE_COLUMNS", "Report", "build_report", "exact_int"]

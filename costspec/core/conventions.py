@@ -1,0 +1,148 @@
+"""Counting conventions, named once.
+
+* 1 FLOP is one scalar add, multiply, divide, compare/select, or one call of a libm-style
+  primitive (exp, log, erf, tanh, sqrt, rsqrt). A multiply-add is 2 FLOPs: FLOP = 2 * MAC,
+  as in torch.utils.flop_counter (fvcore and ptflops report MACs, i.e. half of this).
+* Matmul-class work (GEMM, conv, SDPA's QK^T and AV) is charged to Tensor Cores when the
+  precision lets Tensor Cores run it (fp16, bf16, the fp8 formats, int8, the fp4 formats, or fp32
+  with TF32 allowed: dtype `tf32`); in plain fp32 the same FLOPs run on CUDA cores, as cuBLAS
+  sgemm executes them.
+* Element sizes are exact: the block-scaled 4-bit formats carry their scales (nvfp4: 4-bit E2M1
+  values plus one fp8 E4M3 scale per 16 elements = 9/16 byte per element; mxfp4: plus one E8M0
+  scale per 32 elements = 17/32 byte), as sympy Rationals so byte counts stay exact.
+* Everything else (bias and residual adds, scaling, activations, norms, softmax) is CUDA-core
+  work: elements x FLOPs-per-element from the cost table (costspec/data/cost_table.yaml).
+* 2:4 structured sparsity (`precision: {sparsity: "2:4"}`) prunes weights: the forward GEMM / conv
+  of a part that holds a weight runs on Sparse Tensor Cores, which execute half its dense FLOPs.
+  Backward GEMMs, attention's QK^T / AV and all pointwise work stay dense (docs/conventions.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sympy
+
+if TYPE_CHECKING:
+    from costspec.core.errors import Location
+
+FLOPS_PER_MAC = 2
+
+# Bytes per element. `fp8` is fp8_e4m3 (the format inference and forward passes use); `fp4` is
+# nvfp4, the 4-bit format Blackwell's Tensor Cores run natively with NVIDIA's scaling.
+NVFP4_BLOCK, MXFP4_BLOCK = 16, 32  # elements per block scale (nvfp4: fp8 E4M3 scale; mxfp4: E8M0)
+DTYPE_BYTES: dict[str, int | sympy.Rational] = {
+    "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1,
+    "fp4": sympy.Rational(1, 2) + sympy.Rational(1, NVFP4_BLOCK),
+    "nvfp4": sympy.Rational(1, 2) + sympy.Rational(1, NVFP4_BLOCK),
+    "mxfp4": sympy.Rational(1, 2) + sympy.Rational(1, MXFP4_BLOCK),
+}
+DTYPES = tuple(DTYPE_BYTES)
+_TENSOR_CORE_DTYPES = {"tf32", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "fp4", "nvfp4", "mxfp4"}
+DTYPE_ALIASES = {"fp8": "fp8_e4m3", "fp4": "nvfp4"}
+# The GPU catalog's Tensor-Core peak key of each dtype (both fp8 formats run at the fp8 peak, both
+# 4-bit formats at the fp4 peak).
+PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8",
+            "fp8_e5m2": "fp8", "int8": "int8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4"}
+# Bytes of the element itself, without block scales (Tensor-Core alignment rules count elements).
+ELEMENT_BITS = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8, "int8": 8,
+                "fp4": 4, "nvfp4": 4, "mxfp4": 4}
+
+
+# Structured sparsity. "2:4" is NVIDIA's 50% pattern (cuSPARSELt: 2:4 for 8- and 16-bit types, 1:2 for
+# tf32, the same 50% of the values). Sparse Tensor Cores run the product with the pruned operand in
+# half the dense time, so they execute 1/SPARSE_SPEEDUP of its dense FLOPs.
+SPARSITY_PATTERNS = ("2:4",)
+DENSE = "none"
+SPARSE_SPEEDUP = 2
+SPARSE_KEPT = sympy.Rational(1, 2)  # fraction of the weight's values stored
+# Matmul classes whose second operand is the layer's weight (attention's sdpa multiplies activations).
+SPARSE_MATMUL_CLASSES = ("gemm", "conv")
+# Parts that hold parameters but whose GEMM does not multiply by a weight matrix a sparse kernel could
+# run: the decomposed relative positions multiply q by rows gathered from their tables per query.
+DENSE_ONLY_PARTS = frozenset({"rel_pos"})
+
+
+def sparse_metadata_bits(dtype: str) -> int:
+    """Index bits stored per kept value of a 2:4 weight: a 2-bit position in its group of 4 for 4-, 8- and
+    16-bit values; tf32's 1:2 pattern is stored as the 2:4 pattern of its two 16-bit halves (4 bits)."""
+    return 2 * max(1, ELEMENT_BITS[dtype] // 16)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The numeric format a layer runs in, and so the engine its matmul-class FLOPs go to; with
+    `sparsity` "2:4", its weight GEMMs run on Sparse Tensor Cores (forward only)."""
+
+    dtype: str = "bf16"
+    sparsity: str | None = None
+
+    @property
+    def sparse(self) -> bool:
+        """True when the weight GEMMs of this precision run 2:4 sparse."""
+        return self.sparsity is not None
+
+    @property
+    def tensor_cores(self) -> bool:
+        """True when matmul-class work runs on Tensor Cores in this precision."""
+        return self.dtype in _TENSOR_CORE_DTYPES
+
+    @property
+    def engine(self) -> str:
+        """Short name of the engine matmul-class FLOPs are charged to."""
+        return "TC" if self.tensor_cores else "CUDA"
+
+    @property
+    def bytes_per_element(self) -> int | sympy.Rational:
+        """Bytes per stored element, block scales included (a Rational for the 4-bit formats)."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def element_bits(self) -> int:
+        """Bits of one value, without block scales."""
+        return ELEMENT_BITS[self.dtype]
+
+    def __str__(self) -> str:
+        return self.dtype  # the dtype name: what torch builders, ncu runs and calibrations take
+
+    @property
+    def label(self) -> str:
+        """The precision as report headers show it: the dtype, and the sparsity pattern when sparse."""
+        return f"{self.dtype} {self.sparsity}" if self.sparsity else self.dtype
+
+    def sparse_weight_bytes(self, weights: sympy.Expr) -> sympy.Expr:
+        """Bytes of `weights` dense values stored 2:4 compressed: the kept half at the element size plus
+        their position metadata (bf16: 1/2 x 2 B + 1/2 x 2 bits = 9/8 B per dense value, vs 2 B)."""
+        kept = SPARSE_KEPT * weights
+        return kept * self.bytes_per_element + kept * sympy.Rational(sparse_metadata_bits(self.dtype), 8)
+
+    @staticmethod
+    def of_spec(value: Any, inherited: "Precision", where: "Location") -> "Precision":
+        """The precision a spec's `precision:` value gives: a dtype string, or {dtype, sparsity} (keys left out
+        keep the enclosing precision's). A sparse precision must run matmuls on Tensor Cores; `where` (a
+        Location) places the error."""
+        from costspec.core.errors import SpecError
+
+        if isinstance(value, str):
+            value = {"dtype": value}
+        dtype = value.get("dtype", inherited.dtype)
+        sparsity = value.get("sparsity", inherited.sparsity or DENSE)
+        sparsity = None if sparsity == DENSE else sparsity
+        if sparsity is not None and sparsity not in SPARSITY_PATTERNS:
+            raise SpecError(f"unknown sparsity {sparsity!r}", where.child("sparsity"),
+                            '"2:4" (quoted: unquoted 2:4 is the base-60 integer 124 in YAML) or none')
+        precision = Precision(dtype, sparsity)
+        if precision.sparse and not precision.tensor_cores:
+            raise SpecError(f"sparsity {sparsity} runs on Sparse Tensor Cores, and {dtype} runs matmuls on CUDA "
+                            "cores", where, "a Tensor-Core dtype (" + ", ".join(sorted(_TENSOR_CORE_DTYPES))
+                            + ") or sparsity: none on this layer")
+        return precision
+
+    @staticmethod
+    def parse(dtype: str) -> str:
+        """`dtype` checked against the known dtypes (a clear usage error otherwise)."""
+        if dtype not in DTYPE_BYTES:
+            from costspec.core.errors import UsageError
+
+            raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        return dtype

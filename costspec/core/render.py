@@ -1,0 +1,176 @@
+"""The one renderer: a `Result` as a fixed-width table, JSON, CSV or Markdown.
+
+Every command's printed output goes through `render`; no other module computes column widths.
+Tables show human units chosen by each column's kind (`costspec.core.results.Kind`); JSON and CSV carry
+the exact values. Text that comes from a spec (names, docs) is stripped of control characters
+before it reaches a terminal, and escaped for Markdown.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from fractions import Fraction
+from typing import Any
+
+from costspec.core.results import Column, Result, Row, Table
+from costspec.core.text import for_markdown, for_terminal
+from costspec.core.vocab import Format
+from costspec.core import units
+
+def plain(text: str) -> str:
+    """Text safe for a terminal: control and reordering characters shown as escapes (`costspec.core.text`)."""
+    return for_terminal(text)
+
+
+def cell(column: Column, value: Any) -> str:
+    """A value as a table shows it (see `costspec.core.results.Kind`); None is '-'."""
+    if column.na:
+        return "n/a"
+    if value is None:
+        return "-"
+    kind = column.kind
+    if kind == "text":
+        return plain(str(value))
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if kind == "flops":
+        return units.si(value)
+    if kind == "bytes":
+        return units.si(value, "B")
+    if kind == "params":
+        return units.params(value)
+    if kind == "seconds":
+        return units.seconds(value)
+    if kind == "ratio":
+        return f"{float(value):.4f}"
+    if kind == "diff":
+        return f"{100 * float(value):+.2f}%"
+    if kind == "percent":
+        return f"{100 * float(value):.1f}%"
+    if kind == "number":
+        return f"{float(value):.1f}"
+    if kind == "rel":
+        return "inf" if value == math.inf else ("0" if value == 0 else f"{float(value):.2e}")
+    if isinstance(value, Fraction):
+        value = round(value)
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _label(row: Row) -> str:
+    return "  " * row.depth + plain(row.label)
+
+
+def render_table(result: Result) -> str:
+    lines = [plain(result.header)] if result.header else []
+    for table in result.tables:
+        if table.title:
+            lines += ["", f"[{plain(table.title)}]"]
+        shown = [c for c in table.columns if not c.hidden]
+        head = [table.label_title] + [c.title for c in shown]
+        body = [[_label(r)] + [cell(c, r.get(c.key)) for c in shown] for r in table.all_rows()]
+        widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
+        rule = "  ".join("-" * w for w in widths)
+        out = [head] + body
+        for i, line in enumerate(out):
+            cells = [c.ljust(w) if col.kind == "text" else c.rjust(w) for c, w, col in zip(line[1:], widths[1:], shown)]
+            text = "  ".join([line[0].ljust(widths[0])] + cells)
+            lines.append(text.rstrip())
+            if i == 0 or (table.total is not None and i == len(out) - 2):
+                lines.append(rule)
+    for title, section in result.sections.items():
+        lines.append(plain(title) + ":" if section else plain(title) + ": none")
+        lines += ["  " + plain(s) for s in section]
+    lines += [plain(n) for n in result.notes]
+    return "\n".join(lines)
+
+
+def _exact(value: Any) -> Any:
+    if isinstance(value, Fraction):
+        return value.numerator if value.denominator == 1 else float(value)
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _exact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_exact(v) for v in value]
+    return value
+
+
+def _row_json(row: Row, keys: list[str]) -> dict:
+    return {"name": row.name or "total", "label": row.label, "depth": row.depth,
+            **{k: _exact(row.get(k)) for k in keys}}
+
+
+def table_json(table: Table) -> dict:
+    keys = table.keys()
+    out: dict[str, Any] = {"columns": [{"key": c.key, "title": c.title, "kind": c.kind} for c in table.columns],
+                           "rows": [_row_json(r, keys) for r in table.rows]}
+    if table.total is not None:
+        out["total"] = _row_json(table.total, keys)
+    return out
+
+
+def render_json(result: Result) -> str:
+    out: dict[str, Any] = dict(_exact(result.meta))
+    if len(result.tables) == 1 and not result.tables[0].title:
+        out.update(table_json(result.tables[0]))
+    else:
+        out["tables"] = {t.title or str(i): table_json(t) for i, t in enumerate(result.tables)}
+    if result.sections:
+        out.setdefault("sections", result.sections)
+    out["notes"] = result.notes
+    return json.dumps(out, indent=2)
+
+
+def render_csv(result: Result) -> str:
+    buf = io.StringIO()
+    several = len(result.tables) > 1
+    keys: list[str] = list(dict.fromkeys(k for t in result.tables for k in t.keys()))
+    fields = (["table"] if several else []) + ["name", "label", "depth"] + keys
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for table in result.tables:
+        for row in table.all_rows():
+            record = {"name": row.name or "total", "label": row.label, "depth": row.depth,
+                      **{k: _exact(row.get(k)) for k in table.keys()}}
+            if several:
+                record["table"] = table.title
+            writer.writerow(record)
+    return buf.getvalue().rstrip("\n")
+
+
+def _md(text: str) -> str:
+    return for_markdown(text)
+
+
+def render_markdown(result: Result) -> str:
+    lines = [f"**{_md(result.header)}**"] if result.header else []
+    for table in result.tables:
+        lines.append("")
+        if table.title:
+            lines += [f"*{_md(table.title)}*", ""]
+        shown = [c for c in table.columns if not c.hidden]
+        lines.append(f"| {_md(table.label_title)} | " + " | ".join(_md(c.title) for c in shown) + " |")
+        lines.append("|---|" + "---:|" * len(shown))
+        for row in table.all_rows():
+            name = "&nbsp;" * 2 * row.depth + (_md(row.label) if row is not table.total else "**total**")
+            lines.append(f"| {name} | " + " | ".join(_md(cell(c, row.get(c.key))) for c in shown) + " |")
+    for title, section in result.sections.items():
+        lines += ["", f"**{_md(title)}**"] + [f"- {_md(s)}" for s in section]
+    if result.notes:
+        lines += [""] + [_md(n) for n in result.notes]
+    return "\n".join(lines)
+
+
+_RENDERERS = {Format.TABLE: render_table, Format.JSON: render_json, Format.CSV: render_csv,
+              Format.MARKDOWN: render_markdown}
+
+
+def render(result: Result, fmt: str | Format = Format.TABLE) -> str:
+    """`result` as text in `fmt` (table, json, csv or markdown)."""
+    return _RENDERERS[Format.parse(fmt, "--format")](result)
+
+
+__all__ = ["cell", "plain", "render", "render_csv", "render_json", "render_markdown", "render_table", "table_json"]

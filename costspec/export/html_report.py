@@ -1,0 +1,128 @@
+"""Everything `costspec report` shows, gathered (no HTML here; the page is `costspec.export.html_page`).
+
+One call evaluates the spec at the bound dims for the chosen pass, adds the roofline (with a GPU),
+the closed forms per layer and total for forward and train, a sweep over --vary (with per-point
+roofline time when there is a GPU), and reads a `validate --format json` and an
+`ncu compare --format json` file when given.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import sympy
+
+from costspec.analysis.backend_note import flash_backward_note
+from costspec.core.errors import UsageError
+from costspec.export.report import CONVENTIONS
+from costspec.analysis.formula import ClosedForm, Symbols, choose_symbols, closed_form, formulas
+from costspec.analysis.gpus import Gpu
+from costspec.tree.walk import node_cost
+from costspec.core.progress import progress
+from costspec.analysis.roofline import Efficiency, RooflineReport, estimate
+from costspec.analysis.sweep import Grid, sweep
+from costspec.analysis.sweep_time import GridTimes, grid_times
+
+if TYPE_CHECKING:
+    from costspec.analysis.evaluation import Report
+    from costspec.model import Model
+
+MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RowForms:
+    """A layer's closed forms: total FLOPs forward and train (all its instances), and parameters."""
+
+    forward: ClosedForm
+    train: ClosedForm
+    params: ClosedForm
+
+
+@dataclass
+class SweepData:
+    grid: Grid
+    values: dict[str, Any]
+    times: GridTimes | None
+
+
+@dataclass
+class PageData:
+    model: Model
+    report: Report
+    roof: RooflineReport | None
+    gpu: Gpu | None
+    symbols: Symbols
+    row_forms: dict[str, RowForms]
+    totals: dict[str, dict[str, ClosedForm]]  # pass -> tc / cuda / total / params
+    sweep: SweepData | None = None
+    validation: dict | None = None
+    compare: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    conventions: str = CONVENTIONS
+
+
+def read_json(path: str | Path, what: str) -> dict:
+    """A JSON object from a file (bounded), or a clear usage error naming the file and line."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise UsageError(f"{what} {path}: more than {MAX_JSON_BYTES:,} bytes")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: {what} is not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} {path}: expected a JSON object (the output of --format json)")
+    return data
+
+
+def _row_forms(model: Model, symbols: Symbols, quiet: bool) -> dict[str, RowForms]:
+    walked = list(model.walk())
+    out = {}
+    with progress("report: closed forms", len(walked), quiet) as tick:
+        for node, _depth, mult, in_rg in walked:
+            fwd = node_cost(node, "forward", mult, in_rg)
+            train = node_cost(node, "train", mult, in_rg)
+            out[node.name] = RowForms(closed_form(fwd.tc + fwd.cuda, symbols), closed_form(train.tc + train.cuda,
+                                                                                          symbols),
+                                      closed_form(fwd.params, symbols))
+            tick(what=node.name)
+    return out
+
+
+def gather(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], pass_: str, sets: Mapping[str, int],
+           gpu: Gpu | None = None, fusion: str = "default", efficiency: Efficiency | None = None,
+           varies: Sequence[tuple[str, Sequence[int]]] = (), validation: dict | None = None,
+           compare: dict | None = None, quiet: bool = False) -> PageData:
+    """All the report's data for `model` at bound `values` (from `Model.bind`)."""
+    efficiency = efficiency or Efficiency()
+    report = model.report(pass_, values)
+    roof = estimate(model, report, values, gpu, fusion, efficiency) if gpu else None
+    bound = {d.name: int(values[d.symbol]) for d in model.dims.free()}
+    symbols = choose_symbols(model, None, False, bound)
+    totals = {p: formulas(model, p, None, False, bound, depth=0).totals() for p in ("forward", "train")}
+    notes = list(report.notes)
+    if note := flash_backward_note(model, "train"):
+        notes.append(note)
+    if roof:
+        notes.extend(roof.notes)
+    data = PageData(model, report, roof, gpu, symbols, _row_forms(model, symbols, quiet), totals,
+                    validation=validation, compare=compare, notes=notes)
+    if varies:
+        varied = {n for n, _ in varies}
+        for name in varied & set(sets):
+            raise UsageError(f"{name} is both varied (--vary) and set (--set); give it once")
+        fixed = {d.name: int(values[d.symbol]) for d in model.dims.free() if d.name not in varied}
+        grid, swept = sweep(model, varies, pass_, fixed)
+        times = grid_times(model, grid, pass_, gpu, fixed, fusion, efficiency, quiet) if gpu else None
+        data.sweep = SweepData(grid, dict(swept), times)
+    return data

@@ -1,0 +1,380 @@
+"""Runtime counts of a torch module: matmul-class FLOPs from torch's FlopCounterMode and
+CUDA-core work from a TorchDispatchMode that maps every executed aten op to a cost-table kind.
+
+Both are attributed to torch module paths with the ModuleTracker FlopCounterMode runs (the
+innermost module active when the op executes, forward and backward), per pass. Every aten op
+ends up in exactly one place: a cost-table kind (pointwise), a matmul-class op (FlopCounterMode
+counts it), ignored on purpose (with the reason), or unknown (listed, never dropped).
+
+torch is imported by this module: import it only where torch is needed.
+"""
+from __future__ import annotations
+
+import copy
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import torch
+from torch.autograd.graph import register_multi_grad_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils.module_tracker import ModuleTracker
+
+from costspec.ops import OPS
+from costspec.core.vocab import FusedRun
+
+OUTSIDE = "(outside the model)"  # ops with no model module active: the loss and its gradient seed
+PASSES = ("forward", "backward")
+
+# -- classification tables (aten overload packet name -> what it is) ----------------------------
+_IGNORED_REASON = "moves or views data, no arithmetic"
+IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
+    "aten.view", "aten._unsafe_view", "aten.reshape", "aten._reshape_alias", "aten.t", "aten.transpose",
+    "aten.permute", "aten.expand", "aten.unsqueeze", "aten.squeeze", "aten.clone", "aten.copy_",
+    "aten._to_copy", "aten.contiguous", "aten.detach", "aten.alias", "aten.cat", "aten.stack", "aten.unbind",
+    "aten.split", "aten.split_with_sizes", "aten.slice", "aten.select", "aten.slice_backward",
+    "aten.select_backward", "aten.as_strided", "aten.unfold", "aten.flatten", "aten.lift_fresh",
+    "aten.squeeze_", "aten.unsqueeze_", "aten.t_", "aten.transpose_", "aten.as_strided_", "aten.detach_",
+    "aten.resize_",
+)}
+IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip", "aten.repeat")})
+IGNORED.update({"aten.scatter": "writes values at indices (top-k's backward), no arithmetic",
+                "aten.upsample_nearest2d": "gathers rows of a table, no arithmetic",
+                "aten.roll": _IGNORED_REASON})
+IGNORED.update({name: "gathers rows of a table, no arithmetic" for name in ("aten.embedding", "aten.index")})
+IGNORED.update({name: "allocates or fills memory, no arithmetic" for name in (
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
+    "aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.ones", "aten.ones_like", "aten.fill_",
+    "aten.zero_", "aten.scalar_tensor",
+)})
+
+def _from_registry():
+    """What the registered ops say their modules emit (`OpDef.runtime`): aten op -> cost-table kind (one
+    output element = one element of the kind), decomposed module class -> (forward, backward kind), and
+    fused-kernel key -> the words of its aten op names. Two ops disagreeing on an aten op is a bug."""
+    simple: dict[str, str] = {}
+    decomposed: dict[str, tuple[str, str]] = {}
+    fused: dict[str, tuple[str, ...]] = {}
+    for op in OPS.values():
+        for name, kind in op.runtime.aten.items():
+            if simple.setdefault(name, kind) != kind:
+                raise AssertionError(f"{name} is counted as {simple[name]} and as {kind} ({op.name})")
+        if op.runtime.decomposed:
+            cls, fwd, bwd = op.runtime.decomposed
+            decomposed[cls] = (fwd, bwd)
+        fused.update(op.runtime.fused)
+    return simple, decomposed, fused
+
+
+SIMPLE, DECOMPOSED, FUSED = _from_registry()
+
+
+def decomposed_kinds(module) -> tuple[str, str] | None:
+    """(forward kind, backward kind) when `module`'s class (or a base class) is priced as one decomposed kind."""
+    return next((DECOMPOSED[c.__name__] for c in type(module).__mro__ if c.__name__ in DECOMPOSED), None)
+
+
+# -- aten ops whose element count is computed from their arguments (a pooling window, a training flag):
+# PyTorch facts about these aten ops, used by the pooling, batchnorm, mean and moe modules ----------------
+# aten op -> (argument index of its `training` flag, kind when training, kind in eval mode)
+BATCH_NORM: dict[str, tuple[int, str, str]] = {
+    "aten.native_batch_norm": (5, "batchnorm", "batchnorm_eval"),
+    "aten._native_batch_norm_legit": (5, "batchnorm", "batchnorm_eval"),
+    "aten._native_batch_norm_legit_no_training": (-1, "batchnorm", "batchnorm_eval"),
+    "aten.native_batch_norm_backward": (7, "batchnorm_backward", "batchnorm_eval_backward"),
+}
+
+
+# pooling: aten op -> kind; elements = output elements x the kernel's (the window elements)
+POOL_WINDOWS: dict[str, str] = {
+    "aten.max_pool2d_with_indices": "max_pool", "aten.max_pool1d": "max_pool", "aten.max_pool2d": "max_pool",
+    "aten.avg_pool2d": "avg_pool", "aten.avg_pool1d": "avg_pool",
+}
+
+
+def _kernel_elements(value) -> int:
+    sizes = list(value) if isinstance(value, (list, tuple)) else [value]
+    out = 1
+    for size in sizes:
+        out *= int(size)
+    return out
+
+
+def _issue14(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] | None:
+    """(kind, elements) of the aten ops the issue-14 op modules emit beyond SIMPLE, or None."""
+    if name in BATCH_NORM:
+        index, train, eval_ = BATCH_NORM[name]
+        training = index >= 0 and bool(args[index])
+        return [(train if training else eval_, _numel(args[0]))]
+    if name in POOL_WINDOWS:
+        return [(POOL_WINDOWS[name], _numel(out) * _kernel_elements(args[1]))]
+    if name == "aten.avg_pool2d_backward":  # the output gradient spread over each window
+        return [("avg_pool_backward", _numel(args[0]) * _kernel_elements(args[2]))]
+    if name == "aten._adaptive_avg_pool2d_backward":  # even windows: every input element gets one add
+        return [("avg_pool_backward", _numel(out))]
+    if name in ("aten._adaptive_avg_pool2d", "aten.mean"):  # every input element added once
+        return [("avg_pool" if name.endswith("pool2d") else "mean", _numel(args[0]))]
+    if name in ("aten.div", "aten.div_"):  # by a constant (mean's backward: g / count) or elementwise
+        return [("scale" if _is_scalar(args[1]) else "div", _numel(out))]
+    if name == "aten.neg":  # a multiplication by -1
+        return [("scale", _numel(out))]
+    if name == "aten.topk":
+        return [("topk", _numel(args[0]))]
+    if name == "aten.sum" and phase == "forward":  # (in the backward, a broadcast gradient's sum: bias_grad)
+        return [("sum", _numel(args[0]))]
+    return None
+
+
+
+def _numel(value) -> int:
+    if isinstance(value, (tuple, list)):
+        value = value[0]
+    return value.numel() if isinstance(value, torch.Tensor) else 0
+
+
+def _is_scalar(value) -> bool:
+    return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.dim() == 0)
+
+
+def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[str, list[tuple[str, int]]]:
+    """(category, [(kind, elements)]) of one executed aten op.
+
+    category: "pointwise" | "matmul" (counted by FlopCounterMode; may carry a fused epilogue kind)
+    | "fused:<key>" (a fused kernel an op declares, e.g. fused:sdpa; kinds = [(FusedRun, 1)])
+    | "ignored" | "unknown".
+    """
+    packet = func._overloadpacket
+    for key, words in FUSED.items():
+        if any(word in name for word in words):
+            return f"fused:{key}", [(FusedRun.COUNTED if packet in flop_registry else FusedRun.UNCOUNTED, 1)]
+    if name in IGNORED:
+        return "ignored", []
+    issue14 = _issue14(name, args, kwargs, out, phase)
+    if issue14 is not None:
+        return "pointwise", issue14
+    if name in ("aten.gelu", "aten.gelu_backward"):  # one aten op, two cost-table kinds by its argument
+        approximate = kwargs.get("approximate", args[-1] if isinstance(args[-1], str) else "none")
+        kind = "gelu_tanh" if approximate == "tanh" else "gelu"
+        return "pointwise", [(kind + ("_backward" if name.endswith("_backward") else ""), _numel(out))]
+    if name in SIMPLE:
+        return "pointwise", [(SIMPLE[name], _numel(args[0] if name.endswith("_backward") else out))]
+    if name in ("aten.add", "aten.add_"):
+        linear_epilogue = phase == "forward" and isinstance(module, torch.nn.Linear)
+        return "pointwise", [("bias_add" if linear_epilogue else "add", _numel(out))]
+    if name in ("aten.mul", "aten.mul_"):
+        scalar = any(_is_scalar(a) for a in args[:2])
+        return "pointwise", [("scale" if scalar else "mul", _numel(out))]
+    if name in ("aten.index_put", "aten.index_put_", "aten._index_put_impl_"):
+        accumulate = kwargs.get("accumulate", args[3] if len(args) > 3 else False)
+        if accumulate:  # the gradient of a gather: values added into the gathered rows
+            return "pointwise", [("scatter_add", _numel(args[2]))]
+        return "ignored", []
+    if name == "aten.sum" and phase == "backward":  # a bias / broadcast-parameter gradient
+        return "pointwise", [("bias_grad", _numel(args[0]))]
+    if name == "aten.addmm":  # the bias add runs in the GEMM's epilogue
+        return "matmul", [("bias_add", _numel(out))]
+    if name == "aten.convolution":
+        return "matmul", [("bias_add", _numel(out))] if args[2] is not None else []
+    if name == "aten.convolution_backward":
+        mask = args[-1]
+        return "matmul", [("bias_grad", _numel(args[0]))] if mask[2] else []
+    if packet in flop_registry:
+        return "matmul", []
+    return "unknown", []
+
+
+class ScopeTracker(ModuleTracker):
+    """torch's ModuleTracker (what FlopCounterMode attributes with), with the backward scopes that
+    torch's opens late or leaves open for the rest of the backward pass (measured: torch 2.13
+    notes, §6a) opened and closed where the module's own backward work runs:
+
+    * a module whose inputs need no gradient (the first layer with parameters) leaves its
+      backward scope when its parameters' gradients are computed; torch's tracker waits for
+      input gradients that never come, and charges every later backward op to it as well;
+    * a module that returns its input unchanged (Dropout(p=0), a flatten of one axis) has no
+      backward scope; torch's tracker enters one when the output's gradient arrives and never
+      leaves it, because the exit hook (on the same tensor) fired first;
+    * a value that many modules return or read (T5's position bias: computed in the first layer,
+      returned by it and passed through every later one, added to the scores of all of them) has
+      its gradient complete only when the last reader's backward ran. A module enters its
+      backward scope when the first of its outputs' gradients arrives (torch's waits for all),
+      and leaves it when the gradients of the inputs it does not pass through are computed
+      (torch's waits for all inputs), so the pass-through value holds no scope open.
+    """
+
+    def _fw_pre_hook(self, mod, input) -> None:
+        self._get_append_fn(self._get_mod_name(mod), False)()  # the input-gradient exit: _fw_post_hook
+        args, _ = tree_flatten(input)
+        if torch.is_grad_enabled() and not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            params = [p for p in mod.parameters() if p.requires_grad]
+            if params:
+                self._hooks.append(register_multi_grad_hook(params, self._get_pop_fn(self._get_mod_name(mod), True)))
+
+    def _fw_post_hook(self, mod, input, output) -> None:
+        name = self._get_mod_name(mod)
+        self._get_pop_fn(name, False)()
+        inputs = [a for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
+        outputs = [a for a in tree_flatten(output)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
+        passed = {id(a) for a in outputs} & {id(a) for a in inputs}
+        if outputs and len(passed) == len({id(a) for a in outputs}):  # identity: no backward work of its own
+            return
+        own = [a for a in inputs if id(a) not in passed] or inputs
+        if own:
+            self._hooks.append(register_multi_grad_hook(own, self._get_pop_fn(name, True)))
+        if outputs:
+            self._hooks.append(register_multi_grad_hook(outputs, self._get_append_fn(name, True), mode="any"))
+
+
+@dataclass
+class Unknown:
+    """An aten op the counter has no mapping for (listed in reports, never dropped)."""
+
+    phase: str
+    module: str
+    op: str
+    elements: int
+
+
+@dataclass
+class Measurement:
+    """What ran, per pass, attributed to torch module paths ("" = the root module, OUTSIDE = none)."""
+
+    root: str  # the root module's class name (FlopCounterMode's key prefix)
+    matmul: dict[str, dict[str, int]]  # pass -> path -> FlopCounterMode FLOPs (exclusive of submodules)
+    total: dict[str, int]  # pass -> FlopCounterMode's "Global" total
+    pointwise: dict[str, dict[str, Counter]]  # pass -> path -> kind -> elements
+    fused: dict[str, dict[str, dict[str, Counter]]]  # pass -> path -> fused key -> FusedRun -> calls
+    ignored: Counter = field(default_factory=Counter)  # (op, reason) -> calls
+    outside: Counter = field(default_factory=Counter)  # ops outside the model: op -> calls
+    unknown: list[Unknown] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # attribution problems (never expected)
+
+
+class PointwiseCounter(TorchDispatchMode):
+    """Records every executed aten op with its kind, element count and innermost module path."""
+
+    def __init__(self, tracker, modules: dict[str, torch.nn.Module], root: str):
+        super().__init__()
+        self.tracker, self.modules, self.root = tracker, modules, root
+        self.phase = "forward"
+        self.pointwise: dict[str, dict[str, Counter]] = {p: defaultdict(Counter) for p in PASSES}
+        self.fused: dict[str, dict[str, dict[str, Counter]]] = {p: defaultdict(lambda: defaultdict(Counter))
+                                                                 for p in PASSES}
+        self.decomposed: dict[tuple[str, str], tuple[str, int]] = {}
+        self.ignored: Counter = Counter()
+        self.outside: Counter = Counter()
+        self.unknown: list[Unknown] = []
+        self.problems: list[str] = []
+
+    def _innermost(self) -> str:
+        names = [n for n in self.tracker.parents if n != "Global"]
+        if not names:
+            return OUTSIDE
+        paths = [n[len(self.root) + 1:] if n != self.root else "" for n in names]
+        deepest = max(paths, key=lambda p: (p.count(".") + 1 if p else 0))
+        depth = deepest.count(".") + 1 if deepest else 0
+        ties = sorted(p for p in paths if (p.count(".") + 1 if p else 0) == depth)
+        if len(ties) > 1:
+            self.problems.append(f"{self.phase}: ambiguous module scope {ties}")
+        return deepest
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = str(func._overloadpacket)
+        path = self._innermost()
+        if path == OUTSIDE:
+            self.outside[name] += 1
+            return out
+        module = self.modules.get(path)
+        category, kinds = classify(name, func, args, kwargs, out, self.phase, module)
+        if category == "ignored":
+            self.ignored[(name, IGNORED.get(name, _IGNORED_REASON))] += 1
+            return out
+        decomposed = decomposed_kinds(module)
+        if decomposed and category in ("pointwise", "unknown"):
+            kind = decomposed[0 if self.phase == "forward" else 1]
+            _, most = self.decomposed.get((self.phase, path), (kind, 0))
+            self.decomposed[(self.phase, path)] = (kind, max(most, _numel(out)))
+            return out
+        if category == "unknown":
+            self.unknown.append(Unknown(self.phase, path, name, _numel(out)))
+            kinds = [(f"unknown:{name}", _numel(out))]
+        elif category.startswith("fused:"):
+            self.fused[self.phase][path][category.partition(":")[2]][kinds[0][0]] += 1
+            return out
+        for kind, elements in kinds:
+            self.pointwise[self.phase][path][kind] += elements
+        return out
+
+    def finish(self) -> None:
+        for (phase, path), (kind, elements) in self.decomposed.items():
+            self.pointwise[phase][path][kind] += elements
+        self.decomposed.clear()
+
+
+def measure(module: torch.nn.Module, x: torch.Tensor, train: bool) -> Measurement:
+    """Run `module(x)` (and, if train, backward of out.float().sum()) under FlopCounterMode and the
+    pointwise counter."""
+    root = type(module).__name__
+    modules = dict(module.named_modules())
+    flops: dict[str, dict[str, int]] = {}
+    fc = FlopCounterMode(display=False)
+    fc.mod_tracker = ScopeTracker()
+    with fc:
+        counter = PointwiseCounter(fc.mod_tracker, modules, root)
+        with counter:
+            out = module(x)
+            loss = out.float().sum() if train else None
+            forward = copy.deepcopy(fc.get_flop_counts())
+            if loss is not None and loss.requires_grad:  # a model without parameters has no backward at all
+                counter.phase = "backward"
+                loss.backward()
+        counter.finish()
+        everything = fc.get_flop_counts()
+    inclusive = {"forward": _totals(forward), "backward": {}}
+    if train:  # backward = everything counted minus the forward snapshot
+        every = _totals(everything)
+        inclusive["backward"] = {k: every[k] - inclusive["forward"].get(k, 0) for k in every}
+    problems = list(dict.fromkeys(counter.problems))
+    for phase in PASSES:
+        flops[phase] = _exclusive(inclusive[phase], root, problems, phase)
+    total = {p: inclusive[p].get("Global", 0) for p in PASSES}
+    return Measurement(root, flops, total, counter.pointwise, counter.fused, counter.ignored, counter.outside,
+                       counter.unknown, problems)
+
+
+def _totals(counts: dict) -> dict[str, int]:
+    return {key: sum(per_op.values()) for key, per_op in counts.items()}
+
+
+def _exclusive(inclusive: dict[str, int], root: str, problems: list[str], phase: str) -> dict[str, int]:
+    """FlopCounterMode's inclusive per-module counts -> counts of each module path alone."""
+    paths = {("" if k == root else k[len(root) + 1:]): v for k, v in inclusive.items() if k != "Global"}
+    out = dict(paths)
+    for path, value in paths.items():
+        parent = _keyed_parent(path, paths)
+        if parent is not None:
+            out[parent] = out[parent] - value
+    if "" in paths:
+        out[OUTSIDE] = inclusive.get("Global", 0) - paths[""]
+    else:
+        out[OUTSIDE] = inclusive.get("Global", 0) - sum(v for p, v in paths.items() if _keyed_parent(p, paths) is None)
+    for path, value in out.items():
+        if value < 0:
+            problems.append(f"{phase}: FlopCounterMode's count for '{path or '(model)'}' is smaller than its "
+                            f"submodules' ({value}): module scopes overlapped")
+    return {p: v for p, v in out.items() if v}
+
+
+def _keyed_parent(path: str, keyed: dict) -> str | None:
+    if path == "":
+        return None
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        candidate = ".".join(parts[:i])
+        if candidate in keyed:
+            return candidate
+    return "" if "" in keyed else None
+
