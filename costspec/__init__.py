@@ -5,10 +5,10 @@
     >>> model.cost("forward").tc          # sympy expression in the spec's dims
     >>> model.evaluate("forward", B=8)     # exact integers per layer
 """
-from costspec.core.errors import CostspecError, SpecError
 from costspec.analysis.evaluation import Report
-from costspec.model import Model, load, loads
+from costspec.core.errors import CostspecError, SpecError
 from costspec.core.results import Row
+from costspec.core.version import __version__
+from costspec.model import Model, load, loads
 
-__all__ = ["load", "loads", "Model", "Report", "Row", "CostspecError", "SpecError"]
-__version__ = "0.1.0"
+__all__ = ["load", "loads", "Model", "Report", "Row", "CostspecError", "SpecError", "__version__"]

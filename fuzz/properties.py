@@ -183,8 +183,8 @@ def check_sweep(model, text) -> None:
 def check_render(model, text) -> None:
     """Property 5 (issue 12): no control or direction-override character reaches a rendered report."""
     from costspec.core.render import render
-    from costspec.export.report import eval_result
     from costspec.core.text import unsafe_chars
+    from costspec.export.report import eval_result
 
     result = eval_result(model.evaluate())
     for out in (render(result, "table"), render(result, "markdown"), render(result, "csv")):

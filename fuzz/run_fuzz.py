@@ -26,12 +26,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from fuzz.input_properties import check_input  # noqa: E402
 from fuzz.inputgen import STRATEGIES as INPUT_STRATEGIES  # noqa: E402
 from fuzz.properties import check_repeat, check_spec  # noqa: E402
 from fuzz.specgen import FLOWS, dump, flow_specs, mutated_specs, repeat_cases, unknown_ops, valid_specs  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 MODES = {"valid": 0.40, "mutated": 0.45, "repeat": 0.15}
 INPUT_MODES = {kind: 0.25 for kind in INPUT_STRATEGIES}  # --mode inputs: every non-spec input kind

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from costspec.analysis.alignment import apply, check, falls_back, multiples, strict_report, tensor_core_misses
+from costspec.analysis.alignment import apply, check, falls_back, multiples, strict_report
 from costspec.core.conventions import Precision
 from costspec.core.errors import UsageError
 from costspec.model import load, loads
 from costspec.ncu.attribute import Attribution, Kernel
+from costspec.ncu.eligibility import tensor_core_misses
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "specs"

@@ -1,11 +1,10 @@
 """CLI smoke tests: one invocation per command and format, exit codes."""
 import csv
 import io
-import re
 import json
+import re
 
 import pytest
-
 from conftest import SPECS
 
 

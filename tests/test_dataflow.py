@@ -5,6 +5,7 @@ fans out. Every spec here is checked row by row against autograd on its generate
 from __future__ import annotations
 
 import pytest
+
 import costspec
 from costspec.core.errors import SpecError
 from costspec.tree.walk import walk

@@ -51,7 +51,7 @@ def test_every_registered_op_is_documented(op):
 def _commands():
     import costspec.cli as cli
 
-    cli._register()
+    cli.register_all()
     for name, command in sorted(cli.cli.commands.items()):
         if isinstance(command, click.Group):
             for sub, subcommand in sorted(command.commands.items()):

@@ -1,9 +1,9 @@
 """Evaluation against hand-derived closed forms (issue 2 acceptance)."""
-import sympy
 import pytest
+import sympy
+from conftest import ROOT
 
 import costspec
-from conftest import ROOT
 
 
 def test_toy_mlp_gemms_go_to_cuda_cores_in_fp32():

@@ -1,7 +1,8 @@
 """The safe expression parser: what it accepts, what it builds, what it refuses."""
-import sympy
 import pytest
-from hypothesis import given, strategies as st
+import sympy
+from hypothesis import given
+from hypothesis import strategies as st
 
 from costspec.core.errors import ExpressionError
 from costspec.core.expr import dim_symbol, parse_expr

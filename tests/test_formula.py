@@ -3,12 +3,11 @@ import json
 
 import pytest
 import sympy
+from conftest import SPECS
 
 import costspec
-from costspec.core.errors import UsageError
 from costspec.analysis.formula import choose_symbols, closed_form, formulas, latex_name
-
-from conftest import SPECS
+from costspec.core.errors import UsageError
 
 PASSES = ("forward", "backward", "train")
 

@@ -1,8 +1,8 @@
 """The GPU catalog: every required GPU, peaks per engine, sources, user catalogs."""
 import pytest
 
-from costspec.core.errors import UsageError
 from costspec.analysis.gpus import catalog, get_gpu
+from costspec.core.errors import UsageError
 
 REQUIRED = ["v100-sxm2", "t4", "a100-40gb", "a100-80gb", "a10", "l4", "l40s", "h100-sxm", "h100-pcie", "h200",
             "b200", "rtx-4090"]

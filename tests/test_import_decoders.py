@@ -15,9 +15,9 @@ transformers = pytest.importorskip("transformers")
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from costspec.against.check import summary  # noqa: E402
 from import_check import assert_exact, import_and_check, write_config  # noqa: E402
 
+from costspec.against.check import summary  # noqa: E402
 from costspec.importer import import_hf  # noqa: E402
 from costspec.importer.config import ImportProblem  # noqa: E402
 

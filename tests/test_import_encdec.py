@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from conftest import ROOT  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from conftest import ROOT  # noqa: E402
 from import_check import assert_exact, import_and_check, write_config  # noqa: E402
 
 from costspec.against.check import summary  # noqa: E402

@@ -6,10 +6,9 @@ configs drawn by hypothesis (slow)."""
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import ROOT
 
 from costspec.cli import main
 from costspec.importer import import_hf

@@ -7,7 +7,6 @@ config classes with each zoo spec's own values (see the comments there). No torc
 from __future__ import annotations
 
 import pytest
-
 from conftest import ROOT
 
 from costspec.importer import import_hf

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import sympy
 
-from costspec.core.conventions import Precision
 from costspec.analysis.gpus import get_gpu
 from costspec.analysis.ladder import ladder
+from costspec.core.conventions import Precision
 from costspec.model import load
 
 ROOT = Path(__file__).resolve().parents[1]

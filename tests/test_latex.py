@@ -6,14 +6,13 @@ from functools import lru_cache
 
 import pytest
 import sympy
+from conftest import SPECS
 from sympy.parsing.latex import parse_latex
 
 import costspec
-from costspec.tree.walk import node_cost
-from costspec.export.latex import label_key, render_latex, tex_escape
 from costspec.analysis.formula import formulas
-
-from conftest import SPECS
+from costspec.export.latex import label_key, render_latex, tex_escape
+from costspec.tree.walk import node_cost
 
 LABEL = re.compile(r"\\label\{([^}]*)\}")
 

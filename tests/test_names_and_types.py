@@ -9,19 +9,19 @@ import pytest
 from conftest import ROOT, run_cli
 
 import costspec
-from costspec.core.errors import CostspecError, ExpressionError, UsageError
-from costspec.export.latex import render_latex
-from costspec.core.render import render
-from costspec.export.report import eval_result
-from costspec.core.results import Row
-from costspec.core.expr import dim_symbol, parse_expr
 from costspec.analysis.formula import formulas
+from costspec.core.errors import CostspecError, ExpressionError, UsageError
+from costspec.core.expr import dim_symbol, parse_expr
+from costspec.core.render import render
+from costspec.core.results import Row
 from costspec.core.text import (
     for_latex_comment,
     for_markdown,
     for_markdown_code,
     for_terminal,
 )
+from costspec.export.latex import render_latex
+from costspec.export.report import eval_result
 
 EVIL = "vit\n\\input{/etc/hostname}\\immediate\\write18{touch PWNED}% ^^M\\input{x}\r\x1b]0;title\x07\x1b[2J\u202e|`<b>"
 TINY = "costspec: 1\nname: tiny\ninput: [2, 8]\nlayers:\n  - linear: {out: 8}\n    name: fc\n"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from costspec.analysis.ragged import parse_lengths, ragged, ragged_totals, read_lengths_file
 from costspec.core.errors import CostspecError, UsageError
 from costspec.model import load, loads
-from costspec.analysis.ragged import parse_lengths, ragged, ragged_totals, read_lengths_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "specs"

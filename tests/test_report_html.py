@@ -8,15 +8,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, SPECS
 
 import costspec
-from conftest import ROOT, SPECS
-from costspec.export.html_page import render_page
-from costspec.export.mathml import mathml
 from costspec.analysis.formula import choose_symbols, closed_form
 from costspec.analysis.gpus import get_gpu
-from costspec.export.html_report import gather
 from costspec.analysis.sweep import parse_vary
+from costspec.export.html_page import render_page
+from costspec.export.html_report import gather
+from costspec.export.mathml import mathml
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ""
 MATH = re.compile(r"<math\b.*?</math>", re.S)

@@ -1,8 +1,8 @@
 """Roofline: bytes per op, intensity, bound and time; the CLI's --gpu columns and the plot."""
 import pytest
+from conftest import ROOT, SPECS
 
 import costspec
-from conftest import ROOT, SPECS
 from costspec.analysis.gpus import get_gpu
 from costspec.analysis.roofline import Efficiency, estimate
 

@@ -4,8 +4,8 @@ import json
 import jsonschema
 import pytest
 import yaml
-
 from conftest import ROOT, SPECS
+
 from costspec.ops import spec_ops
 from costspec.spec.schema import build_schema, schema_json
 

@@ -7,15 +7,15 @@ import json
 import jsonschema
 import pytest
 import sympy
+from conftest import ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
 import costspec
-from conftest import ROOT
-from costspec.core.conventions import Precision, sparse_metadata_bits
-from costspec.core.errors import SpecError, UsageError
 from costspec.analysis.gpus import catalog, get_gpu
 from costspec.analysis.roofline import estimate
+from costspec.core.conventions import Precision, sparse_metadata_bits
+from costspec.core.errors import SpecError, UsageError
 
 H100 = get_gpu("h100-sxm")
 VIT_B = (ROOT / "specs/vit_b.yaml").read_text()
@@ -266,8 +266,8 @@ def test_any_sparse_linear_executes_half_its_dense_gemm(m, k, n, bias, dtype):
 
 
 def test_formula_and_latex_give_executed_and_dense_equivalent_closed_forms():
-    from costspec.export.formulas import render_text
     from costspec.analysis.formula import formulas
+    from costspec.export.formulas import render_text
 
     model = costspec.loads(BASE + 'precision: {dtype: bf16, sparsity: "2:4"}\nlayers:\n  - linear: {out: 256}\n')
     result = formulas(model, "forward", keep=["B", "C"])

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT, SPECS, run_cli
 
 import costspec
 from costspec.cli import main
 from costspec.core.yaml_marks import MAX_BYTES
-
-from conftest import ROOT, SPECS, run_cli
 
 HERE = Path(__file__).resolve().parent / "bad_specs"
 EXPECTED = yaml.safe_load((HERE / "expected.yaml").read_text(encoding="utf-8"))

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import costspec
-from costspec.core.errors import UsageError
 from costspec.analysis.sweep import parse_vary, points, sweep, to_csv
+from costspec.core.errors import UsageError
 
 
 @pytest.mark.parametrize("text, values", [

@@ -6,14 +6,14 @@ import io
 import json
 
 import pytest
+from conftest import ROOT
 
 import costspec
-from conftest import ROOT
-from costspec.export.sweep_plot import series
 from costspec.analysis.gpus import get_gpu
 from costspec.analysis.roofline import estimate
 from costspec.analysis.sweep import make_grid, parse_vary, points
 from costspec.analysis.sweep_time import grid_times
+from costspec.export.sweep_plot import series
 
 
 def expected_bound(report, roof) -> str:

@@ -14,8 +14,8 @@ from costspec.core.errors import MissingExtraError, SpecError
 
 torch = pytest.importorskip("torch")
 
-from costspec.runtime.torch_build import build_module, describe, import_torch, row_names  # noqa: E402
 from costspec.core.render import render  # noqa: E402
+from costspec.runtime.torch_build import build_module, describe, import_torch, row_names  # noqa: E402
 from costspec.tree.walk import row_name  # noqa: E402
 
 TINY_VIT = textwrap.dedent("""\

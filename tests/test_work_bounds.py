@@ -12,8 +12,8 @@ from conftest import ROOT
 
 import costspec
 from costspec.core import budget
-from costspec.runtime import torch_budget
 from costspec.core.errors import CostspecError, UsageError
+from costspec.runtime import torch_budget
 
 SECONDS = 5.0
 MAX_RSS = 1 << 30

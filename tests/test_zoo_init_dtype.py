@@ -9,14 +9,14 @@ import zipfile
 
 import pytest
 import yaml
+from conftest import ROOT, SPECS
 
 import costspec
-from conftest import ROOT, SPECS
 from costspec.core.errors import UsageError
 from costspec.core.progress import progress
-from costspec.spec.schema import build_schema
-from costspec.importer.starter import starter_spec
 from costspec.core.zoo import resolve, zoo_specs
+from costspec.importer.starter import starter_spec
+from costspec.spec.schema import build_schema
 
 SCHEMA_LINE = "# yaml-language-server: $schema=../schemas/costspec.schema.json"
 

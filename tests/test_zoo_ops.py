@@ -7,11 +7,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from conftest import ROOT, run_cli
 
 import costspec
 from costspec.core.errors import SpecError
-
-from conftest import ROOT, run_cli
 
 torch = pytest.importorskip("torch")
 

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
 
-from costspec.core.errors import MismatchError
-from costspec.runtime.validate import Applied, _Amount
-from costspec.core.vocab import RUNNABLE_PASSES, FusedRun, Pass
-from costspec.against.constants import ConstantOps
 from costspec.against.compare import MATMUL, PhaseResult, compare_phase, op_of_row, rule_deltas
+from costspec.against.constants import ConstantOps
 from costspec.against.mapping import MODEL_ROW, RealModules, RowMap, build_mapping
 from costspec.against.target import Target, first_tensor
+from costspec.core.errors import MismatchError
+from costspec.core.vocab import RUNNABLE_PASSES, FusedRun, Pass
+from costspec.runtime.validate import Applied, _Amount
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 OUTSIDE_ROW = MODEL_ROW  # the loss and its gradient seed: only in the total, as in plain validate
 
@@ -81,7 +81,7 @@ def _what(kind: str, spec: int, real: int) -> str:
     return f"{name}: spec {spec:,} {unit}, real {real:,} ({real - spec:+,})"
 
 
-def _ignore_entries(model: "Model") -> list[Ignored]:
+def _ignore_entries(model: "Network") -> list[Ignored]:
     from costspec.core.expr import parse_expr
 
     out = []
@@ -97,7 +97,7 @@ def _ignore_entries(model: "Model") -> list[Ignored]:
     return out
 
 
-def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], target: Target,
+def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], target: Target,
                      pass_: str = "forward", device: str = "meta", rtol: float = 0.0) -> AgainstResult:
     """Run `target`'s module for `pass_` (forward or train), count it, map it to `model`'s rows and
     compare."""
@@ -229,7 +229,7 @@ def validate_against(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer
 def _extra_rules(entries: list[Ignored], paths: list[str], rowmap: RowMap, phases, values) -> list[Applied]:
     """`ignore:` entries with `extra:` as named rules: the real model runs exactly this much more
     (real = spec + extra), in the row holding the modules they name."""
-    from costspec.runtime.torch_build import evaluator
+    from costspec.core.expr import evaluator
 
     ev = evaluator(values)
     out = []

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
-from costspec.tree.walk import node_cost, slot_of, walk
-from costspec.runtime.torch_build import evaluator
-from costspec.tree.build import Node, OpNode, PartNode
-from costspec.runtime.validate import Applied, _Amount, _reconciliations
 from costspec.against.mapping import MODEL_ROW, RowMap
+from costspec.core.expr import evaluator
+from costspec.runtime.validate import Applied, _Amount, _reconciliations
+from costspec.tree.build import Node, OpNode, PartNode
+from costspec.tree.walk import node_cost, slot_of, walk
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 PARAMS = "params"
 MATMUL = "matmul"
@@ -81,7 +81,7 @@ def _ints(d: Mapping[str, sympy.Expr], ev) -> dict[str, int]:
     return {k: v for k, v in ((k, ev(e)) for k, e in sorted(d.items())) if v}
 
 
-def _chains(model: "Model", rowmap: RowMap) -> tuple[dict[str, list[str]], dict[int, str], list]:
+def _chains(model: "Network", rowmap: RowMap) -> tuple[dict[str, list[str]], dict[int, str], list]:
     """matched row -> its matched ancestors (nearest first, ending at the model row); id(node) ->
     the matched row holding it (itself or its nearest matched ancestor); the walk."""
     steps = list(walk(model.root))
@@ -115,7 +115,7 @@ def _merged(pointwise: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
-def compare_phase(model: "Model", values, rowmap: RowMap, phase: str, real_amounts: dict[str, _Amount],
+def compare_phase(model: "Network", values, rowmap: RowMap, phase: str, real_amounts: dict[str, _Amount],
                   real_params: dict[str, int], applied: list[Applied], rtol: float) -> PhaseResult:
     """`real_amounts` / `real_params`: by matched row (work attributed to the row itself);
     `applied`: the spec ops' reconciliation rules for this phase, by validate slot.
@@ -222,13 +222,13 @@ def _row(node: Node, depth: int, cost, params: int, ev, label: str | None = None
     return RowResult(node.name, label or node.label, depth, False, matmul, params, _ints(cost.pointwise, ev))
 
 
-def rule_deltas(model: "Model", phases: tuple[str, ...], sdpa_facts: dict[str, dict[int, dict]], device: str,
+def rule_deltas(model: "Network", phases: tuple[str, ...], sdpa_facts: dict[str, dict[int, dict]], device: str,
                 values) -> list[Applied]:
     """The spec ops' named reconciliation rules (validate's), by slot and phase."""
     return _reconciliations(list(walk(model.root)), phases, sdpa_facts, device, values)[1]
 
 
-def op_of_row(model: "Model", row: str) -> OpNode | None:
+def op_of_row(model: "Network", row: str) -> OpNode | None:
     """The op node named `row` (a matched attention layer carries its SDPA facts), if it is one."""
     for node, _, _, _ in walk(model.root):
         if node.name == row and isinstance(node, OpNode):

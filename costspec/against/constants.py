@@ -14,7 +14,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
-
 # SDPA's math path builds its causal mask from constants (ones -> tril, then where): the spec's
 # attention prices those as `select`, as plain validate counts them, so they stay counted.
 COUNTED = frozenset({"aten.tril", "aten.where"})

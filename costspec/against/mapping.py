@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import sympy
 
 from costspec.core.errors import UsageError
-from costspec.runtime.torch_build import evaluator
-from costspec.tree.walk import group_of, walk
+from costspec.core.expr import evaluator
 from costspec.tree.build import Node, OpNode, RepeatNode, ScopeNode, scope_members
+from costspec.tree.walk import group_of, walk
 
 if TYPE_CHECKING:
     import torch
 
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 MODEL_ROW = ""  # the spec's root scope, matched to the real model's root module ""
 
@@ -84,7 +84,7 @@ class RowMap:
 
 
 class _Matcher:
-    def __init__(self, model: "Model", real: RealModules, ev: Callable[[sympy.Expr], int]):
+    def __init__(self, model: "Network", real: RealModules, ev: Callable[[sympy.Expr], int]):
         self.model, self.real, self.ev = model, real, ev
         self.exists = set(real.order)
         self.rank = {p: i for i, p in enumerate(real.order)}
@@ -213,7 +213,7 @@ class _Matcher:
         return candidates[0] if candidates else None
 
 
-def build_mapping(model: "Model", real: RealModules, values: Mapping[sympy.Symbol, sympy.Integer]) -> RowMap:
+def build_mapping(model: "Network", real: RealModules, values: Mapping[sympy.Symbol, sympy.Integer]) -> RowMap:
     matcher = _Matcher(model, real, evaluator(values))
     matcher.scope(model.root, "", [0])
     matches = matcher.matches

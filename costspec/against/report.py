@@ -1,10 +1,10 @@
 """`validate --against` as a `costspec.core.results.Result` (printed by `costspec.core.render`)."""
 from __future__ import annotations
 
-from costspec.core.results import Column, Result, Row, Table
 from costspec.against.check import AgainstResult, _what
 from costspec.against.compare import GRADIENT_REDUCTION, REDUCTION_KINDS
 from costspec.against.mapping import compact
+from costspec.core.results import Column, Result, Row, Table
 
 COLUMNS = [
     Column("real_module", "real module", "text"),

@@ -24,12 +24,13 @@ import sympy
 import yaml
 
 from costspec.core.errors import MissingExtraError, UsageError
-from costspec.runtime.torch_build import evaluator, import_torch
+from costspec.core.expr import evaluator
+from costspec.runtime.torch_build import import_torch
 
 if TYPE_CHECKING:
     import torch
 
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 HF_PREFIX = "hf:"
 
@@ -52,7 +53,7 @@ class Target:
     output: str | None = None  # the output field (or tuple index) that is the spec's output; None: the first
 
 
-def load_target(target: str, model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], device: str,
+def load_target(target: str, model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], device: str,
                 config: str | None = None, config_sets: Mapping[str, str] | None = None,
                 output: str | None = None) -> Target:
     """Build TARGET on `device` at the spec's bound dims `values`; `output` names the field of its
@@ -82,7 +83,7 @@ def load_target(target: str, model: "Model", values: Mapping[sympy.Symbol, sympy
     return Target(target, module, args, kwargs, described, output)
 
 
-def spec_input(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer], device: str) -> "torch.Tensor":
+def spec_input(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], device: str) -> "torch.Tensor":
     """The spec's `input:` as a tensor: token ids in range when the first layer reads ids (an
     embedding), float otherwise; random unless on meta."""
     torch = import_torch("costspec validate --against")

@@ -20,17 +20,14 @@ guides give no factor to apply, so costspec states the flag and keeps the Tensor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 import sympy
 
+from costspec.analysis.evaluation import Report
 from costspec.core.conventions import Precision
 from costspec.core.errors import UsageError
-from costspec.analysis.evaluation import Report
 from costspec.core.results import Row, Table
-
-if TYPE_CHECKING:
-    from costspec.ncu.attribute import Attribution
 
 ALIGN_BITS = 128  # 16-byte vector loads feed the Tensor Cores
 PREFERRED_BITS = 1024  # 128 bytes: the guide's "most efficient" multiple on A100
@@ -174,38 +171,3 @@ def apply(model, report: Report, values: Mapping, mode: str, compute_capability:
             lines.append(f"--alignment strict: compute capability {compute_capability} runs misaligned GEMMs on Tensor "
                          "Cores (cuBLAS >= 11), less efficiently; no factor is published, so the peak is kept")
     return report, flags, lines
-
-
-def tensor_core_misses(attribution: "Attribution", model, values: Mapping | None = None) -> list[str]:
-    """DLProf's "eligible for Tensor Cores but not using them", from ncu counters: every layer slot whose
-    analytic matmul work is Tensor-Core eligible (a Tensor-Core precision) and whose attributed matmul
-    kernels measured no ``sm__ops_path_tensor`` FLOPs, per phase, with the alignment flag that may
-    explain it. Lines for `ncu compare`'s notes; one line saying why when the CSV has no tensor counters."""
-    from costspec.tree.build import OpNode
-    from costspec.tree.walk import slot_of
-
-    title = "eligible for Tensor Cores but ran without them (DLProf-style)"
-    if not attribution.has_tensor_counters:
-        return [f"{title}: unknown, the CSV has no sm__ops_path_tensor counters"]
-    eligible: dict[str, str] = {}
-    for node in model.op_nodes():
-        if not isinstance(node, OpNode) or not node.precision.tensor_cores:
-            continue
-        for leaf in node.children or [node]:
-            if leaf.forward().matmul:
-                eligible.setdefault(slot_of(leaf), node.precision.dtype)
-    reasons = {f.layer: f.text() for f in check(model, values)} if values is not None else {}
-    lines = []
-    for phase in attribution.phases:
-        kernels: dict[str, list] = {}
-        for k in attribution.of(phase):
-            if k.slot in eligible and k.role == "matmul":
-                kernels.setdefault(k.slot, []).append(k)
-        for slot, ks in kernels.items():
-            if sum(k.tensor for k in ks) == 0:
-                names = ", ".join(sorted({k.short for k in ks}))
-                why = reasons.get(slot)
-                lines.append(f"  {phase}: {slot} ({eligible[slot]}): {len(ks)} matmul kernel(s) ({names}), "
-                             f"{sum(k.cuda for k in ks):,} CUDA-core FLOPs, 0 Tensor-Core FLOPs"
-                             + (f" -- {why}" if why else ""))
-    return [f"{title}:" if lines else f"{title}: none"] + lines

@@ -4,14 +4,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 FLASH_TRAIN_NOTE = ("note: attention uses `backend: flash` (the default): its backward recomputes QK^T as GPU "
                     "flash kernels do, so train/backward FLOPs are 1-4% above torch's FlopCounterMode on CPU or "
                     "meta tensors (the math decomposition); set `backend: math` on the attention layers to match it")
 
 
-def flash_backward_note(model: Model, pass_: str) -> str | None:
+def flash_backward_note(model: Network, pass_: str) -> str | None:
     """FLASH_TRAIN_NOTE when `pass_` runs a backward through an attention layer with backend flash."""
     if pass_ not in ("train", "backward"):
         return None

@@ -40,8 +40,8 @@ from costspec.core.safeio import CALIBRATION, MAX_FRACTION_DIGITS, check_number_
 from costspec.core.vocab import Pass
 
 if TYPE_CHECKING:
-    from costspec.model import Model
     from costspec.analysis.slots import SlotTerms
+    from costspec.tree.network import Network
 
 FORMAT_KEY = "costspec_calibration"
 FORMAT_VERSION = 1
@@ -257,7 +257,7 @@ class ExecutedReport:
         return self.table.total
 
 
-def executed_report(model: "Model", values: Mapping, pass_: Pass | str, calibration: Calibration) -> ExecutedReport:
+def executed_report(model: "Network", values: Mapping, pass_: Pass | str, calibration: Calibration) -> ExecutedReport:
     """Predict executed FLOPs per report row for `pass_` (forward, backward, train)."""
     from costspec.analysis.slots import analytic_slots, iter_phases, rows_layout, sum_slots
 

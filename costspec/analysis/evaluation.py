@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Mapping
 import sympy
 
 from costspec.core.conventions import SPARSE_MATMUL_CLASSES
-from costspec.tree.cost import runs_sparse
 from costspec.core.errors import ExpressionError, SpecError
 from costspec.core.expr import as_exact_int
-from costspec.ops.base import layer_notes
 from costspec.core.results import Column, Row, Table
-from costspec.tree.build import Node, OpNode, RepeatNode
 from costspec.core.vocab import Pass
+from costspec.ops.base import layer_notes
+from costspec.tree.build import Node, OpNode, RepeatNode
+from costspec.tree.cost import runs_sparse
 from costspec.tree.walk import NO_GRAD, matmul_engine, node_cost, walk
 
 if TYPE_CHECKING:
     from costspec.tree.cost import Cost
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 COLUMNS = (
     Column("tc_flops", "TC FLOPs", "flops"),
@@ -117,7 +117,7 @@ def exact_int(expr, values: Mapping[sympy.Symbol, sympy.Integer], node: Node) ->
                         "sizes that divide evenly") from None
 
 
-def build_report(model: Model, pass_: Pass | str, values: Mapping[sympy.Symbol, sympy.Integer]) -> Report:
+def build_report(model: Network, pass_: Pass | str, values: Mapping[sympy.Symbol, sympy.Integer]) -> Report:
     """Rows and totals for `pass_` at bound dim `values`."""
     pass_ = Pass.parse(pass_, "pass")
     sparse = any(op.precision.sparse for op in model.op_nodes())
@@ -146,7 +146,7 @@ def build_report(model: Model, pass_: Pass | str, values: Mapping[sympy.Symbol, 
     return Report(model.name, pass_, model.precision.label, dims, Table(_columns(sparse), rows, total_row), notes)
 
 
-def _active_params(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], total: int) -> list[str]:
+def _active_params(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], total: int) -> list[str]:
     """The model's parameters one token uses, where some layers use fewer than all of theirs (experts)."""
     unused, layers = 0, []
     for step in walk(model.root):
@@ -164,7 +164,7 @@ def _active_params(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], t
             f"{', '.join(layers)}, and there the router, top_k experts and shared experts"]
 
 
-def _unpatterned(model: Model, values: Mapping[sympy.Symbol, sympy.Integer]) -> list[str]:
+def _unpatterned(model: Network, values: Mapping[sympy.Symbol, sympy.Integer]) -> list[str]:
     """A note naming the 2:4 GEMMs whose reduction dim is not a whole number of groups of 4 at these dims."""
     odd = []
     for op in model.op_nodes():

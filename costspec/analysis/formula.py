@@ -22,7 +22,7 @@ This module turns them into the form a paper would print, in three steps:
    inside a monomial follow the keep order. In the depth-free remainder, a pair k*m*S - k*c*m
    (S a kept derived dim) is written k*m*(S - c), as the rewrite above meant: 1536*B*C*(S - 1).
 
-Rows are the model's layer rows (`Model.walk`), each the total contribution of all its instances
+Rows are the model's layer rows (`Network.walk`), each the total contribution of all its instances
 (as in `costspec eval`), so a row inside `repeat: L` carries the factor L. Parameters do not
 depend on the pass and always come from the forward pass. No I/O here; the renderers are
 `costspec.export.formulas` (text, JSON) and `costspec.export.latex`.
@@ -40,12 +40,12 @@ from sympy.printing.latex import greek_letters_set
 
 from costspec.core.budget import check_formula_rows, check_formula_terms
 from costspec.core.errors import UsageError
-from costspec.tree.build import RepeatNode
 from costspec.core.vocab import Pass
+from costspec.tree.build import RepeatNode
 from costspec.tree.walk import node_cost, walk
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 Power = tuple  # (generator, exponent): a kept symbol or a leftover atom such as floor(img/patch)
 
@@ -101,7 +101,7 @@ class Symbols:
         return expr.xreplace(self._substitute)
 
 
-def choose_symbols(model: "Model", keep: Sequence[str] | None = None, expand: bool = False,
+def choose_symbols(model: "Network", keep: Sequence[str] | None = None, expand: bool = False,
                    sets: Mapping[str, int] | None = None) -> Symbols:
     """The symbols of the formulas: `keep` (None: free dims + dims marked keep), the rest substituted
     by their values (spec defaults overridden by `sets`); derived dims as symbols unless `expand`."""
@@ -475,7 +475,7 @@ class Formulas:
         return {"tc": self.tc, **dense, "cuda": self.cuda, "total": self.total, "params": self.params}
 
 
-def formulas(model: "Model", pass_: Pass | str = Pass.FORWARD, keep: Sequence[str] | None = None,
+def formulas(model: "Network", pass_: Pass | str = Pass.FORWARD, keep: Sequence[str] | None = None,
              expand: bool = False, sets: Mapping[str, int] | None = None, depth: int | None = None) -> Formulas:
     """Closed forms for `pass_`; rows for layers at tree depth < `depth` (None: all, 0: none)."""
     pass_ = Pass.parse(pass_, "--pass")

@@ -11,13 +11,14 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Mapping
 
-from costspec.core.conventions import Precision
+from costspec.analysis.evaluation import build_report
 from costspec.analysis.gpus import Gpu, matmul_dtype
-from costspec.core.results import Column, Result, Row, Table
 from costspec.analysis.roofline import Efficiency, estimate
+from costspec.core.conventions import Precision
+from costspec.core.results import Column, Result, Row, Table
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 LADDER = ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "nvfp4", "mxfp4")
 
@@ -32,7 +33,7 @@ def _bound(rows, walked_depths: list[int]) -> str:
     return max(times, key=lambda k: times[k]) if times else "-"
 
 
-def ladder(model: Model, values: Mapping, gpu: Gpu, pass_: str = "forward", fusion: str = "default",
+def ladder(model: Network, values: Mapping, gpu: Gpu, pass_: str = "forward", fusion: str = "default",
            efficiency: Efficiency | None = None) -> Result:
     """One row per precision `gpu` supports: bytes, intensity, bound, time, speed-up vs fp32 and bf16."""
     efficiency = efficiency or Efficiency()
@@ -44,7 +45,7 @@ def ladder(model: Model, values: Mapping, gpu: Gpu, pass_: str = "forward", fusi
     times: dict[str, float] = {}
     for dtype in rungs:
         rung = model.with_precision(dtype)
-        report = rung.report(pass_, values)
+        report = build_report(rung, pass_, values)
         roof = estimate(rung, report, values, gpu, fusion, efficiency)
         depths = [r.depth for r in report.rows]
         times[dtype] = roof.time_s

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import sympy
 
+from costspec.analysis.evaluation import build_report
 from costspec.core.errors import CostspecError, UsageError
 from costspec.tree.walk import GradState, node_cost, walk
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 from costspec.core.results import Column, Result, Row, Table
 
 MAX_LENGTHS = 1_000_000
@@ -73,7 +74,7 @@ def _checked(lengths: list[int], where: str) -> list[int]:
     return lengths
 
 
-def check_dims(model: Model, seq_dim: str, batch_dim: str, sets: Mapping[str, int]) -> None:
+def check_dims(model: Network, seq_dim: str, batch_dim: str, sets: Mapping[str, int]) -> None:
     """The sequence dim must be a free dim (not derived), the batch dim must exist, neither --set."""
     dims = model.dims.dims
     for name, role in ((seq_dim, "sequence"), (batch_dim, "batch")):
@@ -87,7 +88,7 @@ def check_dims(model: Model, seq_dim: str, batch_dim: str, sets: Mapping[str, in
             raise UsageError(f"--set {name} conflicts with --lengths, which sets {name} per sequence")
 
 
-def _row_exprs(model: Model, pass_: str, fixed: Mapping, fusion: str, rows: bool = True
+def _row_exprs(model: Network, pass_: str, fixed: Mapping, fusion: str, rows: bool = True
                ) -> list[tuple[sympy.Expr, sympy.Expr]]:
     """(FLOPs, bytes) of every report row, then of the model, as expressions of the batch and sequence
     dims only (derived dims written out, every other dim at its bound value)."""
@@ -122,7 +123,7 @@ def _exact(value) -> int | Fraction:
     return fraction.numerator if fraction.denominator == 1 else fraction
 
 
-def _padded_packed(model: Model, lengths: list[int], pass_: str, sets: Mapping[str, int], seq_dim: str,
+def _padded_packed(model: Network, lengths: list[int], pass_: str, sets: Mapping[str, int], seq_dim: str,
                    batch_dim: str, fusion: str, rows: bool = True) -> tuple[list[tuple], list[tuple]]:
     """(FLOPs, bytes) padded and packed, per report row (when `rows`) and for the model (last)."""
     check_dims(model, seq_dim, batch_dim, sets)
@@ -143,7 +144,7 @@ def _padded_packed(model: Model, lengths: list[int], pass_: str, sets: Mapping[s
     return padded, packed
 
 
-def ragged_totals(model: Model, lengths: list[int], pass_: str = "forward", sets: Mapping[str, int] | None = None,
+def ragged_totals(model: Network, lengths: list[int], pass_: str = "forward", sets: Mapping[str, int] | None = None,
                   seq_dim: str = "S", batch_dim: str = "B", fusion: str = "default") -> dict[str, int | Fraction]:
     """Model totals of `ragged` (for sweeps and reports): padded / packed / waste FLOPs and bytes."""
     padded, packed = _padded_packed(model, lengths, pass_, dict(sets or {}), seq_dim, batch_dim, fusion, rows=False)
@@ -152,14 +153,14 @@ def ragged_totals(model: Model, lengths: list[int], pass_: str = "forward", sets
             "padded_bytes": _exact(pb), "packed_bytes": _exact(qb), "waste_bytes": _exact(pb - qb)}
 
 
-def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mapping[str, int] | None = None,
+def ragged(model: Network, lengths: list[int], pass_: str = "forward", sets: Mapping[str, int] | None = None,
            seq_dim: str = "S", batch_dim: str = "B", fusion: str = "default", depth: int | None = None) -> Result:
     """Padded vs packed costs of a batch of sequences of `lengths`, per layer (the top `depth` levels
     of the tree when given), with the waste."""
     sets = dict(sets or {})
     padded, packed = _padded_packed(model, lengths, pass_, sets, seq_dim, batch_dim, fusion)
     longest = max(lengths)
-    report_rows = model.report(pass_, model.bind(sets={**sets, batch_dim: 1, seq_dim: longest})).rows
+    report_rows = build_report(model, pass_, model.bind(sets={**sets, batch_dim: 1, seq_dim: longest})).rows
     rows, total = [], None
     for i, ((pf, pb), (qf, qb)) in enumerate(zip(padded, packed)):
         pf, qf = _exact(pf), _exact(qf)
@@ -197,7 +198,7 @@ def ragged(model: Model, lengths: list[int], pass_: str = "forward", sets: Mappi
 MAX_SWEEP_POINTS = 4096  # each point evaluates the model at every distinct length
 
 
-def ragged_sweep_csv(model: Model, varies: Sequence[tuple[str, Sequence[int]]], lengths: list[int],
+def ragged_sweep_csv(model: Network, varies: Sequence[tuple[str, Sequence[int]]], lengths: list[int],
                      pass_: str = "forward",
                      sets: Mapping[str, int] | None = None, seq_dim: str = "S", batch_dim: str = "B",
                      fusion: str = "default") -> tuple[int, str]:

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
-from costspec.core.conventions import SPARSE_MATMUL_CLASSES, SPARSE_SPEEDUP, Precision
-from costspec.tree.cost import runs_sparse
 from costspec.analysis.evaluation import Report
 from costspec.analysis.gpus import POINTWISE_DTYPE, Gpu
-from costspec.ops.base import ZERO
+from costspec.core.conventions import SPARSE_MATMUL_CLASSES, SPARSE_SPEEDUP, Precision
 from costspec.core.results import Column, Row
-from costspec.tree.build import Node, OpNode, PartNode
 from costspec.core.vocab import Fusion, Pass, Phase
+from costspec.ops.base import ZERO
+from costspec.tree.build import Node, OpNode, PartNode
+from costspec.tree.cost import runs_sparse
 from costspec.tree.walk import GradState, walk
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 COLUMNS = (Column("bytes", "bytes", "bytes"), Column("intensity", "FLOP/B", "number"), Column("bound", "bound", "text"),
            Column("est_time_s", "est. time", "seconds"))
@@ -112,7 +112,7 @@ def _leaf_precision(node: Node):
     return op.precision
 
 
-def estimate(model: Model, report: Report, values: Mapping, gpu: Gpu, fusion: Fusion | str = Fusion.DEFAULT,
+def estimate(model: Network, report: Report, values: Mapping, gpu: Gpu, fusion: Fusion | str = Fusion.DEFAULT,
              efficiency: Efficiency | None = None) -> RooflineReport:
     """Bytes, intensity, bound and time for every row of `report` (same pass, same dims), attached to
     the report's table as columns."""

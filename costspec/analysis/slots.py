@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 import sympy
 
-from costspec.runtime.torch_build import evaluator
-from costspec.tree.build import Node
+from costspec.core.expr import evaluator
 from costspec.core.vocab import Pass, Phase
+from costspec.tree.build import Node
 from costspec.tree.walk import MODEL_SLOT, RowLayout, is_leaf, layout, node_cost, node_of, op_of, slot_of, walk
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 GEMM_OUTPUT_CLASSES = ("gemm", "conv")  # matmul classes whose kernels cuBLAS/cuDNN may split over K
 
@@ -106,7 +106,7 @@ def _leaf_terms(node: Node, phase: str, mult, in_rg, values, table) -> SlotTerms
     return terms
 
 
-def analytic_slots(model: "Model", values: Mapping, phase: Phase | str) -> dict[str, SlotTerms]:
+def analytic_slots(model: "Network", values: Mapping, phase: Phase | str) -> dict[str, SlotTerms]:
     """slot -> its analytic terms for `phase` ("forward" or "backward"), at bound dim `values`."""
     phase = Phase.parse(phase, "phase")
     out: dict[str, SlotTerms] = {}
@@ -136,7 +136,7 @@ def sum_slots(slots: Mapping[str, SlotTerms], names) -> SlotTerms:
 class RangeResolver:
     """Maps NVTX range names to slots of `model` (cached; names that are no layer path give None)."""
 
-    def __init__(self, model: "Model"):
+    def __init__(self, model: "Network"):
         self.model = model
         self._cache: dict[str, str | None] = {}
 
@@ -169,7 +169,7 @@ def iter_phases(pass_: Pass | str) -> Iterator[Phase]:
     yield from Pass.parse(pass_, "--pass").phases
 
 
-def rows_layout(model: "Model") -> list[RowLayout]:
+def rows_layout(model: "Network") -> list[RowLayout]:
     """The rows of compare / calibration reports: own parts of an op merged (one module, one row)."""
     return layout(model.root, merge_own=True)
 

@@ -18,11 +18,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 import sympy
 
-from costspec.core.errors import CostspecError, UsageError
 from costspec.analysis.sweep_eval import Compiled, compile_expr, evaluate
+from costspec.core.errors import CostspecError, UsageError
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 MAX_POINTS = 20_000_000
 MAX_VALUE = 2**62  # --vary values (and grid values) stay below this
@@ -105,7 +105,7 @@ def parse_vary(text: str) -> tuple[str, Sequence[int]]:
     return name, values
 
 
-def make_grid(model: Model, varies: Sequence[tuple[str, Sequence[int]]],
+def make_grid(model: Network, varies: Sequence[tuple[str, Sequence[int]]],
               fixed: Mapping[str, int] | None = None) -> Grid:
     """The grid of `varies` (checked: known free dims, each once, positive values, at most MAX_POINTS)."""
     import numpy as np
@@ -144,7 +144,7 @@ def make_grid(model: Model, varies: Sequence[tuple[str, Sequence[int]]],
 
 @dataclass
 class _Plan:
-    """What to evaluate at every point: the checks (as in `Model.problems`) and the output columns."""
+    """What to evaluate at every point: the checks (as in `Network.problems`) and the output columns."""
 
     symbols: list[sympy.Symbol]
     names: list[str]  # the varied dims, in symbol order
@@ -152,7 +152,7 @@ class _Plan:
     outputs: dict[str, Compiled]
 
 
-def _plan(model: Model, grid: Grid, exprs: Mapping[str, Any], fixed: Mapping[str, int] | None) -> _Plan:
+def _plan(model: Network, grid: Grid, exprs: Mapping[str, Any], fixed: Mapping[str, int] | None) -> _Plan:
     base = model.dims.values(dict(fixed or {}))
     free = [d for d in model.dims.free() if d.name in grid.names]
     consts = {d.symbol: base[d.symbol] for d in model.dims.free() if d.name not in grid.names}
@@ -198,7 +198,7 @@ def _args(plan: _Plan, chunk: Mapping[str, Any], n: int) -> list[Any]:
     return [chunk[name] for name in plan.names] or [np.zeros(n, dtype=np.int64)]
 
 
-def check_points(model: Model, plan: _Plan, grid: Grid, fixed: Mapping[str, int] | None = None) -> None:
+def check_points(model: Network, plan: _Plan, grid: Grid, fixed: Mapping[str, int] | None = None) -> None:
     """Every check at every grid point; the first failing point is an error naming it."""
     import numpy as np
 
@@ -218,7 +218,7 @@ def check_points(model: Model, plan: _Plan, grid: Grid, fixed: Mapping[str, int]
             raise UsageError(_problem_at(model, grid, chunk, i, fixed, what, got.invalid[i]))
 
 
-def _problem_at(model: Model, grid: Grid, chunk: Mapping[str, Any], i: int, fixed: Mapping[str, int] | None,
+def _problem_at(model: Network, grid: Grid, chunk: Mapping[str, Any], i: int, fixed: Mapping[str, int] | None,
                 what: str, zero: bool) -> str:
     """The message `eval` gives at the failing point (the first problem it finds there)."""
     where = f"at grid point {_point(grid, chunk, i)}"
@@ -232,7 +232,7 @@ def _problem_at(model: Model, grid: Grid, chunk: Mapping[str, Any], i: int, fixe
     return f"{where}: {what} {'divides by zero' if zero else 'is not a positive integer'}"
 
 
-def iter_values(model: Model, grid: Grid, exprs: Mapping[str, Any],
+def iter_values(model: Network, grid: Grid, exprs: Mapping[str, Any],
                 fixed: Mapping[str, int] | None = None) -> Iterator[dict[str, Any]]:
     """Chunks of {name: exact values} over the grid (the grid's own columns first); checks every
     point before yielding anything."""
@@ -253,7 +253,7 @@ def iter_values(model: Model, grid: Grid, exprs: Mapping[str, Any],
         yield out
 
 
-def evaluate_grid(model: Model, grid: Grid, exprs: Mapping[str, Any],
+def evaluate_grid(model: Network, grid: Grid, exprs: Mapping[str, Any],
                   fixed: Mapping[str, int] | None = None) -> dict[str, Any]:
     """name -> array of each expression over the whole grid; other dims at `fixed` or defaults."""
     import numpy as np
@@ -269,7 +269,7 @@ def evaluate_grid(model: Model, grid: Grid, exprs: Mapping[str, Any],
     return out
 
 
-def _exprs(model: Model, pass_: str) -> dict[str, Any]:
+def _exprs(model: Network, pass_: str) -> dict[str, Any]:
     cost = model.cost(pass_)
     exprs: dict[str, Any] = {d.name: d.symbol for d in model.dims.derived()}
     exprs.update({"tc_flops": cost.tc, "cuda_flops": cost.cuda, "total_flops": cost.tc + cost.cuda,
@@ -279,7 +279,7 @@ def _exprs(model: Model, pass_: str) -> dict[str, Any]:
     return exprs
 
 
-def sweep(model: Model, varies: Sequence[tuple[str, Sequence[int]]], pass_: str = "forward",
+def sweep(model: Network, varies: Sequence[tuple[str, Sequence[int]]], pass_: str = "forward",
           fixed: Mapping[str, int] | None = None) -> tuple[Grid, dict[str, Any]]:
     """Grid plus columns tc_flops, cuda_flops, total_flops, params and every derived dim (whole grid in
     memory: use `write_csv` / `iter_values` to stream large grids)."""
@@ -287,7 +287,7 @@ def sweep(model: Model, varies: Sequence[tuple[str, Sequence[int]]], pass_: str 
     return grid, evaluate_grid(model, grid, _exprs(model, pass_), fixed)
 
 
-def write_csv(model: Model, varies: Sequence[tuple[str, Sequence[int]]], out: IO[str], pass_: str = "forward",
+def write_csv(model: Network, varies: Sequence[tuple[str, Sequence[int]]], out: IO[str], pass_: str = "forward",
               fixed: Mapping[str, int] | None = None) -> int:
     """Stream the sweep as CSV to `out`, chunk by chunk; returns the number of rows."""
     grid = make_grid(model, varies, fixed)
@@ -307,7 +307,7 @@ def _rows(cols: Sequence[Any]) -> str:
     return "".join(",".join(map(str, row)) + "\n" for row in zip(*lists))
 
 
-def check_constraints(model: Model, grid: Grid, fixed: Mapping[str, int] | None = None) -> None:
+def check_constraints(model: Network, grid: Grid, fixed: Mapping[str, int] | None = None) -> None:
     """Every constraint and size of the spec at every grid point (see `check_points`)."""
     check_points(model, _plan(model, grid, {}, fixed), grid, fixed)
 

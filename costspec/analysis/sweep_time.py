@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
 
-from costspec.core.conventions import SPARSE_SPEEDUP
 from costspec.analysis.gpus import POINTWISE_DTYPE, Gpu
-from costspec.tree.walk import node_cost
-from costspec.core.progress import progress
 from costspec.analysis.roofline import Efficiency, total_bytes
 from costspec.analysis.sweep import Grid, evaluate_grid
+from costspec.core.conventions import SPARSE_SPEEDUP
+from costspec.core.progress import progress
 from costspec.tree.build import OpNode, PartNode
+from costspec.tree.walk import node_cost
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 BOUNDS = ("TC", "CUDA", "memory")
 
@@ -37,7 +37,7 @@ class GridTimes:
     bound: Any  # str array: TC, CUDA, memory (a trailing '*' when leaves differ), or '-'
 
 
-def _leaves(model: Model, pass_: str, fusion: str):
+def _leaves(model: Network, pass_: str, fusion: str):
     for node, _depth, mult, in_rg in model.walk():
         if node.children:
             continue
@@ -57,7 +57,7 @@ def _tc_seconds(gpu: Gpu, precision, tc, sparse_tc):
     return seconds
 
 
-def grid_times(model: Model, grid: Grid, pass_: str, gpu: Gpu, fixed: Mapping[str, int] | None = None,
+def grid_times(model: Network, grid: Grid, pass_: str, gpu: Gpu, fixed: Mapping[str, int] | None = None,
                fusion: str = "default", efficiency: Efficiency | None = None, quiet: bool = False) -> GridTimes:
     """Roofline time, bytes and bound of `model` at every point of `grid` on `gpu`."""
     import numpy as np

@@ -7,40 +7,49 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import import_module
 
 import click
 
 from costspec.core.errors import CostspecError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# command name -> its module in costspec.cli (explicit, no discovery). A command's module is imported
+# only when that command runs (or when help lists them all), so `costspec eval` never imports
+# the modules of validate, torch or time, and those import torch only inside their commands.
+COMMANDS = {
+    "check": "check", "eval": "eval_cmd", "formula": "formula_cmd", "gpus": "gpus_cmd", "import": "import_cmd",
+    "init": "init_cmd", "latex": "latex_cmd", "ncu": "ncu_cmd", "report": "report_cmd", "roofline": "roofline_cmd",
+    "sweep": "sweep_cmd", "time": "time_cmd", "torch": "torch_cmd", "validate": "validate_cmd", "zoo": "zoo_cmd",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a command's module the first time the command is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            import_module(f"costspec.cli.{COMMANDS[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="costspec")
 def cli() -> None:
     """Exact symbolic Tensor-Core / CUDA-core costs of neural networks from a YAML spec."""
 
 
-def _register() -> None:
-    # Explicit list (no discovery). Commands that need torch import it inside the command.
-    from costspec.cli import (  # noqa: F401
-        check,
-        eval_cmd,
-        formula_cmd,
-        gpus_cmd,
-        latex_cmd,
-        ncu_cmd,
-        roofline_cmd,
-        sweep_cmd,
-        time_cmd,
-        torch_cmd,
-        validate_cmd,
-    )
-    from costspec.cli import init_cmd, report_cmd, zoo_cmd  # noqa: F401  (issue 18)
-    from costspec.cli import import_cmd  # noqa: F401  (issue 15)
+def register_all() -> None:
+    """Import every command's module (for tools that walk the whole command tree, e.g. the docs)."""
+    for name in COMMANDS:
+        cli.get_command(click.Context(cli), name)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn errors into one line and an exit code."""
-    _register()
     try:
         cli.main(args=argv, prog_name="costspec", standalone_mode=False)
     except CostspecError as exc:

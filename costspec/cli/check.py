@@ -5,8 +5,8 @@ import json
 
 import click
 
-from costspec.core.errors import CostspecError
 from costspec.cli import cli, options
+from costspec.core.errors import CostspecError
 
 
 @cli.command("check")

@@ -27,11 +27,10 @@ from costspec.cli import cli, options
 def eval_command(spec, batch, sets, pass_, depth, dtype, gpu, catalog, fusion, efficiency, calibration, fmt, alignment,
                  lengths, lengths_file, seq_dim, ladder):
     """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
+    from costspec.analysis.backend_note import flash_backward_note
     from costspec.core.render import render
     from costspec.export.report import eval_result
     from costspec.model import load
-
-    from costspec.analysis.backend_note import flash_backward_note
 
     model = load(spec, dtype)
     ragged_lengths = options.ragged_lengths(lengths, lengths_file)

@@ -12,11 +12,10 @@ from costspec.cli import cli, options
 @options.output_format("text", "json", default="text")
 def formula_command(spec, keep, sets, pass_, per_layer, expand, dtype, fmt):
     """Print SPEC's costs as canonical polynomials in the kept symbols (totals; every layer with --per-layer)."""
-    from costspec.export.formulas import RENDERERS
-    from costspec.analysis.formula import formulas
-    from costspec.model import load
-
     from costspec.analysis.backend_note import flash_backward_note
+    from costspec.analysis.formula import formulas
+    from costspec.export.formulas import RENDERERS
+    from costspec.model import load
 
     model = load(spec, dtype)
     result = formulas(model, pass_, keep, expand, sets, depth=None if per_layer else 0)

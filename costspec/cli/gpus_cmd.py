@@ -12,8 +12,8 @@ from costspec.cli import cli, options
 @options.output_format()
 def gpus_command(catalog, fmt):
     """List the GPUs with their Tensor-Core peaks (dense; bf16 also 2:4 sparse), CUDA-core peaks and bandwidth."""
-    from costspec.core.render import render
     from costspec.analysis.gpus import catalog as load_catalog
     from costspec.analysis.gpus import catalog_result
+    from costspec.core.render import render
 
     click.echo(render(catalog_result(load_catalog(catalog)), fmt))

@@ -5,8 +5,8 @@ import json
 
 import click
 
-from costspec.core.conventions import DTYPES
 from costspec.cli import cli, options
+from costspec.core.conventions import DTYPES
 
 
 @cli.group("import")

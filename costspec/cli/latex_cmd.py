@@ -14,10 +14,10 @@ from costspec.cli import cli, options
               help="latex: the align environment; json: each formula's LaTeX and sympy text (as `formula`).")
 def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone, fmt):
     """LaTeX formulas of SPEC: one row per top-level layer (every level with --per-layer), subtotals, total."""
-    from costspec.export.latex import render_latex
     from costspec.analysis.formula import formulas
-    from costspec.model import load
     from costspec.core.safeio import check_not_input, write_text
+    from costspec.export.latex import render_latex
+    from costspec.model import load
 
     if output:
         check_not_input(output, [spec])  # before any work: the spec would be lost

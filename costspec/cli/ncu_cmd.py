@@ -5,8 +5,8 @@ from pathlib import Path
 
 import click
 
-from costspec.core.vocab import RUNNABLE_PASSES, Pass
 from costspec.cli import cli, options
+from costspec.core.vocab import RUNNABLE_PASSES, Pass
 
 _passes = click.option("--pass", "pass_", type=click.Choice(Pass.choices()), default=None,
                        help="Phases in the CSV (default: from the sidecar, else forward); train needs the "
@@ -114,10 +114,10 @@ def calibrate_command(spec, csv, batch, sets, pass_, out, fmt):
     import json
 
     from costspec.analysis.calibration import dump_calibration
+    from costspec.core.safeio import check_not_input, write_text
     from costspec.model import load
     from costspec.ncu.calibrate import calibrate, render_summary
     from costspec.ncu.inputs import load_measured, sidecar_path
-    from costspec.core.safeio import check_not_input, write_text
 
     inputs = [spec, *csv, *(sidecar_path(c) for c in csv)]
     check_not_input(out, inputs)  # before any work: a raw profile may need a GPU to recreate

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from costspec.core.errors import UsageError
 from costspec.core.conventions import DTYPES
+from costspec.core.errors import UsageError
 from costspec.core.vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass
 
 

@@ -28,12 +28,12 @@ from costspec.cli import cli, options
 def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, efficiency, varies, validation, compare,
                    quiet, output, fmt):
     """Write SPEC's costs as one HTML page (no network needed to view it: CSS, JS, SVG and MathML inline)."""
+    from costspec.analysis.sweep import parse_vary
     from costspec.core.errors import UsageError
+    from costspec.core.safeio import check_not_input, write_text
     from costspec.export.html_page import render_page
     from costspec.export.html_report import gather, read_json
     from costspec.model import load
-    from costspec.core.safeio import check_not_input, write_text
-    from costspec.analysis.sweep import parse_vary
 
     if not output.lower().endswith((".html", ".htm")):
         raise UsageError(f"-o {output}: the report is an HTML file (.html)")

@@ -20,11 +20,11 @@ from costspec.cli import cli, options
               show_default=True, help="Also print the plotted rows (bytes, intensity, bound, time) in this format.")
 def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency, depth, output, fmt):
     """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof)."""
-    from costspec.export.roofline_plot import plot_roofline
     from costspec.analysis.gpus import get_gpu
-    from costspec.model import load
     from costspec.analysis.roofline import estimate
     from costspec.core.safeio import check_not_input
+    from costspec.export.roofline_plot import plot_roofline
+    from costspec.model import load
 
     check_not_input(output, [spec, catalog])  # before any work: an input would be lost
     model = load(spec)

@@ -29,11 +29,11 @@ def sweep_command(spec, varies, sets, pass_, dtype, gpu, catalog, fusion, effici
                   lengths, lengths_file, seq_dim):
     """Evaluate SPEC over the cartesian product of --vary values (exact integers; CSV by default)."""
     from costspec.analysis.backend_note import flash_backward_note
+    from costspec.analysis.sweep import parse_vary, sweep, to_csv
     from costspec.core.render import render
+    from costspec.core.safeio import check_not_input
     from costspec.export.sweep_result import sweep_result, with_times
     from costspec.model import load
-    from costspec.core.safeio import check_not_input
-    from costspec.analysis.sweep import parse_vary, sweep, to_csv
 
     if output:
         check_not_input(output, [spec])  # before any work: the spec would be lost
@@ -84,8 +84,8 @@ def _stream(model, varies, output: str | None, spec: str, pass_: str, sets) -> N
     """The CSV of the grid, evaluated and written in chunks (`costspec.analysis.sweep.write_csv`); to -o atomically."""
     import sys
 
-    from costspec.core.safeio import atomic_output
     from costspec.analysis.sweep import write_csv
+    from costspec.core.safeio import atomic_output
 
     if output:
         with atomic_output(output, [spec]) as f:

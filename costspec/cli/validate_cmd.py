@@ -6,6 +6,7 @@ import click
 
 from costspec.cli import cli, options
 
+
 def _config_sets(ctx, param, values) -> dict[str, str]:
     out = {}
     for item in values:
@@ -42,9 +43,9 @@ def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, 
                      output_field):
     """Build SPEC's torch module (or, with --against, your real model), count it, and compare per layer;
     exit 1 on any mismatch. Without --against this checks the engine against itself, not your model."""
+    from costspec.core.progress import status
     from costspec.core.render import render
     from costspec.model import load
-    from costspec.core.progress import status
 
     model = load(spec)
     values = model.bind(batch, sets)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import math
 from fractions import Fraction
-from typing import Mapping
+from typing import Callable, Mapping
 
 import sympy
 
@@ -349,3 +349,12 @@ def as_exact_int(value: sympy.Expr, what: str, where: Location | None = None) ->
     if free:
         raise ExpressionError(f"{what} still depends on {', '.join(free)} after binding the dims", where)
     raise ExpressionError(f"{what} evaluates to {value}, not an integer", where)
+
+
+def evaluator(values: Mapping[sympy.Symbol, sympy.Integer]) -> Callable[[sympy.Expr], int]:
+    """expr -> exact int at bound dim `values` (what op builders receive as `ev`)."""
+
+    def ev(expr) -> int:
+        return as_exact_int(sympy.sympify(expr).xreplace(values), "a size")
+
+    return ev

@@ -14,10 +14,11 @@ import math
 from fractions import Fraction
 from typing import Any
 
+from costspec.core import units
 from costspec.core.results import Column, Result, Row, Table
 from costspec.core.text import for_markdown, for_terminal
 from costspec.core.vocab import Format
-from costspec.core import units
+
 
 def plain(text: str) -> str:
     """Text safe for a terminal: control and reordering characters shown as escapes (`costspec.core.text`)."""

@@ -13,11 +13,11 @@ from typing import Sequence
 
 import sympy
 
-from costspec import __version__
 from costspec.analysis.gpus import POINTWISE_DTYPE
-from costspec.export.html_report import PageData
 from costspec.core import units
+from costspec.core.version import __version__
 from costspec.export.html_assets import CSS, JS
+from costspec.export.html_report import PageData
 from costspec.export.json_html import json_sections
 from costspec.export.mathml import mathml
 from costspec.export.svg import RoofPoint, line_chart, roofline_chart, seconds

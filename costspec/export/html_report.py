@@ -15,19 +15,20 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import sympy
 
 from costspec.analysis.backend_note import flash_backward_note
-from costspec.core.errors import UsageError
-from costspec.export.report import CONVENTIONS
+from costspec.analysis.evaluation import build_report
 from costspec.analysis.formula import ClosedForm, Symbols, choose_symbols, closed_form, formulas
 from costspec.analysis.gpus import Gpu
-from costspec.tree.walk import node_cost
-from costspec.core.progress import progress
 from costspec.analysis.roofline import Efficiency, RooflineReport, estimate
 from costspec.analysis.sweep import Grid, sweep
 from costspec.analysis.sweep_time import GridTimes, grid_times
+from costspec.core.errors import UsageError
+from costspec.core.progress import progress
+from costspec.export.report import CONVENTIONS
+from costspec.tree.walk import node_cost
 
 if TYPE_CHECKING:
     from costspec.analysis.evaluation import Report
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 MAX_JSON_BYTES = 64 * 1024 * 1024
 
@@ -50,7 +51,7 @@ class SweepData:
 
 @dataclass
 class PageData:
-    model: Model
+    model: Network
     report: Report
     roof: RooflineReport | None
     gpu: Gpu | None
@@ -85,7 +86,7 @@ def read_json(path: str | Path, what: str) -> dict:
     return data
 
 
-def _row_forms(model: Model, symbols: Symbols, quiet: bool) -> dict[str, RowForms]:
+def _row_forms(model: Network, symbols: Symbols, quiet: bool) -> dict[str, RowForms]:
     walked = list(model.walk())
     out = {}
     with progress("report: closed forms", len(walked), quiet) as tick:
@@ -99,13 +100,13 @@ def _row_forms(model: Model, symbols: Symbols, quiet: bool) -> dict[str, RowForm
     return out
 
 
-def gather(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], pass_: str, sets: Mapping[str, int],
+def gather(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_: str, sets: Mapping[str, int],
            gpu: Gpu | None = None, fusion: str = "default", efficiency: Efficiency | None = None,
            varies: Sequence[tuple[str, Sequence[int]]] = (), validation: dict | None = None,
            compare: dict | None = None, quiet: bool = False) -> PageData:
-    """All the report's data for `model` at bound `values` (from `Model.bind`)."""
+    """All the report's data for `model` at bound `values` (from `Network.bind`)."""
     efficiency = efficiency or Efficiency()
-    report = model.report(pass_, values)
+    report = build_report(model, pass_, values)
     roof = estimate(model, report, values, gpu, fusion, efficiency) if gpu else None
     bound = {d.name: int(values[d.symbol]) for d in model.dims.free()}
     symbols = choose_symbols(model, None, False, bound)

@@ -2,10 +2,10 @@
 attached to it), shown down to a depth, with the header and notes."""
 from __future__ import annotations
 
-from costspec.core.conventions import FLOPS_PER_MAC
 from costspec.analysis.evaluation import Report
-from costspec.core.results import Result, Row, Table
 from costspec.core import units
+from costspec.core.conventions import FLOPS_PER_MAC
+from costspec.core.results import Result, Row, Table
 
 CONVENTIONS = (f"1 FLOP = one scalar op; a multiply-add = {FLOPS_PER_MAC} FLOPs (FLOPs, not MACs). "
                "Matmul-class FLOPs go to Tensor Cores (TC) unless the layer runs in plain fp32, "

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from costspec.core.errors import MissingExtraError
-from costspec.analysis.gpus import POINTWISE_DTYPE
 from costspec.analysis.evaluation import Report
+from costspec.analysis.gpus import POINTWISE_DTYPE
 from costspec.analysis.roofline import RooflineReport
+from costspec.core.errors import MissingExtraError
 from costspec.core.safeio import write_with
 
 

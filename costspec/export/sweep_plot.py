@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from costspec.core.errors import MissingExtraError, UsageError
 from costspec.analysis.sweep import Grid
+from costspec.core.errors import MissingExtraError, UsageError
 
 LABELS = {"total_flops": "total FLOPs", "tc_flops": "Tensor-Core FLOPs", "cuda_flops": "CUDA-core FLOPs",
           "params": "parameters", "time_s": "estimated time (s)", "bytes": "bytes moved"}

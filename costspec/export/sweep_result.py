@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from costspec.core.results import Column, Kind, Result, Row, table_of
 from costspec.analysis.sweep import Grid
 from costspec.analysis.sweep_time import GridTimes
+from costspec.core.results import Column, Kind, Result, Row, table_of
 
 _KINDS: dict[str, Kind] = {"tc_flops": "flops", "cuda_flops": "flops", "total_flops": "flops", "params": "params",
                            "bytes": "bytes", "time_s": "seconds", "bound": "text", "tc_flops_dense_equivalent": "flops"}

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from costspec.core.errors import CostspecError
 from costspec.core.safeio import Kind, read_json, write_text
-from costspec.spec.load import parse_spec
-from costspec.importer.starter import SCHEMA_LINE, schema_path, schema_ref
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.families import FAMILIES, Family
+from costspec.importer.starter import SCHEMA_LINE, schema_path, schema_ref
+from costspec.spec.load import parse_spec
 
 CONFIG = Kind("Hugging Face config", 4_000_000)
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -23,16 +23,16 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+from costspec.analysis.slots import MODEL_SLOT, RangeResolver
 from costspec.core.errors import CostspecError
+from costspec.core.vocab import Pass
 from costspec.ncu.kernels import base_name, classify, flops_from_metrics
 from costspec.ncu.metrics import TENSOR_OPS_PREFIX, UnknownArchError, normalize_cc
 from costspec.ncu.parse import KernelRecord
 from costspec.ops import OPS
-from costspec.core.vocab import Pass
-from costspec.analysis.slots import MODEL_SLOT, RangeResolver
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 PHASE_RANGES = {"costspec:forward": "forward", "costspec:backward": "backward"}
 LOSS_RANGE = "costspec:loss"
@@ -153,7 +153,7 @@ def _cc(records: Sequence[KernelRecord]) -> str | None:
     return None
 
 
-def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model: "Model") -> Attribution:
+def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model: "Network") -> Attribution:
     """Attribute the kernels of one or more parsed CSVs. `sources`: (file name, records, pass) with
     pass forward | backward | train (the phase of unmarked kernels: forward/backward; train needs
     the costspec phase ranges)."""

@@ -37,11 +37,18 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-from costspec.analysis.calibration import (FORMAT_KEY, FORMAT_VERSION, Calibration, Executed, PhaseCoefficients, exact,
-                           executed_slot)
+from costspec.analysis.calibration import (
+    FORMAT_KEY,
+    FORMAT_VERSION,
+    Calibration,
+    Executed,
+    PhaseCoefficients,
+    exact,
+    executed_slot,
+)
+from costspec.analysis.slots import SlotTerms, analytic_slots
 from costspec.ncu.attribute import CONVENTIONS, MATMUL_KERNEL_CLASSES, Kernel
 from costspec.ncu.inputs import Measured
-from costspec.analysis.slots import SlotTerms, analytic_slots
 
 
 @dataclass

@@ -17,12 +17,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from costspec.analysis.calibration import Calibration, Executed, executed_slot
+from costspec.analysis.slots import MODEL_SLOT, rows_layout, sum_slots
 from costspec.core.render import render
 from costspec.core.results import Column, Result, Row, Table
 from costspec.ncu.attribute import CONVENTIONS, Kernel
 from costspec.ncu.calibrate import bucket_phase
+from costspec.ncu.eligibility import tensor_core_misses
 from costspec.ncu.inputs import Measured
-from costspec.analysis.slots import MODEL_SLOT, rows_layout, sum_slots
 
 UNATTRIBUTED = "(unattributed)"
 
@@ -133,10 +134,6 @@ def compare(measured: Measured, calibration: Calibration | None = None) -> Compa
     if calibration:
         notes.append("executed = the calibration's prediction (epsilon, rho, kappa) plus the measured FLOPs of "
                      "kernels with no model term and of unattributed kernels; residual = measured - executed")
-    from costspec.analysis.alignment import (
-        tensor_core_misses  # issue 19: DLProf's "eligible for Tensor Cores, not using them",
-    )
-
     notes += tensor_core_misses(measured.attribution, model, measured.values)
     dims = {str(k): int(v) for k, v in measured.values.items()}
     return Comparison(model.name, list(measured.attribution.sources), measured.pass_, dims,

@@ -19,7 +19,7 @@ from costspec.ncu.attribute import Attribution, attribute
 from costspec.ncu.parse import parse_csv
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 SIDECAR_VERSION = 1
 
@@ -67,7 +67,7 @@ def write_sidecar(csv_path: str | Path, data: Mapping, inputs: Sequence[str | Pa
 class Measured:
     """A spec bound to dims, and the attributed kernels of its CSVs."""
 
-    model: Model
+    model: Network
     values: dict
     pass_: str  # forward | backward | train: the phases present
     attribution: Attribution
@@ -89,7 +89,7 @@ def _merge_bindings(sidecars: Sequence[dict | None], batch: int | None, sets: Ma
     return bind
 
 
-def load_measured(model: Model, csvs: Sequence[str], batch: int | None = None,
+def load_measured(model: Network, csvs: Sequence[str], batch: int | None = None,
                   sets: Mapping[str, int] | None = None, pass_: str | None = None) -> Measured:
     """Parse every CSV of a loaded spec's run, read their sidecars, bind dims and attribute the kernels.
 

@@ -44,7 +44,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Protocol
 
 from costspec.runtime.layer_hooks import (
-    BACKWARD_RANGE, FORWARD_RANGE, LOSS_RANGE, LayerHooks, LayerListener, layer_paths, step,
+    BACKWARD_RANGE,
+    FORWARD_RANGE,
+    LOSS_RANGE,
+    LayerHooks,
+    LayerListener,
+    layer_paths,
+    step,
 )
 
 if TYPE_CHECKING:

@@ -77,8 +77,8 @@ from pathlib import Path
 from typing import Union
 
 from costspec.core.errors import CostspecError
-from costspec.ncu.metrics import all_known_metrics
 from costspec.core.safeio import check_number_text
+from costspec.ncu.metrics import all_known_metrics
 
 
 class NcuFormatError(CostspecError):

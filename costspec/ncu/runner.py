@@ -21,7 +21,6 @@ import sys
 from costspec.runtime.torch_build import TORCH_DTYPES, configure_dtype
 
 
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m costspec.ncu.runner",
                                 description="Run one profiled step of a costspec spec's torch module on CUDA.")
@@ -46,18 +45,18 @@ def parse_sets(items: list[str]) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from costspec.core.errors import CostspecError
-    from costspec.model import load
-    from costspec.runtime.layer_hooks import LayerHooks, layer_paths, step
     from costspec.core.safeio import write_text
-    from costspec.runtime.torch_build import build_module, import_torch
     from costspec.ncu.nvtx import NvtxRanges, TorchNvtx
+    from costspec.runtime.layer_hooks import LayerHooks, layer_paths, step
+    from costspec.runtime.torch_build import build_module, import_torch
+    from costspec.tree.network import Network
 
     try:
         torch = import_torch("costspec.ncu.runner")
         if not torch.cuda.is_available():
             print("costspec.ncu.runner: error: no CUDA GPU is available", file=sys.stderr)
             return 2
-        model = load(args.spec)
+        model = Network.from_file(args.spec)
         values = model.bind(args.batch, parse_sets(args.sets))
         dtype_name = args.dtype or str(model.precision)
         dtype = configure_dtype(torch, dtype_name)

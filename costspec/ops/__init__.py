@@ -1,5 +1,18 @@
 """Op definitions. Importing this package registers every op (explicit list, no discovery)."""
 from costspec.ops import (  # noqa: F401
-    attention, conv, embed, join, layout, linear, mlp, moe, norm, pointwise, pool, resample, scale, shape_ops,
+    attention,
+    conv,
+    embed,
+    join,
+    layout,
+    linear,
+    mlp,
+    moe,
+    norm,
+    pointwise,
+    pool,
+    resample,
+    scale,
+    shape_ops,
 )
 from costspec.ops.registry import OPS, register_op, spec_ops  # noqa: F401

@@ -6,7 +6,19 @@ import sympy
 
 from costspec.core.conventions import FLOPS_PER_MAC
 from costspec.ops.base import (
-    CONV_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Reconcile, Traffic, Work, numel, pointwise,
+    CONV_RUNTIME,
+    ZERO,
+    Attr,
+    Constraint,
+    Gemm,
+    OpCall,
+    OpDef,
+    Part,
+    Reconcile,
+    Traffic,
+    Work,
+    numel,
+    pointwise,
     requires,
 )
 from costspec.ops.registry import register_op

@@ -12,8 +12,21 @@ from typing import Sequence
 
 import sympy
 
-from costspec.ops.base import (ONE, ZERO, Attr, Constraint, OpCall, OpDef, Part, Shape, Traffic, Work, numel, pointwise,
-                   same_size)
+from costspec.ops.base import (
+    ONE,
+    ZERO,
+    Attr,
+    Constraint,
+    OpCall,
+    OpDef,
+    Part,
+    Shape,
+    Traffic,
+    Work,
+    numel,
+    pointwise,
+    same_size,
+)
 from costspec.ops.registry import register_op
 
 

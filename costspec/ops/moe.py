@@ -19,8 +19,23 @@ from __future__ import annotations
 import sympy
 
 from costspec.ops.base import (
-    GEMM_RUNTIME, ZERO, Attr, Constraint, Gemm, OpCall, OpDef, Part, Traffic, Work, linear_backward, linear_forward,
-    linear_outputs, linear_traffic, numel, pointwise, requires,
+    GEMM_RUNTIME,
+    ZERO,
+    Attr,
+    Constraint,
+    Gemm,
+    OpCall,
+    OpDef,
+    Part,
+    Traffic,
+    Work,
+    linear_backward,
+    linear_forward,
+    linear_outputs,
+    linear_traffic,
+    numel,
+    pointwise,
+    requires,
 )
 from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
 from costspec.ops.registry import register_op

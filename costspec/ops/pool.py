@@ -11,7 +11,18 @@ from __future__ import annotations
 import sympy
 
 from costspec.ops.base import (
-    Attr, Constraint, OpCall, OpDef, Part, Reconcile, Runtime, Work, numel, pointwise, requires, same_size,
+    Attr,
+    Constraint,
+    OpCall,
+    OpDef,
+    Part,
+    Reconcile,
+    Runtime,
+    Work,
+    numel,
+    pointwise,
+    requires,
+    same_size,
 )
 from costspec.ops.conv import conv_out
 from costspec.ops.registry import register_op

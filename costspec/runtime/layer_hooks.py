@@ -25,7 +25,7 @@ from costspec.tree.walk import node_of
 if TYPE_CHECKING:
     import torch
 
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 FORWARD_RANGE = "costspec:forward"
 BACKWARD_RANGE = "costspec:backward"
@@ -42,7 +42,7 @@ class LayerListener(Protocol):
     def end_backward(self) -> None: ...
 
 
-def layer_paths(model: "Model", module: "torch.nn.Module") -> dict[str, str]:
+def layer_paths(model: "Network", module: "torch.nn.Module") -> dict[str, str]:
     """torch module path -> range name, for every module that is a costspec layer of its own."""
     from torch import nn
 
@@ -62,7 +62,7 @@ def layer_paths(model: "Model", module: "torch.nn.Module") -> dict[str, str]:
 class LayerHooks:
     """Context manager: hooks on every layer module of `module` that report to `listener`."""
 
-    def __init__(self, model: "Model", module: "torch.nn.Module", listener: LayerListener,
+    def __init__(self, model: "Network", module: "torch.nn.Module", listener: LayerListener,
                  paths: dict[str, str] | None = None):
         self.listener = listener
         self.paths = paths if paths is not None else layer_paths(model, module)

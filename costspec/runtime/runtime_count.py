@@ -21,8 +21,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from torch.utils.module_tracker import ModuleTracker
 
-from costspec.ops import OPS
 from costspec.core.vocab import FusedRun
+from costspec.ops import OPS
 
 OUTSIDE = "(outside the model)"  # ops with no model module active: the loss and its gradient seed
 PASSES = ("forward", "backward")

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 from costspec.core.errors import CostspecError
 from costspec.core.render import render
 from costspec.core.results import Column, Result, Row, Table
-from costspec.tree.build import RepeatNode
 from costspec.core.vocab import RUNNABLE_PASSES, Pass
+from costspec.tree.build import RepeatNode
 from costspec.tree.walk import row_name, walk
 
 if TYPE_CHECKING:
-    from costspec.model import Model
     from costspec.analysis.roofline import RooflineReport
+    from costspec.tree.network import Network
 
 
 class Timer(Protocol):
@@ -125,7 +125,7 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def time_layers(model: "Model", values: Mapping, pass_: str = "forward", dtype: str | None = None, warmup: int = 3,
+def time_layers(model: "Network", values: Mapping, pass_: str = "forward", dtype: str | None = None, warmup: int = 3,
                 repeats: int = 10, device: str = "cuda", timer: Timer | None = None) -> Timing:
     """Time every layer (median of `repeats` steps after `warmup`) on `device` with `timer`."""
     from costspec.runtime.layer_hooks import LayerHooks, layer_paths, step

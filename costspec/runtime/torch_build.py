@@ -10,19 +10,19 @@ Module paths map back to report rows by dropping the repeat index, or replacing 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
 
 from costspec.core.errors import MissingExtraError, SpecError
-from costspec.core.expr import as_exact_int
+from costspec.core.expr import evaluator
 from costspec.core.results import Column, Result, Row, Table
 from costspec.tree.build import Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 from costspec.tree.walk import group_of, row_name
 
 if TYPE_CHECKING:
 
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 
 def import_torch(purpose: str):
@@ -47,16 +47,7 @@ def configure_dtype(torch, dtype: str):
     return getattr(torch, TORCH_DTYPES[dtype])
 
 
-def evaluator(values: Mapping[sympy.Symbol, sympy.Integer]) -> Callable[[sympy.Expr], int]:
-    """expr -> exact int at bound dim `values` (what op builders receive as `ev`)."""
-
-    def ev(expr) -> int:
-        return as_exact_int(sympy.sympify(expr).xreplace(values), "a size")
-
-    return ev
-
-
-def build_module(model: "Model", values: Mapping[sympy.Symbol, sympy.Integer]):
+def build_module(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]):
     """(nn.Module, make_input) for `model` at bound dims `values`.
 
     Parameters are created on torch's current default device (wrap the call in
@@ -180,7 +171,7 @@ def _add_child(container, node: Node, module) -> None:
     container.add_module(node.local, module)
 
 
-def row_names(model: "Model", module) -> dict[str, str]:
+def row_names(model: "Network", module) -> dict[str, str]:
     """torch module path -> row name, for every submodule of a module built from `model`."""
     return {path: row_name(model.root, path) for path, _ in module.named_modules()}
 

@@ -24,18 +24,29 @@ from typing import TYPE_CHECKING, Any, Mapping
 import sympy
 
 from costspec.core.errors import MismatchError, UsageError
+from costspec.core.expr import evaluator
 from costspec.core.render import render
-from costspec.ops.base import layer_notes
 from costspec.core.results import Column, Result, Row, Table
-from costspec.runtime.torch_build import build_module, evaluator, import_torch
-from costspec.tree.build import OpNode
 from costspec.core.vocab import RUNNABLE_PASSES, Device, FusedRun, Pass, Phase
+from costspec.ops.base import layer_notes
+from costspec.runtime.torch_build import build_module, import_torch
+from costspec.tree.build import OpNode
 from costspec.tree.walk import (
-    MODEL_SLOT, GradState, RowLayout, Step, layout, node_cost, node_of, op_of, own_slot, slot_of, walk,
+    MODEL_SLOT,
+    GradState,
+    RowLayout,
+    Step,
+    layout,
+    node_cost,
+    node_of,
+    op_of,
+    own_slot,
+    slot_of,
+    walk,
 )
 
 if TYPE_CHECKING:
-    from costspec.model import Model
+    from costspec.tree.network import Network
 
 OUTSIDE_SLOT = "(outside the model)"
 OUTSIDE_REASON = "the loss out.float().sum() and its gradient seed run outside the model"
@@ -135,7 +146,7 @@ def _nonzero(d: Mapping[str, int]) -> dict[str, int]:
 # ----------------------------------------------------------------------------------------------
 # Validation
 # ----------------------------------------------------------------------------------------------
-def validate(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], pass_: Pass | str = Pass.FORWARD,
+def validate(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_: Pass | str = Pass.FORWARD,
              device: Device | str = Device.META, rtol: float = 0.0, force: bool = False) -> Validation:
     """Build `model`'s torch module at dims `values`, run it on `device` (meta or cpu) for `pass_`
     (forward or train), count it, and compare per row with the analytic costs. On a real device the
@@ -174,7 +185,7 @@ def validate(model: Model, values: Mapping[sympy.Symbol, sympy.Integer], pass_: 
         problems=measured.problems, notes=layer_notes(model.op_nodes()) + _sparse_note(model))
 
 
-def _sparse_note(model: Model) -> list[str]:
+def _sparse_note(model: Network) -> list[str]:
     """2:4 layers run dense in the generated module, so the comparison is on dense-equivalent matmul FLOPs."""
     from costspec.tree.cost import runs_sparse
 
@@ -188,7 +199,7 @@ def _sparse_note(model: Model) -> list[str]:
             "(half of their forward weight GEMMs, `eval`) are not measured here"]
 
 
-def _path_slots(model: Model, module, outside: str) -> tuple[dict[str, str], dict[str, OpNode]]:
+def _path_slots(model: Network, module, outside: str) -> tuple[dict[str, str], dict[str, OpNode]]:
     """torch module path -> slot, and -> the op node whose module it is (or is inside)."""
     path_slot, path_op = {outside: OUTSIDE_SLOT}, {}
     for path, _ in module.named_modules():
@@ -285,7 +296,7 @@ def _check_row(name: str, label: str, depth: int, analytic: int, pointwise: dict
         "pointwise_analytic": pointwise, "pointwise_measured": measured_pw})
 
 
-def _table(model: Model, rows: list[RowLayout], phase: str, got: dict[str, _Amount], deltas: dict[str, _Amount],
+def _table(model: Network, rows: list[RowLayout], phase: str, got: dict[str, _Amount], deltas: dict[str, _Amount],
            values, rtol: float) -> Table:
     def measured_of(slots) -> tuple[int, int, dict[str, int]]:
         raw, rec, pw = 0, 0, Counter[str]()

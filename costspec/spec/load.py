@@ -8,9 +8,8 @@ from typing import Iterator
 import jsonschema
 
 from costspec.core.errors import Location, SpecError
-from costspec.spec.schema import COMPOSITION_KEYS, build_schema
 from costspec.core.yaml_marks import MAX_BYTES, MarkedDoc, format_path, load_marked
-
+from costspec.spec.schema import COMPOSITION_KEYS, build_schema
 
 _REQUIRED = ("costspec", "name", "input", "layers")
 

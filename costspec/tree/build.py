@@ -14,14 +14,27 @@ import sympy
 
 from costspec.core.budget import check_op_instances
 from costspec.core.conventions import Precision
-from costspec.tree.cost import ZERO_COST, Cost, route
 from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
 from costspec.core.expr import parse_expr
 from costspec.ops import OPS, spec_ops
-from costspec.ops.base import (GRAD_INPUT, GRAD_NO, GRAD_YES, NO_WIRING, REQUIRED, Attrs, Constraint, OpCall, OpDef,
-                       Part, Wiring, Work, numel)
+from costspec.ops.base import (
+    GRAD_INPUT,
+    GRAD_NO,
+    GRAD_YES,
+    NO_WIRING,
+    REQUIRED,
+    Attrs,
+    Constraint,
+    OpCall,
+    OpDef,
+    Part,
+    Wiring,
+    Work,
+    numel,
+)
 from costspec.spec.schema import COMPOSITION_KEYS
+from costspec.tree.cost import ZERO_COST, Cost, route
 
 MAX_TREE_DEPTH = 64  # nested blocks / scopes
 MAX_OP_NODES = 20_000  # op instances in the tree (repeats count once)

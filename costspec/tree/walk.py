@@ -27,10 +27,10 @@ from typing import Iterator, NamedTuple
 
 import sympy
 
-from costspec.tree.cost import Cost
 from costspec.core.errors import SpecError
-from costspec.tree.build import GroupNode, Node, OpNode, ParallelNode, PartNode, RepeatNode, ResidualNode, scope_members
 from costspec.core.vocab import Pass
+from costspec.tree.build import GroupNode, Node, OpNode, ParallelNode, PartNode, RepeatNode, ResidualNode, scope_members
+from costspec.tree.cost import Cost
 
 MODEL_SLOT = "(model)"  # work measured in the model's root module, outside every layer
 

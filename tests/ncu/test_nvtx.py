@@ -8,16 +8,24 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from synth_ncu import FFMA, raw_csv  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import costspec  # noqa: E402
 from costspec.ncu.compare import compare  # noqa: E402
 from costspec.ncu.inputs import load_measured  # noqa: E402
-from costspec.ncu.nvtx import (BACKWARD_RANGE, FORWARD_RANGE, LOSS_RANGE, LayerHooks, ListRecorder,  # noqa: E402
-                               NvtxRanges, layer_paths, step)
+from costspec.ncu.nvtx import (  # noqa: E402
+    BACKWARD_RANGE,
+    FORWARD_RANGE,
+    LOSS_RANGE,
+    LayerHooks,
+    ListRecorder,
+    NvtxRanges,
+    layer_paths,
+    step,
+)
 from costspec.runtime.torch_build import build_module  # noqa: E402
 from costspec.tree.walk import row_name  # noqa: E402
-from synth_ncu import FFMA, raw_csv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "specs" / "toy_mlp.yaml"

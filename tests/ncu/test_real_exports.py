@@ -4,8 +4,6 @@ The expected values were read by hand from the files; each is quoted from its CS
 """
 from __future__ import annotations
 
-import costspec
-
 import shutil
 import subprocess
 import sys
@@ -13,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import costspec
 from costspec.ncu.compare import compare, render_table
 from costspec.ncu.inputs import load_measured
 from costspec.ncu.kernels import flops_from_metrics

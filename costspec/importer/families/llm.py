@@ -6,8 +6,19 @@ from costspec.importer.config import HFConfig
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.llm_parts import (
-    EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text, decoder_dims,
-    decoder_layers, gated_fn, header_note, mask_ignore, rope,
+    EMBED,
+    IGNORED,
+    ROTATE_HALF_IGNORE,
+    Decoder,
+    attention_line,
+    block_layout,
+    block_text,
+    decoder_dims,
+    decoder_layers,
+    gated_fn,
+    header_note,
+    mask_ignore,
+    rope,
 )
 
 # the token ids of the input (the embedding reads them)

@@ -9,11 +9,22 @@ from __future__ import annotations
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
-from costspec.importer.families.llm_parts import (
-    EMBED, IGNORED, ROTATE_HALF_IGNORE, Decoder, attention_line, block_layout, block_text, decoder_dims,
-    decoder_layers, gated_fn, header_note, mask_ignore, rope,
-)
 from costspec.importer.families.llm import TOKENS, dense_block, describe, qwen_window
+from costspec.importer.families.llm_parts import (
+    EMBED,
+    IGNORED,
+    ROTATE_HALF_IGNORE,
+    Decoder,
+    attention_line,
+    block_layout,
+    block_text,
+    decoder_dims,
+    decoder_layers,
+    gated_fn,
+    header_note,
+    mask_ignore,
+    rope,
+)
 
 BATCHED_MM = {"_experts_implementation": "batched_mm"}
 MOE_IGNORED = dict(IGNORED, router_aux_loss_coef="the load-balancing loss: training objective, not the model",

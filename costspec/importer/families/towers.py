@@ -5,7 +5,12 @@ from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import (
-    GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size,
+    GELU_NEW_NOTE,
+    activation,
+    check_divides,
+    check_whole_patches,
+    qkv_grad_ignore,
+    square_size,
 )
 
 TEXT_TOWER = "the spec is the image tower (CLIPModel.get_image_features); the text tower is another model"

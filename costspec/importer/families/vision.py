@@ -5,7 +5,12 @@ from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import (
-    GELU_NEW_NOTE, activation, check_divides, check_whole_patches, qkv_grad_ignore, square_size,
+    GELU_NEW_NOTE,
+    activation,
+    check_divides,
+    check_whole_patches,
+    qkv_grad_ignore,
+    square_size,
 )
 
 DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
