@@ -13,7 +13,6 @@ import click
 
 from costspec.core.errors import CostspecError
 
-
 # command name -> its module in costspec.cli (explicit, no discovery). A command's module is imported
 # only when that command runs (or when help lists them all), so `costspec eval` never imports
 # the modules of validate, torch or time, and those import torch only inside their commands.

@@ -4,7 +4,7 @@ constraints its shapes need. Every layer above `tree` takes this type; the publi
 """
 from __future__ import annotations
 
-import os
+from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import sympy
@@ -58,7 +58,7 @@ class Network:
             raise problems[0]
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, dtype: str | None = None):
+    def from_file(cls, path: str | Path, dtype: str | None = None):
         """Read, validate and build a spec file, or a zoo spec by name ("vit_b") when no such file exists."""
         return cls(read_spec(resolve(path)), dtype=dtype)
 
