@@ -145,7 +145,7 @@ def check_numbers(model, text, values) -> None:
 
 
 def check_sweep(model, text) -> None:
-    """Property 4 (issue 12): `sweep` over a free dim gives exactly `evaluate`'s integers at every point,
+    """Property 4: `sweep` over a free dim gives exactly `evaluate`'s integers at every point,
     and refuses the grid (a CostspecError naming a point) exactly when `evaluate` refuses some point."""
     from costspec.analysis.sweep import MAX_VALUE, sweep
 
@@ -181,7 +181,7 @@ def check_sweep(model, text) -> None:
 
 
 def check_render(model, text) -> None:
-    """Property 5 (issue 12): no control or direction-override character reaches a rendered report."""
+    """Property 5: no control or direction-override character reaches a rendered report."""
     from costspec.core.render import render
     from costspec.core.text import unsafe_chars
     from costspec.export.report import eval_result

@@ -652,7 +652,7 @@ def repeat_layer(g: Gen, shape, count: Size | None = None, variants: bool = True
 
 
 # ----------------------------------------------------------------------------------------------
-# Dataflow (issue 14): named values, branches and joins, shortcuts, further inputs, cross-attention.
+# Dataflow: named values, branches and joins, shortcuts, further inputs, cross-attention.
 # Every value drawn is read: `input:` only right after a `save:` whose value a later layer reads.
 # ----------------------------------------------------------------------------------------------
 def _same(a: list, b: list) -> bool:
@@ -1128,7 +1128,7 @@ def _expr_soup(draw, words: list[str]) -> str:
 
 
 def _divisor_expr(draw, dims: list[str]) -> str:
-    """A size whose divisor can be 0, zoo or nan at some dims (issue 12): a difference of dims under /, //, %,
+    """A size whose divisor can be 0, zoo or nan at some dims: a difference of dims under /, //, %,
     ceil, floor, or a look-alike / escape-laden name."""
     a = draw(st.sampled_from(dims or ["B"]))
     b = draw(st.sampled_from(dims or ["B"]))

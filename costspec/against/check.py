@@ -22,7 +22,7 @@ from costspec.against.mapping import MODEL_ROW, RealModules, RowMap, build_mappi
 from costspec.against.target import Target, first_tensor
 from costspec.core.errors import MismatchError
 from costspec.core.vocab import RUNNABLE_PASSES, FusedRun, Pass
-from costspec.runtime.validate import Applied, _Amount
+from costspec.runtime.reconcile import Amount, Applied
 
 if TYPE_CHECKING:
     from costspec.tree.network import Network
@@ -67,7 +67,8 @@ class AgainstResult:
     attribution: list[str] = field(default_factory=list)  # scope ambiguities inside agreeing rows
 
     def failures(self) -> list[str]:
-        out = [f"{p}: {row}: {_what(kind, a, b)}" for p, ph in self.phases.items() for row, kind, a, b in ph.failures]
+        out = [f"{p}: {row}: {what_ran(kind, a, b)}"
+               for p, ph in self.phases.items() for row, kind, a, b in ph.failures]
         return out + self.problems  # unknown aten ops fail as their own kind ("unknown:aten.neg") in a row
 
     @property
@@ -75,7 +76,7 @@ class AgainstResult:
         return not self.failures()
 
 
-def _what(kind: str, spec: int, real: int) -> str:
+def what_ran(kind: str, spec: int, real: int) -> str:
     unit = "parameters" if kind == "params" else "FLOPs" if kind == "matmul" else "elements"
     name = "matmul-class FLOPs" if kind == "matmul" else kind
     return f"{name}: spec {spec:,} {unit}, real {real:,} ({real - spec:+,})"
@@ -175,7 +176,7 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
         matched = [p for p in real.order if p and named.regex.match(p)]
         named.paths = [p for p in matched if not any(q != p and real.under(q, p) for q in matched)]
     phases = pass_.phases
-    amounts: dict[str, dict[str, _Amount]] = {p: {} for p in phases}
+    amounts: dict[str, dict[str, Amount]] = {p: {} for p in phases}
     facts: dict[str, dict[int, dict]] = {p: {} for p in phases}
     for phase in phases:
         entry: Ignored | None
@@ -185,14 +186,14 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
                 entry.matmul[phase] = entry.matmul.get(phase, 0) + flops
                 continue
             row = OUTSIDE_ROW if path == OUTSIDE else rowmap.row_of(path)
-            amounts[phase].setdefault(row, _Amount()).add(flops, {})
+            amounts[phase].setdefault(row, Amount()).add(flops, {})
         for path, kinds in measured.pointwise[phase].items():
             for kind, n in kinds.items():
                 entry = ignore_of(path, phase, kind)
                 if entry is not None:
                     entry.pointwise.setdefault(phase, Counter())[kind] += n
                 else:
-                    amounts[phase].setdefault(rowmap.row_of(path), _Amount()).add(0, {kind: n})
+                    amounts[phase].setdefault(rowmap.row_of(path), Amount()).add(0, {kind: n})
         for path, keys in measured.fused[phase].items():
             op = op_of_row(model, rowmap.row_of(path))
             if op is not None:

@@ -19,7 +19,7 @@ import sympy
 
 from costspec.against.mapping import MODEL_ROW, RowMap
 from costspec.core.expr import evaluator
-from costspec.runtime.validate import Applied, _Amount, _reconciliations
+from costspec.runtime.reconcile import Amount, Applied, reconciliations
 from costspec.tree.build import Node, OpNode, PartNode
 from costspec.tree.walk import node_cost, slot_of, walk
 
@@ -115,7 +115,7 @@ def _merged(pointwise: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
-def compare_phase(model: "Network", values, rowmap: RowMap, phase: str, real_amounts: dict[str, _Amount],
+def compare_phase(model: "Network", values, rowmap: RowMap, phase: str, real_amounts: dict[str, Amount],
                   real_params: dict[str, int], applied: list[Applied], rtol: float) -> PhaseResult:
     """`real_amounts` / `real_params`: by matched row (work attributed to the row itself);
     `applied`: the spec ops' reconciliation rules for this phase, by validate slot.
@@ -129,11 +129,11 @@ def compare_phase(model: "Network", values, rowmap: RowMap, phase: str, real_amo
     slot_row: dict[str, str] = {}
     for node, _, _, _ in steps:
         slot_row.setdefault(slot_of(node), holder[id(node)])
-    rule_by_row: dict[str, dict[str, _Amount]] = {}
+    rule_by_row: dict[str, dict[str, Amount]] = {}
     for a in applied:
         # an op rule names a validate slot; an `ignore: extra` rule the matched row of its modules
         landing = slot_row.get(a.row, a.row if a.row in rowmap.matches else MODEL_ROW)
-        amount = rule_by_row.setdefault(landing, {}).setdefault(a.rule, _Amount())
+        amount = rule_by_row.setdefault(landing, {}).setdefault(a.rule, Amount())
         amount.add(a.matmul, a.pointwise)
 
     def in_subtree(r: str, row: str) -> bool:
@@ -150,7 +150,7 @@ def compare_phase(model: "Network", values, rowmap: RowMap, phase: str, real_amo
     for row in reversed(rows):  # pre-order reversed: a row after every row below it
         if row.name not in rowmap.matches:
             continue
-        real = _Amount()
+        real = Amount()
         for r, amount in real_amounts.items():
             if in_subtree(r, row.name):
                 real += amount
@@ -179,11 +179,11 @@ def compare_phase(model: "Network", values, rowmap: RowMap, phase: str, real_amo
     return result
 
 
-def _fit(row: RowResult, real: _Amount, rules: dict[tuple[str, str], _Amount],
+def _fit(row: RowResult, real: Amount, rules: dict[tuple[str, str], Amount],
          decided: dict[tuple[str, str], bool], rtol: float) -> None:
     """Set the row's reconciled numbers under the largest set of its undecided rules (rules that land
     in this row itself; those below were decided by their own rows) that makes it agree."""
-    def search(free: list[tuple[str, str]], fixed: list[_Amount]):
+    def search(free: list[tuple[str, str]], fixed: list[Amount]):
         subsets = sorted((tuple(k for i, k in enumerate(free) if mask >> i & 1) for mask in range(2 ** len(free))),
                          key=lambda t: -len(t))
         for merge in (False, True):
@@ -206,7 +206,7 @@ def _fit(row: RowResult, real: _Amount, rules: dict[tuple[str, str], _Amount],
     row.rules, row.merged = sorted({rule for (rule, _), used in decided.items() if used and (rule, _) in rules}), merge
 
 
-def _apply(row: RowResult, real: _Amount, deltas: list[_Amount], merge: bool) -> None:
+def _apply(row: RowResult, real: Amount, deltas: list[Amount], merge: bool) -> None:
     pw = Counter(real.pointwise)
     matmul = real.matmul
     for d in deltas:
@@ -225,7 +225,7 @@ def _row(node: Node, depth: int, cost, params: int, ev, label: str | None = None
 def rule_deltas(model: "Network", phases: tuple[str, ...], sdpa_facts: dict[str, dict[int, dict]], device: str,
                 values) -> list[Applied]:
     """The spec ops' named reconciliation rules (validate's), by slot and phase."""
-    return _reconciliations(list(walk(model.root)), phases, sdpa_facts, device, values)[1]
+    return reconciliations(list(walk(model.root)), phases, sdpa_facts, device, values)[1]
 
 
 def op_of_row(model: "Network", row: str) -> OpNode | None:

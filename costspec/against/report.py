@@ -1,7 +1,7 @@
 """`validate --against` as a `costspec.core.results.Result` (printed by `costspec.core.render`)."""
 from __future__ import annotations
 
-from costspec.against.check import AgainstResult, _what
+from costspec.against.check import AgainstResult, what_ran
 from costspec.against.compare import GRADIENT_REDUCTION, REDUCTION_KINDS
 from costspec.against.mapping import compact
 from costspec.core.results import Column, Result, Row, Table
@@ -75,7 +75,7 @@ def to_result(result: AgainstResult) -> Result:
     for phase, ph in result.phases.items():
         for r in ph.rows:
             for kind, (a, b) in r.diffs(result.rtol).items():
-                diffs.append(f"{phase}: {r.name or 'total'}: {_what(kind, a, b)}")
+                diffs.append(f"{phase}: {r.name or 'total'}: {what_ran(kind, a, b)}")
     sections["differences"] = diffs
     sections["rules applied"] = [
         f"[{a.rule}] {a.row} ({a.phase}): " + ", ".join(
@@ -87,7 +87,7 @@ def to_result(result: AgainstResult) -> Result:
         f"{phase}: {r.name or 'total'}: spec " + _kinds(r.spec_pointwise) + "; real " + _kinds(r.real_pointwise or {})
         for phase, ph in result.phases.items() for r in ph.rows if r.merged]
     sections["scope-boundary"] = [
-        f"{phase}: {row}: {_what(kind, a, b)}; agrees at {at}"
+        f"{phase}: {row}: {what_ran(kind, a, b)}; agrees at {at}"
         for phase, ph in result.phases.items() for row, kind, a, b, at in ph.moved]
     sections["ignored by the spec"] = [_ignored_line(e, list(result.phases)) for e in result.ignored
                                                  if e.extra is None]

@@ -1,4 +1,4 @@
-"""`costspec import hf CONFIG.json|DIR`: a readable spec from a Hugging Face config (issue 15)."""
+"""`costspec import hf CONFIG.json|DIR`: a readable spec from a Hugging Face config."""
 from __future__ import annotations
 
 import json

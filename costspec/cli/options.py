@@ -135,7 +135,7 @@ def ragged_lengths(lengths, lengths_file) -> list[int] | None:
     return read_lengths_file(lengths_file) if lengths_file else lengths
 
 
-# issue 18: --dtype on eval, sweep, formula, report
+# --dtype on eval, sweep, formula, report
 dtype = click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
                      help="Override the spec's default precision (layers with their own `precision:` keep it).")
 quiet = click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (it is shown only on a terminal).")

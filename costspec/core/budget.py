@@ -86,11 +86,11 @@ def check_derived_dims(count: int, where: Location) -> None:
 
 
 def check_dim_degree(name: str, expanded: sympy.Expr, where: Location) -> None:
-    from costspec.core.expr import _degree
+    from costspec.core.expr import degree
 
-    degree = _degree(expanded)
-    if degree > MAX_DIM_DEGREE:
-        raise SpecError(f"dim {name} is a polynomial of degree {degree} in the free dims once its derived dims are "
+    found = degree(expanded)
+    if found > MAX_DIM_DEGREE:
+        raise SpecError(f"dim {name} is a polynomial of degree {found} in the free dims once its derived dims are "
                         "written out", where, f"degree at most {MAX_DIM_DEGREE}")
 
 

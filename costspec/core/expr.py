@@ -87,9 +87,9 @@ def parse_expr(text: object, env: Mapping[str, sympy.Expr], where: Location | No
         if longest > MAX_INT_DIGITS:
             raise builder.fail(f"it computes a number with {longest:,} digits",
                                f"numbers of at most {MAX_INT_DIGITS} digits")
-    degree = _degree(value)
-    if degree > MAX_DEGREE:
-        raise builder.fail(f"a polynomial of degree {degree} in the dims is not a plausible size",
+    found = degree(value)
+    if found > MAX_DEGREE:
+        raise builder.fail(f"a polynomial of degree {found} in the dims is not a plausible size",
                            f"degree at most {MAX_DEGREE}")
     return value
 
@@ -127,7 +127,7 @@ def _quote(text: str) -> str:
     return shown if len(shown) <= 60 else shown[:56] + "...'"
 
 
-def _degree(expr) -> int:
+def degree(expr) -> int:
     """Polynomial degree of `expr` in its symbols, counted the simple way (floor, min, max and
     conditions take the largest of their arguments; a quotient adds both sides)."""
     if not isinstance(expr, sympy.Basic) or not expr.free_symbols:
@@ -135,13 +135,13 @@ def _degree(expr) -> int:
     if expr.is_Symbol:
         return 1
     if expr.is_Mul:
-        return sum(_degree(a) for a in expr.args)
+        return sum(degree(a) for a in expr.args)
     if expr.is_Pow:
         exponent = expr.exp
         if exponent.is_Rational and exponent.q == 2:  # sqrt(x) and its powers: counted as their ceiling
-            return _degree(expr.base) * ((abs(int(exponent.p)) + 1) // 2)
-        return _degree(expr.base) * (abs(int(exponent)) if exponent.is_Integer else MAX_DEGREE + 1)
-    return max((_degree(a) for a in expr.args), default=0)
+            return degree(expr.base) * ((abs(int(exponent.p)) + 1) // 2)
+        return degree(expr.base) * (abs(int(exponent)) if exponent.is_Integer else MAX_DEGREE + 1)
+    return max((degree(a) for a in expr.args), default=0)
 
 
 class _Builder:

@@ -547,7 +547,7 @@ class Transpose(nn.Module):
         return f"{self.axis0}, {self.axis1}"
 
 
-# -- op families of issue 14 (conv/norm/pool/scale/shape/moe) ---------------------------------------
+# -- conv / norm / pool / scale / shape / moe op families ---------------------------------------
 class BatchNorm(nn.Module):
     """F.batch_norm with running-statistics buffers (one native_batch_norm kernel), in train mode (batch
     statistics, running stats updated inside the kernel) or eval mode (running statistics). Unlike

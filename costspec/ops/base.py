@@ -28,7 +28,7 @@ ONE = sympy.Integer(1)
 # ----------------------------------------------------------------------------------------------
 # Work: engine-neutral, symbolic
 # ----------------------------------------------------------------------------------------------
-def _merge(a: Mapping[str, Expr], b: Mapping[str, Expr], k: Expr = ONE) -> dict[str, Expr]:
+def merge_counts(a: Mapping[str, Expr], b: Mapping[str, Expr], k: Expr = ONE) -> dict[str, Expr]:
     out = dict(a)
     for key, value in b.items():
         out[key] = out.get(key, ZERO) + k * value
@@ -47,7 +47,7 @@ class Work:
     pointwise: Mapping[str, Expr] = field(default_factory=dict)
 
     def __add__(self, other: "Work") -> "Work":
-        return Work(_merge(self.matmul, other.matmul), _merge(self.pointwise, other.pointwise))
+        return Work(merge_counts(self.matmul, other.matmul), merge_counts(self.pointwise, other.pointwise))
 
     def scaled(self, k: Expr) -> "Work":
         return Work({c: k * v for c, v in self.matmul.items()}, {c: k * v for c, v in self.pointwise.items()})
@@ -144,7 +144,7 @@ def numel(shape: Sequence[Expr]) -> Expr:
 REQUIRED = object()
 
 _VALUE_NAME = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
-_ATTR_SCHEMAS: dict[str, tuple[dict, str]] = {
+ATTR_SCHEMAS: dict[str, tuple[dict, str]] = {
     "values": ({"anyOf": [_VALUE_NAME, {"type": "array", "minItems": 1, "items": _VALUE_NAME}]},
                "the name of a saved value or model input, or a list of them"),
     "value": (_VALUE_NAME, "the name of a saved value or model input"),
@@ -196,7 +196,7 @@ class Attr:
         if self.kind == "choice":
             return {"anyOf": [{"enum": list(self.choices)}, param], "description": self.doc,
                     "x-expected": "one of " + ", ".join(self.choices) + " (or a block parameter's name)"}
-        base, expected = _ATTR_SCHEMAS[self.kind]
+        base, expected = ATTR_SCHEMAS[self.kind]
         if self.kind == "bool":
             return {"anyOf": [base, param], "description": self.doc,
                     "x-expected": "true or false (or a block parameter's name)"}
@@ -240,7 +240,7 @@ GRAD_YES, GRAD_NO, GRAD_INPUT = "yes", "no", "input"  # Wiring.grads: does an in
 @dataclass(frozen=True)
 class Wiring:
     """Where a layer's other inputs come from, for ops reading more than the running value (joins,
-    cross-attention) and for the gradient sums at a value read several times (the dataflow of issue 14).
+    cross-attention) and for the gradient sums at a value read several times (the dataflow: docs/spec-language.md).
 
     extra: the shapes of the inputs after the first (branch outputs, saved values, an encoder's states).
     grads: per input, the first included, whether it needs a gradient in the backward: GRAD_YES (it

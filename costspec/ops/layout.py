@@ -11,11 +11,11 @@ import sympy
 
 from costspec.ops.base import Attr, Constraint, OpCall, same_size
 from costspec.ops.registry import register_op
-from costspec.ops.shape_ops import _axis, _Free
+from costspec.ops.shape_ops import FreeOp, axis_index
 
 
 @register_op
-class Permute(_Free):
+class Permute(FreeOp):
     """Reorder all axes."""
 
     name = "permute"
@@ -41,7 +41,7 @@ class Permute(_Free):
 
 
 @register_op
-class Slice(_Free):
+class Slice(FreeOp):
     """x[..., start:end, ...] along one axis."""
 
     name = "slice"
@@ -55,7 +55,7 @@ class Slice(_Free):
     )
 
     def output_shape(self, call: OpCall):
-        axis, a = _axis(call, "axis"), call.attrs
+        axis, a = axis_index(call, "axis"), call.attrs
         size = call.in_shape[axis]
         for name, value in (("start", a.start), ("end", a.end)):
             bad = (sympy.sympify(value - size) if name == "end" else sympy.sympify(value - size + 1))
@@ -68,7 +68,7 @@ class Slice(_Free):
         return tuple(shape)
 
     def constraints(self, call: OpCall):
-        axis, a = _axis(call, "axis"), call.attrs
+        axis, a = axis_index(call, "axis"), call.attrs
         size = call.in_shape[axis]
         return [Constraint(sympy.Lt(a.start, a.end) & sympy.Le(a.end, size),
                            "slice {start}:{end} is not within the axis' {size} positions", a.where("end"),
@@ -78,17 +78,17 @@ class Slice(_Free):
         from costspec.nn.modules import Narrow
 
         a = call.attrs
-        return Narrow(_axis(call, "axis") - len(call.in_shape), ev(a.start), ev(a.end - a.start))
+        return Narrow(axis_index(call, "axis") - len(call.in_shape), ev(a.start), ev(a.end - a.start))
 
 
-class _Piece(_Free):
+class _Piece(FreeOp):
     """One piece of a split along an axis (see the module doc: the others are dropped)."""
 
     def sizes(self, call: OpCall) -> tuple:
         raise NotImplementedError
 
     def output_shape(self, call: OpCall):
-        axis, index = _axis(call, "axis"), call.attrs.index
+        axis, index = axis_index(call, "axis"), call.attrs.index
         sizes = self.sizes(call)
         if not 0 <= index < len(sizes):
             raise call.fail(f"index {index} is not one of the {len(sizes)} pieces", "index",
@@ -102,7 +102,7 @@ class _Piece(_Free):
 
         sizes, index = self.sizes(call), call.attrs.index
         start = sum((ev(s) for s in sizes[:index]), 0)
-        return Narrow(_axis(call, "axis") - len(call.in_shape), start, ev(sizes[index]), [ev(s) for s in sizes],
+        return Narrow(axis_index(call, "axis") - len(call.in_shape), start, ev(sizes[index]), [ev(s) for s in sizes],
                       index)
 
 
@@ -121,12 +121,12 @@ class Chunk(_Piece):
         n = call.attrs.chunks
         if not sympy.sympify(n).is_number:
             raise call.fail(f"chunks {n} must be a number (the pieces are counted)", "chunks", "an integer")
-        size = call.in_shape[_axis(call, "axis")]
+        size = call.in_shape[axis_index(call, "axis")]
         return (size / n,) * int(n)
 
     def constraints(self, call: OpCall):
         a = call.attrs
-        size = call.in_shape[_axis(call, "axis")]
+        size = call.in_shape[axis_index(call, "axis")]
         return [Constraint(sympy.Eq(sympy.Mod(size, a.chunks), 0), "axis size {size} is not divisible by chunks {n}",
                            a.where("chunks"), {"size": size, "n": a.chunks}, "chunks that divide the axis")]
 
@@ -149,7 +149,7 @@ class Split(_Piece):
 
     def constraints(self, call: OpCall):
         a = call.attrs
-        size, total = call.in_shape[_axis(call, "axis")], sum(self.sizes(call))
+        size, total = call.in_shape[axis_index(call, "axis")], sum(self.sizes(call))
         if same_size(size, total):
             return []
         if same_size(size, total) is False and sympy.sympify(size - total).is_number:
@@ -159,7 +159,7 @@ class Split(_Piece):
 
 
 @register_op
-class Pad(_Free):
+class Pad(FreeOp):
     """Constant padding (F.pad)."""
 
     name = "pad"

@@ -7,7 +7,7 @@ from costspec.ops.base import Attr, Constraint, OpCall, OpDef, Part, Work, numel
 from costspec.ops.registry import register_op
 
 
-def _axis(call: OpCall, attr: str) -> int:
+def axis_index(call: OpCall, attr: str) -> int:
     rank = len(call.in_shape)
     axis = getattr(call.attrs, attr)
     if not -rank <= axis < rank:
@@ -16,7 +16,7 @@ def _axis(call: OpCall, attr: str) -> int:
     return axis % rank
 
 
-class _Free(OpDef):
+class FreeOp(OpDef):
     def forward(self, call: OpCall):
         return [Part("", Work())]
 
@@ -25,7 +25,7 @@ class _Free(OpDef):
 
 
 @register_op
-class Flatten(_Free):
+class Flatten(FreeOp):
     """Merge axes start..end into one."""
 
     name = "flatten"
@@ -34,7 +34,7 @@ class Flatten(_Free):
     attrs = (Attr("start", "axis", "first axis", default=1), Attr("end", "axis", "last axis", default=-1))
 
     def output_shape(self, call: OpCall):
-        start, end = _axis(call, "start"), _axis(call, "end")
+        start, end = axis_index(call, "start"), axis_index(call, "end")
         if start > end:
             raise call.fail(f"start axis {start} is after end axis {end}", "start")
         shape = call.in_shape
@@ -47,7 +47,7 @@ class Flatten(_Free):
 
 
 @register_op
-class Reshape(_Free):
+class Reshape(FreeOp):
     """View the input with a new shape (one -1 is inferred)."""
 
     name = "reshape"
@@ -101,7 +101,7 @@ class Reshape(_Free):
 
 
 @register_op
-class Transpose(_Free):
+class Transpose(FreeOp):
     """Swap two axes."""
 
     name = "transpose"
@@ -110,7 +110,7 @@ class Transpose(_Free):
     attrs = (Attr("axis0", "axis", "first axis"), Attr("axis1", "axis", "second axis"))
 
     def output_shape(self, call: OpCall):
-        i, j = _axis(call, "axis0"), _axis(call, "axis1")
+        i, j = axis_index(call, "axis0"), axis_index(call, "axis1")
         shape = list(call.in_shape)
         shape[i], shape[j] = shape[j], shape[i]
         return tuple(shape)

@@ -102,7 +102,7 @@ def _kernel_elements(value) -> int:
 
 
 def _issue14(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] | None:
-    """(kind, elements) of the aten ops the issue-14 op modules emit beyond SIMPLE, or None."""
+    """(kind, elements) of the aten ops the dataflow and op-family modules emit beyond SIMPLE, or None."""
     if name in BATCH_NORM:
         index, train, eval_ = BATCH_NORM[name]
         training = index >= 0 and bool(args[index])

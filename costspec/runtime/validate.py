@@ -19,28 +19,25 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
 from costspec.core.errors import MismatchError, UsageError
-from costspec.core.expr import evaluator
 from costspec.core.render import render
 from costspec.core.results import Column, Result, Row, Table
-from costspec.core.vocab import RUNNABLE_PASSES, Device, FusedRun, Pass, Phase
+from costspec.core.vocab import RUNNABLE_PASSES, Device, Pass, Phase
 from costspec.ops.base import layer_notes
+from costspec.runtime.reconcile import Amount, Applied, ints, nonzero, reconciliations, runtime_facts
 from costspec.runtime.torch_build import build_module, import_torch
 from costspec.tree.build import OpNode
 from costspec.tree.walk import (
     MODEL_SLOT,
-    GradState,
     RowLayout,
-    Step,
     layout,
     node_cost,
     node_of,
     op_of,
-    own_slot,
     slot_of,
     walk,
 )
@@ -60,18 +57,6 @@ COLUMNS = (
     Column("pointwise_analytic", "pointwise analytic", "text", hidden=True),
     Column("pointwise_measured", "pointwise measured", "text", hidden=True),
 )
-
-
-@dataclass
-class Applied:
-    """A reconciliation rule applied to one slot and phase, with its evaluated delta."""
-
-    rule: str
-    row: str
-    phase: str
-    text: str
-    matmul: int
-    pointwise: dict[str, int]
 
 
 @dataclass
@@ -117,32 +102,6 @@ def pointwise_diff(row: Row) -> list[tuple[str, int, int]]:
     return [(k, a.get(k, 0), m.get(k, 0)) for k in sorted(set(a) | set(m)) if a.get(k, 0) != m.get(k, 0)]
 
 
-class _Amount:
-    """Matmul FLOPs and pointwise elements by kind (exact ints)."""
-
-    def __init__(self) -> None:
-        self.matmul = 0
-        self.pointwise: Counter = Counter()
-
-    def add(self, matmul: int, pointwise: Mapping[str, int]) -> None:
-        self.matmul += matmul
-        self.pointwise.update(pointwise)
-
-    def __iadd__(self, other: _Amount) -> _Amount:
-        self.add(other.matmul, other.pointwise)
-        return self
-
-
-def _ints(cost_matmul: Mapping, cost_pointwise: Mapping, values) -> tuple[int, dict[str, int]]:
-    ev = evaluator(values)
-    matmul = ev(sum(cost_matmul.values(), sympy.Integer(0)))
-    return matmul, {k: ev(v) for k, v in cost_pointwise.items()}
-
-
-def _nonzero(d: Mapping[str, int]) -> dict[str, int]:
-    return {k: v for k, v in sorted(d.items()) if v}
-
-
 # ----------------------------------------------------------------------------------------------
 # Validation
 # ----------------------------------------------------------------------------------------------
@@ -171,8 +130,8 @@ def validate(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_
     measured = measure(module, make_input(device.value), train=pass_ is Pass.TRAIN)
     path_slot, path_op = _path_slots(model, module, OUTSIDE)
     steps = list(walk(model.root))
-    runtime = _runtime_facts(measured, pass_.phases, path_op)
-    deltas, applied = _reconciliations(steps, pass_.phases, runtime, device, values)
+    runtime = runtime_facts(measured, pass_.phases, path_op)
+    deltas, applied = reconciliations(steps, pass_.phases, runtime, device, values)
     rows = layout(model.root, merge_own=True)
     tables = {phase: _table(model, rows, phase, _by_slot(measured, phase, path_slot), deltas[phase], values, rtol)
               for phase in pass_.phases}
@@ -211,80 +170,13 @@ def _path_slots(model: Network, module, outside: str) -> tuple[dict[str, str], d
     return path_slot, path_op
 
 
-def _by_slot(measured, phase: str, path_slot: dict[str, str]) -> dict[str, _Amount]:
-    out: dict[str, _Amount] = {}
+def _by_slot(measured, phase: str, path_slot: dict[str, str]) -> dict[str, Amount]:
+    out: dict[str, Amount] = {}
     for path, flops in measured.matmul[phase].items():
-        out.setdefault(path_slot[path], _Amount()).add(flops, {})
+        out.setdefault(path_slot[path], Amount()).add(flops, {})
     for path, kinds in measured.pointwise[phase].items():
-        out.setdefault(path_slot[path], _Amount()).add(0, kinds)
+        out.setdefault(path_slot[path], Amount()).add(0, kinds)
     return out
-
-
-def _runtime_facts(measured, phases, path_op: dict[str, OpNode]) -> dict[str, dict[int, dict[str, FusedRun]]]:
-    """phase -> id(op node) -> fused-kernel key (the op's `Runtime.fused`) -> how it ran. An op that
-    declares a fused kernel none of whose aten ops ran ran it decomposed (as on meta)."""
-    facts: dict[str, dict[int, dict[str, FusedRun]]] = {phase: {} for phase in phases}
-    for phase in phases:
-        for path, keys in measured.fused[phase].items():
-            for key, calls in keys.items():
-                how = FusedRun.UNCOUNTED if calls.get(FusedRun.UNCOUNTED) else FusedRun.COUNTED
-                facts[phase].setdefault(id(path_op[path]), {})[key] = how
-    return facts
-
-
-def _reconciliations(steps: list[Step], phases, runtime, device: Device | str,
-                     values) -> tuple[dict[str, dict[str, _Amount]], list[Applied]]:
-    """Every rule the ops declare, evaluated and summed per slot and phase."""
-    device = Device.parse(device, "--device")
-    ev = evaluator(values)
-    deltas: dict[str, dict[str, _Amount]] = {p: {} for p in phases}
-    applied: list[Applied] = []
-    by_kind: dict[str, list[OpNode]] = {}
-    for step in steps:
-        if isinstance(step.node, OpNode):
-            by_kind.setdefault(step.node.op.name, []).append(step.node)
-    for step in steps:
-        node = step.node
-        if not isinstance(node, OpNode):
-            continue
-        for phase in phases:
-            facts: dict[str, Any] = {"device": device.value, **{k: FusedRun.DECOMPOSED for k in node.op.runtime.fused},
-                                     **runtime[phase].get(id(node), {})}
-            for slot, rule, text, amount in _reconcile(node, phase, step.instances, step.grad, facts, values, ev,
-                                                       by_kind):
-                deltas[phase].setdefault(slot, _Amount()).add(amount.matmul, amount.pointwise)
-                applied.append(Applied(rule, slot, phase, text, amount.matmul, _nonzero(amount.pointwise)))
-    return deltas, applied
-
-
-def _reconcile(node: OpNode, phase: str, mult, grad: GradState, facts: dict, values, ev, by_kind):
-    """(slot, rule, text, amount) for each named rule the op declares, summed over its instances.
-    A rule `measured_in` another op kind lands in the slot of that kind's single layer."""
-    count = ev(mult)
-    if count == 0:  # e.g. an `others` group that the variants leave empty at these dims
-        return []
-    classes = []
-    for rg, instances in grad.split(mult):
-        k = ev(instances)
-        if k and (phase == Phase.FORWARD or node.backward_parts(rg)):
-            classes.append((node.op.reconcile(node.call, phase, rg, facts, ev), k))
-    out: dict[tuple[str, str], tuple[str, _Amount]] = {}
-    for rules, k in classes:
-        for r in rules:
-            target = node
-            if r.measured_in:
-                others = by_kind.get(r.measured_in, [])
-                if len(others) != 1:
-                    raise AssertionError(f"{node.op.name} rule {r.rule} is measured in the {r.measured_in} layer, "
-                                         f"but the model has {len(others)}")
-                target = others[0]
-            part = next((p for p in target.children if p.local == r.part), None) if r.part else None
-            slot = slot_of(part) if part is not None else (own_slot(target) if target.children else target.name)
-            matmul, pointwise = _ints(r.delta.matmul, r.delta.pointwise, values)
-            text, amount = out.setdefault((slot, r.rule), (r.text, _Amount()))
-            amount.add(k * matmul, {kind: k * v for kind, v in pointwise.items()})
-    return [(slot, rule, text, amount) for (slot, rule), (text, amount) in out.items()
-            if amount.matmul or any(amount.pointwise.values())]
 
 
 def _check_row(name: str, label: str, depth: int, analytic: int, pointwise: dict[str, int], raw: int, rec: int,
@@ -296,17 +188,17 @@ def _check_row(name: str, label: str, depth: int, analytic: int, pointwise: dict
         "pointwise_analytic": pointwise, "pointwise_measured": measured_pw})
 
 
-def _table(model: Network, rows: list[RowLayout], phase: str, got: dict[str, _Amount], deltas: dict[str, _Amount],
+def _table(model: Network, rows: list[RowLayout], phase: str, got: dict[str, Amount], deltas: dict[str, Amount],
            values, rtol: float) -> Table:
     def measured_of(slots) -> tuple[int, int, dict[str, int]]:
         raw, rec, pw = 0, 0, Counter[str]()
         for slot in slots:
-            g, d = got.get(slot, _Amount()), deltas.get(slot, _Amount())
+            g, d = got.get(slot, Amount()), deltas.get(slot, Amount())
             raw += g.matmul
             rec += g.matmul - d.matmul
             pw.update(g.pointwise)
             pw.subtract(d.pointwise)
-        return raw, rec, _nonzero(pw)
+        return raw, rec, nonzero(pw)
 
     out: list[Row] = []
     for r in rows:
@@ -315,16 +207,16 @@ def _table(model: Network, rows: list[RowLayout], phase: str, got: dict[str, _Am
             one = node_cost(step.node, phase, step.instances, step.grad)
             cost = one if cost is None else cost + one
         assert cost is not None
-        matmul, pointwise = _ints(cost.matmul, cost.pointwise, values)
-        out.append(_check_row(r.name, r.label, r.depth, matmul, _nonzero(pointwise), *measured_of(r.slots), rtol))
+        matmul, pointwise = ints(cost.matmul, cost.pointwise, values)
+        out.append(_check_row(r.name, r.label, r.depth, matmul, nonzero(pointwise), *measured_of(r.slots), rtol))
     for extra in (MODEL_SLOT, OUTSIDE_SLOT):  # work outside every layer: never expected
         raw, rec, pw = measured_of([extra])
         if raw or pw:
             out.append(_check_row(extra, extra, 0, 0, {}, raw, rec, pw, rtol))
     total = model.cost(phase)
-    matmul, pointwise = _ints(total.matmul, total.pointwise, values)
+    matmul, pointwise = ints(total.matmul, total.pointwise, values)
     raw, rec, pw = measured_of(set(got) | set(deltas) | {OUTSIDE_SLOT})
-    return Table(list(COLUMNS), out, _check_row("", "total", 0, matmul, _nonzero(pointwise), raw, rec, pw, rtol),
+    return Table(list(COLUMNS), out, _check_row("", "total", 0, matmul, nonzero(pointwise), raw, rec, pw, rtol),
                  str(phase))
 
 

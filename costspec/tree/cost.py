@@ -7,7 +7,7 @@ from typing import Mapping
 import sympy
 
 from costspec.core.conventions import DENSE_ONLY_PARTS, SPARSE_MATMUL_CLASSES, SPARSE_SPEEDUP, Precision
-from costspec.ops.base import ZERO, Work, _merge
+from costspec.ops.base import ZERO, Work, merge_counts
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Cost:
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(self.tc + other.tc, self.cuda + other.cuda, self.params + other.params,
-                    _merge(self.matmul, other.matmul), _merge(self.pointwise, other.pointwise),
+                    merge_counts(self.matmul, other.matmul), merge_counts(self.pointwise, other.pointwise),
                     self.sparse_tc + other.sparse_tc)
 
     def scaled(self, k: sympy.Expr) -> "Cost":

@@ -49,14 +49,14 @@ def _register(module_name: str) -> None:
 
 
 # One line per family group (keep this list additive: each group's owner appends its line).
-_register("vision")  # vit, deit, dinov2 (issue 15, h-import)
+_register("vision")  # vit, deit, dinov2
 _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
 _register("bert")  # bert, roberta
 _register("decoders")  # gpt2, llama
-_register("encdec")  # t5, whisper: the encoders of encoder-decoders (h-encdec)
-_register("resnet")  # resnet (issue 15, h-flowspecs)
-_register("neox")  # gpt_neox, phi (issue 15, h-flowspecs)
-_register("llm")  # mistral, qwen2, gemma (issue 15, h-llm)
-_register("llm_moe")  # mixtral, qwen2_moe (issue 15, h-llm)
-_register("stages")  # convnext, swin (issue 15, h-vision)
-_register("siglip")  # siglip, siglip_vision_model (issue 15, h-vision)
+_register("encdec")  # t5, whisper: the encoders of encoder-decoders
+_register("resnet")  # resnet
+_register("neox")  # gpt_neox, phi
+_register("llm")  # mistral, qwen2, gemma
+_register("llm_moe")  # mixtral, qwen2_moe
+_register("stages")  # convnext, swin
+_register("siglip")  # siglip, siglip_vision_model

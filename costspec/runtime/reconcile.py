@@ -1,0 +1,121 @@
+"""Named reconciliation rules, evaluated: what the counters see beyond (or short of) the analytic
+cost, per slot and phase, as the ops declare it (`OpDef.reconcile`). Shared by `validate` (the spec
+vs its own module) and `validate --against` (the spec vs the real model); nothing here imports torch.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import sympy
+
+from costspec.core.expr import evaluator
+from costspec.core.vocab import Device, FusedRun, Phase
+from costspec.tree.build import OpNode
+from costspec.tree.walk import GradState, Step, own_slot, slot_of
+
+
+@dataclass
+class Applied:
+    """A reconciliation rule applied to one slot and phase, with its evaluated delta."""
+
+    rule: str
+    row: str
+    phase: str
+    text: str
+    matmul: int
+    pointwise: dict[str, int]
+
+
+class Amount:
+    """Matmul FLOPs and pointwise elements by kind (exact ints)."""
+
+    def __init__(self) -> None:
+        self.matmul = 0
+        self.pointwise: Counter = Counter()
+
+    def add(self, matmul: int, pointwise: Mapping[str, int]) -> None:
+        self.matmul += matmul
+        self.pointwise.update(pointwise)
+
+    def __iadd__(self, other: Amount) -> Amount:
+        self.add(other.matmul, other.pointwise)
+        return self
+
+
+def ints(cost_matmul: Mapping, cost_pointwise: Mapping, values) -> tuple[int, dict[str, int]]:
+    ev = evaluator(values)
+    matmul = ev(sum(cost_matmul.values(), sympy.Integer(0)))
+    return matmul, {k: ev(v) for k, v in cost_pointwise.items()}
+
+
+def nonzero(d: Mapping[str, int]) -> dict[str, int]:
+    return {k: v for k, v in sorted(d.items()) if v}
+
+
+def runtime_facts(measured, phases, path_op: dict[str, OpNode]) -> dict[str, dict[int, dict[str, FusedRun]]]:
+    """phase -> id(op node) -> fused-kernel key (the op's `Runtime.fused`) -> how it ran. An op that
+    declares a fused kernel none of whose aten ops ran ran it decomposed (as on meta)."""
+    facts: dict[str, dict[int, dict[str, FusedRun]]] = {phase: {} for phase in phases}
+    for phase in phases:
+        for path, keys in measured.fused[phase].items():
+            for key, calls in keys.items():
+                how = FusedRun.UNCOUNTED if calls.get(FusedRun.UNCOUNTED) else FusedRun.COUNTED
+                facts[phase].setdefault(id(path_op[path]), {})[key] = how
+    return facts
+
+
+def reconciliations(steps: list[Step], phases, runtime, device: Device | str,
+                     values) -> tuple[dict[str, dict[str, Amount]], list[Applied]]:
+    """Every rule the ops declare, evaluated and summed per slot and phase."""
+    device = Device.parse(device, "--device")
+    ev = evaluator(values)
+    deltas: dict[str, dict[str, Amount]] = {p: {} for p in phases}
+    applied: list[Applied] = []
+    by_kind: dict[str, list[OpNode]] = {}
+    for step in steps:
+        if isinstance(step.node, OpNode):
+            by_kind.setdefault(step.node.op.name, []).append(step.node)
+    for step in steps:
+        node = step.node
+        if not isinstance(node, OpNode):
+            continue
+        for phase in phases:
+            facts: dict[str, Any] = {"device": device.value, **{k: FusedRun.DECOMPOSED for k in node.op.runtime.fused},
+                                     **runtime[phase].get(id(node), {})}
+            for slot, rule, text, amount in reconcile_node(node, phase, step.instances, step.grad, facts, values, ev,
+                                                       by_kind):
+                deltas[phase].setdefault(slot, Amount()).add(amount.matmul, amount.pointwise)
+                applied.append(Applied(rule, slot, phase, text, amount.matmul, nonzero(amount.pointwise)))
+    return deltas, applied
+
+
+def reconcile_node(node: OpNode, phase: str, mult, grad: GradState, facts: dict, values, ev, by_kind):
+    """(slot, rule, text, amount) for each named rule the op declares, summed over its instances.
+    A rule `measured_in` another op kind lands in the slot of that kind's single layer."""
+    count = ev(mult)
+    if count == 0:  # e.g. an `others` group that the variants leave empty at these dims
+        return []
+    classes = []
+    for rg, instances in grad.split(mult):
+        k = ev(instances)
+        if k and (phase == Phase.FORWARD or node.backward_parts(rg)):
+            classes.append((node.op.reconcile(node.call, phase, rg, facts, ev), k))
+    out: dict[tuple[str, str], tuple[str, Amount]] = {}
+    for rules, k in classes:
+        for r in rules:
+            target = node
+            if r.measured_in:
+                others = by_kind.get(r.measured_in, [])
+                if len(others) != 1:
+                    raise AssertionError(f"{node.op.name} rule {r.rule} is measured in the {r.measured_in} layer, "
+                                         f"but the model has {len(others)}")
+                target = others[0]
+            part = next((p for p in target.children if p.local == r.part), None) if r.part else None
+            slot = slot_of(part) if part is not None else (own_slot(target) if target.children else target.name)
+            matmul, pointwise = ints(r.delta.matmul, r.delta.pointwise, values)
+            text, amount = out.setdefault((slot, r.rule), (r.text, Amount()))
+            amount.add(k * matmul, {kind: k * v for kind, v in pointwise.items()})
+    return [(slot, rule, text, amount) for (slot, rule), (text, amount) in out.items()
+            if amount.matmul or any(amount.pointwise.values())]
