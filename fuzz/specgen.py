@@ -41,7 +41,7 @@ import costspec
 from costspec.core.cost_table import default_table
 from costspec.core.errors import CostspecError
 from costspec.ops import spec_ops
-from costspec.ops.base import REQUIRED
+from costspec.ops.attrs import REQUIRED
 from costspec.ops.pointwise import ACTIVATIONS
 
 ACTS = tuple(ACTIVATIONS)
@@ -463,7 +463,7 @@ def g_generic(name: str):
 
 def leading(name: str) -> bool:
     """Ops whose input is the model input itself (they define `example_input`, e.g. token ids)."""
-    from costspec.ops.base import OpDef
+    from costspec.ops.opdef import OpDef
 
     op = spec_ops().get(name)
     return op is not None and getattr(type(op), "example_input", None) is not getattr(OpDef, "example_input", None)

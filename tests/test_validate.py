@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import costspec
-from costspec.ops.base import gemm
+from costspec.ops.work import gemm
 
 torch = pytest.importorskip("torch")
 

@@ -31,8 +31,9 @@ import costspec  # noqa: E402
 from costspec.core.cost_table import default_table  # noqa: E402
 from costspec.core.errors import CostspecError  # noqa: E402
 from costspec.ops import OPS, spec_ops  # noqa: E402
-from costspec.ops.base import ATTR_SCHEMAS as ATTR_KINDS  # noqa: E402
-from costspec.ops.base import REQUIRED, OpDef  # noqa: E402
+from costspec.ops.attrs import ATTR_SCHEMAS as ATTR_KINDS  # noqa: E402
+from costspec.ops.attrs import REQUIRED  # noqa: E402
+from costspec.ops.opdef import OpDef  # noqa: E402
 
 OPS_MD = ROOT / "docs" / "ops.md"
 CLI_MD = ROOT / "docs" / "cli.md"

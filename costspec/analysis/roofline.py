@@ -17,7 +17,7 @@ from costspec.analysis.gpus import POINTWISE_DTYPE, Gpu
 from costspec.core.conventions import SPARSE_MATMUL_CLASSES, SPARSE_SPEEDUP, Precision
 from costspec.core.results import Column, Row
 from costspec.core.vocab import Fusion, Pass, Phase
-from costspec.ops.base import ZERO
+from costspec.ops.work import ZERO
 from costspec.tree.build import Node, OpNode, PartNode
 from costspec.tree.cost import runs_sparse
 from costspec.tree.walk import GradState, walk

@@ -12,17 +12,14 @@ from dataclasses import dataclass, replace
 import sympy
 
 from costspec.core.conventions import FLOPS_PER_MAC
-from costspec.ops.base import (
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import Constraint, OpCall, OpDef, Reconcile, Runtime, requires, same_size, same_size_constraint
+from costspec.ops.registry import register_op
+from costspec.ops.work import (
     ZERO,
-    Attr,
-    Constraint,
     Expr,
     Gemm,
-    OpCall,
-    OpDef,
     Part,
-    Reconcile,
-    Runtime,
     Traffic,
     Work,
     linear_backward,
@@ -30,11 +27,7 @@ from costspec.ops.base import (
     linear_outputs,
     linear_traffic,
     pointwise,
-    requires,
-    same_size,
-    same_size_constraint,
 )
-from costspec.ops.registry import register_op
 
 
 def _is_zero(value) -> bool:

@@ -5,23 +5,10 @@ from __future__ import annotations
 import sympy
 
 from costspec.core.conventions import FLOPS_PER_MAC
-from costspec.ops.base import (
-    CONV_RUNTIME,
-    ZERO,
-    Attr,
-    Constraint,
-    Gemm,
-    OpCall,
-    OpDef,
-    Part,
-    Reconcile,
-    Traffic,
-    Work,
-    numel,
-    pointwise,
-    requires,
-)
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import CONV_RUNTIME, Constraint, OpCall, OpDef, Reconcile, requires
 from costspec.ops.registry import register_op
+from costspec.ops.work import ZERO, Gemm, Part, Traffic, Work, numel, pointwise
 
 
 def conv_out(size, kernel, stride, padding, dilation):

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import sympy
 
-from costspec.ops.base import (
-    GEMM_RUNTIME,
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import GEMM_RUNTIME, Constraint, OpCall, OpDef, Reconcile, Runtime, requires
+from costspec.ops.registry import register_op
+from costspec.ops.work import (
     ZERO,
-    Attr,
-    Constraint,
     Gemm,
-    OpCall,
-    OpDef,
     Part,
-    Reconcile,
-    Runtime,
     Traffic,
     Work,
     linear_backward,
@@ -23,9 +19,7 @@ from costspec.ops.base import (
     linear_traffic,
     numel,
     pointwise,
-    requires,
 )
-from costspec.ops.registry import register_op
 
 ID_BYTES = 8  # token ids are int64 (torch's index dtype)
 

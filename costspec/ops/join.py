@@ -12,22 +12,10 @@ from typing import Sequence
 
 import sympy
 
-from costspec.ops.base import (
-    ONE,
-    ZERO,
-    Attr,
-    Constraint,
-    OpCall,
-    OpDef,
-    Part,
-    Shape,
-    Traffic,
-    Work,
-    numel,
-    pointwise,
-    same_size,
-)
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import Constraint, OpCall, OpDef, same_size
 from costspec.ops.registry import register_op
+from costspec.ops.work import ONE, ZERO, Part, Shape, Traffic, Work, numel, pointwise
 
 
 def _inputs(call: OpCall) -> list[Shape]:

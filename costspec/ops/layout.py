@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sympy
 
-from costspec.ops.base import Attr, Constraint, OpCall, same_size
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import Constraint, OpCall, same_size
 from costspec.ops.registry import register_op
 from costspec.ops.shape_ops import FreeOp, axis_index
 

@@ -1,22 +1,10 @@
 """`linear`: y = x W^T + b over the last dim."""
 from __future__ import annotations
 
-from costspec.ops.base import (
-    GEMM_RUNTIME,
-    Attr,
-    Gemm,
-    OpCall,
-    OpDef,
-    Part,
-    linear_backward,
-    linear_forward,
-    linear_outputs,
-    linear_traffic,
-    numel,
-    requires,
-    same_size_constraint,
-)
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import GEMM_RUNTIME, OpCall, OpDef, requires, same_size_constraint
 from costspec.ops.registry import register_op
+from costspec.ops.work import Gemm, Part, linear_backward, linear_forward, linear_outputs, linear_traffic, numel
 
 
 @register_op

@@ -2,13 +2,13 @@
 gate / up -> act(gate) * up -> down (GLU variants: SwiGLU, GeGLU; Shazeer 2020, as in Llama)."""
 from __future__ import annotations
 
-from costspec.ops.base import (
-    GEMM_RUNTIME,
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import GEMM_RUNTIME, OpCall, OpDef, requires
+from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
+from costspec.ops.registry import register_op
+from costspec.ops.work import (
     ZERO,
-    Attr,
     Gemm,
-    OpCall,
-    OpDef,
     Part,
     Traffic,
     linear_backward,
@@ -17,10 +17,7 @@ from costspec.ops.base import (
     linear_traffic,
     numel,
     pointwise,
-    requires,
 )
-from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
-from costspec.ops.registry import register_op
 
 
 @register_op

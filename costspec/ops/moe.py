@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import sympy
 
-from costspec.ops.base import (
-    GEMM_RUNTIME,
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import GEMM_RUNTIME, Constraint, OpCall, OpDef, requires
+from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
+from costspec.ops.registry import register_op
+from costspec.ops.work import (
     ZERO,
-    Attr,
-    Constraint,
     Gemm,
-    OpCall,
-    OpDef,
     Part,
     Traffic,
     Work,
@@ -35,10 +34,7 @@ from costspec.ops.base import (
     linear_traffic,
     numel,
     pointwise,
-    requires,
 )
-from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
-from costspec.ops.registry import register_op
 
 
 def _mlp_linears(c, hidden, gated: bool, fused: bool = False):

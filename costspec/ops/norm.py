@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sympy
 
-from costspec.ops.base import Attr, Constraint, OpCall, OpDef, Part, Runtime, numel, pointwise, requires
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, requires
 from costspec.ops.registry import register_op
+from costspec.ops.work import Part, numel, pointwise
 
 # one native_layer_norm kernel per call, forward and backward (nn.LayerNorm, F.layer_norm)
 _LAYER_NORM_RUNTIME = Runtime(aten={"aten.native_layer_norm": "layernorm",

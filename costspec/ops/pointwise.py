@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costspec.ops.base import Attr, OpCall, OpDef, Part, Runtime, Work, numel, pointwise
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import OpCall, OpDef, Runtime
 from costspec.ops.registry import register_op
+from costspec.ops.work import Part, Work, numel, pointwise
 
 
 @dataclass(frozen=True)

@@ -10,22 +10,11 @@ from __future__ import annotations
 
 import sympy
 
-from costspec.ops.base import (
-    Attr,
-    Constraint,
-    OpCall,
-    OpDef,
-    Part,
-    Reconcile,
-    Runtime,
-    Work,
-    numel,
-    pointwise,
-    requires,
-    same_size,
-)
+from costspec.ops.attrs import Attr
 from costspec.ops.conv import conv_out
+from costspec.ops.opdef import Constraint, OpCall, OpDef, Reconcile, Runtime, requires, same_size
 from costspec.ops.registry import register_op
+from costspec.ops.work import Part, Work, numel, pointwise
 
 
 def _spatial(value, n: int) -> tuple:

@@ -1,7 +1,7 @@
 """The op registry: the single source of op names (schema, docs, CLI, tests read it)."""
 from __future__ import annotations
 
-from costspec.ops.base import OpDef
+from costspec.ops.opdef import OpDef
 
 OPS: dict[str, OpDef] = {}
 

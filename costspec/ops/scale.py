@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sympy
 
-from costspec.ops.base import Attr, OpCall, OpDef, Part, Reconcile, Work, numel, pointwise
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import OpCall, OpDef, Reconcile
 from costspec.ops.registry import register_op
+from costspec.ops.work import Part, Work, numel, pointwise
 
 
 @register_op

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import sympy
 
-from costspec.ops.base import Attr, Constraint, OpCall, OpDef, Part, Work, numel, same_size
+from costspec.ops.attrs import Attr
+from costspec.ops.opdef import Constraint, OpCall, OpDef, same_size
 from costspec.ops.registry import register_op
+from costspec.ops.work import Part, Work, numel
 
 
 def axis_index(call: OpCall, attr: str) -> int:

@@ -27,7 +27,7 @@ from costspec.core.errors import MismatchError, UsageError
 from costspec.core.render import render
 from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import RUNNABLE_PASSES, Device, Pass, Phase
-from costspec.ops.base import layer_notes
+from costspec.ops.opdef import layer_notes
 from costspec.runtime.reconcile import Amount, Applied, ints, nonzero, reconciliations, runtime_facts
 from costspec.runtime.torch_build import build_module, import_torch
 from costspec.tree.build import OpNode

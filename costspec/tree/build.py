@@ -18,21 +18,9 @@ from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
 from costspec.core.expr import parse_expr
 from costspec.ops import OPS, spec_ops
-from costspec.ops.base import (
-    GRAD_INPUT,
-    GRAD_NO,
-    GRAD_YES,
-    NO_WIRING,
-    REQUIRED,
-    Attrs,
-    Constraint,
-    OpCall,
-    OpDef,
-    Part,
-    Wiring,
-    Work,
-    numel,
-)
+from costspec.ops.attrs import REQUIRED, Attrs
+from costspec.ops.opdef import GRAD_INPUT, GRAD_NO, GRAD_YES, NO_WIRING, Constraint, OpCall, OpDef, Wiring
+from costspec.ops.work import Part, Work, numel
 from costspec.spec.schema import COMPOSITION_KEYS
 from costspec.tree.cost import ZERO_COST, Cost, route
 

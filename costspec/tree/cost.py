@@ -7,7 +7,7 @@ from typing import Mapping
 import sympy
 
 from costspec.core.conventions import DENSE_ONLY_PARTS, SPARSE_MATMUL_CLASSES, SPARSE_SPEEDUP, Precision
-from costspec.ops.base import ZERO, Work, merge_counts
+from costspec.ops.work import ZERO, Work, merge_counts
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from costspec.core.expr import parse_expr
 from costspec.core.vocab import Pass
 from costspec.core.yaml_marks import MarkedDoc
 from costspec.core.zoo import resolve
-from costspec.ops.base import Constraint
+from costspec.ops.opdef import Constraint
 from costspec.spec.load import read_spec
 from costspec.tree.build import Node, OpNode, TreeBuilder
 from costspec.tree.cost import Cost

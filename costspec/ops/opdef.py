@@ -1,226 +1,22 @@
-"""The op framework: what one op definition holds, and the primitive cost helpers ops compose.
-
-An op definition (a subclass of `OpDef`, registered with `@register_op`) holds together its
-attribute schema, shape rule, constraints, forward and backward work, parameters and torch
-builder. Work is symbolic and engine-neutral: matmul-class FLOPs by class and pointwise
-element counts by kind; `cost.py` routes it to Tensor / CUDA cores by precision and prices
-pointwise kinds with the cost table.
+"""`OpDef`: what one op definition holds (attributes, shape rule, constraints, forward and backward
+work, parameters, traffic, GEMMs, torch builder, runtime footprint, named reconciliation rules), and
+the call it receives (`OpCall`: resolved attributes, input shape, precision, location, wiring).
+An op subclasses `OpDef` and registers itself with `costspec.ops.registry.register_op`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence, TypeAlias
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import sympy
 
-from costspec.core.conventions import FLOPS_PER_MAC, Precision
+from costspec.core.conventions import Precision
 from costspec.core.errors import Location, SpecError
+from costspec.ops.attrs import REQUIRED, Attr, Attrs
+from costspec.ops.work import ZERO, Expr, Gemm, Part, Shape, Traffic, Work, numel
 
 if TYPE_CHECKING:  # torch stays out of the import graph of eval/check
     import torch
-
-Expr: TypeAlias = sympy.Expr
-Shape: TypeAlias = tuple  # tuple of sympy expressions
-ZERO = sympy.Integer(0)
-ONE = sympy.Integer(1)
-
-
-# ----------------------------------------------------------------------------------------------
-# Work: engine-neutral, symbolic
-# ----------------------------------------------------------------------------------------------
-def merge_counts(a: Mapping[str, Expr], b: Mapping[str, Expr], k: Expr = ONE) -> dict[str, Expr]:
-    out = dict(a)
-    for key, value in b.items():
-        out[key] = out.get(key, ZERO) + k * value
-    return out
-
-
-@dataclass(frozen=True)
-class Work:
-    """Symbolic work of one op (or part) for one pass.
-
-    matmul:    class ("gemm", "conv", "sdpa", ...) -> FLOPs (2 per multiply-add)
-    pointwise: kind (a cost-table key) -> number of elements processed
-    """
-
-    matmul: Mapping[str, Expr] = field(default_factory=dict)
-    pointwise: Mapping[str, Expr] = field(default_factory=dict)
-
-    def __add__(self, other: "Work") -> "Work":
-        return Work(merge_counts(self.matmul, other.matmul), merge_counts(self.pointwise, other.pointwise))
-
-    def scaled(self, k: Expr) -> "Work":
-        return Work({c: k * v for c, v in self.matmul.items()}, {c: k * v for c, v in self.pointwise.items()})
-
-
-NO_WORK = Work()
-
-
-@dataclass(frozen=True)
-class Reconcile:
-    """A named, documented difference between an op's analytic work and what the runtime
-    counters measure on the torch module its `build()` returns: measured = analytic + delta,
-    for one part (name as in `forward()`) and one pass. `costspec validate` lists every one it
-    applies, with its numbers; nothing is adjusted silently.
-    """
-
-    rule: str  # stable id, e.g. "sdpa-math-decomposition"
-    part: str
-    delta: Work
-    text: str  # one line: what the counter sees, what costspec models, the formula of the difference
-    measured_in: str | None = None  # an op name: the delta shows in that op's (single) layer's row instead
-
-
-@dataclass(frozen=True)
-class Part:
-    """A named piece of an op's work: a row in reports and, unless `own`, a torch submodule.
-
-    `own` parts run in the op's own module (SDPA inside the attention module), not in a child.
-    """
-
-    name: str
-    work: Work
-    params: Expr = ZERO
-    own: bool = False
-
-
-def gemm(m: Expr, k: Expr, n: Expr) -> Work:
-    """(m x k) @ (k x n): 2*m*k*n FLOPs (FLOP = 2 * MAC)."""
-    return Work({"gemm": FLOPS_PER_MAC * m * k * n})
-
-
-def pointwise(kind: str, elements: Expr) -> Work:
-    """`elements` elements through one pointwise / reduction kind of the cost table."""
-    return Work({}, {kind: elements})
-
-
-def linear_forward(m: Expr, k: Expr, n: Expr, bias: bool) -> Work:
-    """y = x W^T (+ b) on m rows: one GEMM, plus the bias add in its epilogue."""
-    work = gemm(m, k, n)
-    return work + pointwise("bias_add", m * n) if bias else work
-
-
-def linear_backward(m: Expr, k: Expr, n: Expr, bias: bool, input_grad: bool) -> Work:
-    """dW = dY^T X (always), dX = dY W (only when the input needs a gradient), db = sum of dY rows."""
-    work = gemm(n, m, k)
-    if input_grad:
-        work = work + gemm(m, n, k)
-    return work + pointwise("bias_grad", m * n) if bias else work
-
-
-def linear_outputs(m: Expr, k: Expr, n: Expr, pass_: str, input_grad: bool) -> Expr:
-    """GEMM output elements of y = x W^T on m rows: y (m*n) forward; dW (k*n) and dX (m*k) backward."""
-    if pass_ == "forward":
-        return m * n
-    return k * n + (m * k if input_grad else ZERO)
-
-
-def linear_traffic(part: str, m: Expr, k: Expr, n: Expr, bias: bool, pass_: str, input_grad: bool) -> "Traffic":
-    """Elements moved by y = x W^T + b on m rows (bias fused in the GEMM epilogue).
-
-    forward: read x (m*k), W (k*n), b (n); write y (m*n).
-    backward: dW reads dY (m*n) and x (m*k), writes dW (k*n) and db (n, summed in the same pass);
-    dX (when needed) reads dY and W, writes dX (m*k).
-    """
-    b = n if bias else ZERO
-    if pass_ == "forward":
-        return Traffic(part, m * k + k * n + b, m * n)
-    reads, writes = m * n + m * k, k * n + b
-    if input_grad:
-        reads, writes = reads + m * n + k * n, writes + m * k
-    return Traffic(part, reads, writes)
-
-
-def numel(shape: Sequence[Expr]) -> Expr:
-    out = sympy.Integer(1)
-    for d in shape:
-        out = out * d
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Attributes
-# ----------------------------------------------------------------------------------------------
-REQUIRED = object()
-
-_VALUE_NAME = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
-ATTR_SCHEMAS: dict[str, tuple[dict, str]] = {
-    "values": ({"anyOf": [_VALUE_NAME, {"type": "array", "minItems": 1, "items": _VALUE_NAME}]},
-               "the name of a saved value or model input, or a list of them"),
-    "value": (_VALUE_NAME, "the name of a saved value or model input"),
-    "size": ({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]},
-             "a positive integer or an expression string"),
-    "count": ({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]},
-              "a non-negative integer or an expression string"),
-    "pair": ({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"},
-                        {"type": "array", "minItems": 2, "maxItems": 2,
-                         "items": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]}}]},
-             "a non-negative integer, an expression, or a [height, width] pair of them"),
-    "triple": ({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"},
-                          {"type": "array", "minItems": 3, "maxItems": 3,
-                           "items": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]}}]},
-               "a non-negative integer, an expression, or a [depth, height, width] triple of them"),
-    "axes": ({"type": "array", "minItems": 1, "items": {"type": "integer"}},
-             "a list of integer axes (negative counts from the end)"),
-    "counts": ({"type": "array", "minItems": 1,
-                "items": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]}},
-               "a list of non-negative integers or expressions"),
-    "expr": ({"anyOf": [{"type": "number"}, {"type": "string"}]}, "a number or an expression of the dims"),
-    "bool": ({"type": "boolean"}, "true or false"),
-    "number": ({"type": "number"}, "a number"),
-    "axis": ({"type": "integer"}, "an integer axis (negative counts from the end)"),
-    "shape": ({"type": "array", "minItems": 1,
-               "items": {"anyOf": [{"type": "integer", "minimum": -1}, {"type": "string"}]}},
-              "a list of sizes (integers or expressions; one -1 is inferred)"),
-}
-
-
-@dataclass(frozen=True)
-class Attr:
-    """One attribute of an op: its kind (schema), default, and a one-line doc.
-
-    `default` is a value, REQUIRED, or a callable (input shape, resolved attrs so far) -> value
-    for defaults that depend on the input (e.g. a linear layer's in_features).
-    """
-
-    name: str
-    kind: str
-    doc: str
-    default: Any = REQUIRED
-    choices: tuple = ()
-
-    def schema(self) -> dict:
-        # bool and choice attributes also take the name of a block parameter (`bias: b`), resolved
-        # and checked by the tree builder with the layer's location
-        param = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
-        if self.kind == "choice":
-            return {"anyOf": [{"enum": list(self.choices)}, param], "description": self.doc,
-                    "x-expected": "one of " + ", ".join(self.choices) + " (or a block parameter's name)"}
-        base, expected = ATTR_SCHEMAS[self.kind]
-        if self.kind == "bool":
-            return {"anyOf": [base, param], "description": self.doc,
-                    "x-expected": "true or false (or a block parameter's name)"}
-        return {**base, "description": self.doc, "x-expected": expected}
-
-
-class Attrs:
-    """Resolved attribute values of one layer (sympy expressions for sizes), read as attributes."""
-
-    def __init__(self, values: dict[str, Any], loc: Location):
-        self._values = values
-        self.loc = loc
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def items(self):
-        return self._values.items()
-
-    def where(self, name: str | None = None) -> Location:
-        return self.loc.child(name) if name else self.loc
 
 
 @dataclass(frozen=True)
@@ -276,6 +72,22 @@ class OpCall:
 
     def fail(self, message: str, attr: str | None = None, expected: str | None = None) -> SpecError:
         return SpecError(message, self.attrs.where(attr), expected)
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """A named, documented difference between an op's analytic work and what the runtime
+    counters measure on the torch module its `build()` returns: measured = analytic + delta,
+    for one part (name as in `forward()`) and one pass. `costspec validate` lists every one it
+    applies, with its numbers; nothing is adjusted silently.
+    """
+
+    rule: str  # stable id, e.g. "sdpa-math-decomposition"
+    part: str
+    delta: Work
+    text: str  # one line: what the counter sees, what costspec models, the formula of the difference
+    measured_in: str | None = None  # an op name: the delta shows in that op's (single) layer's row instead
+
 
 
 # ----------------------------------------------------------------------------------------------
@@ -398,7 +210,7 @@ class OpDef:
         `earlier`: the (OpNode, module) pairs built before this one, in layer order (a repeat's
         instances one by one). torch_build calls it after building the whole model. Default: nothing."""
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list["Traffic"]:
+    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list[Traffic]:
         """Elements read and written per part (bytes = elements x the precision's element size).
 
         Default, for single-part ops, unfused: forward reads the input and the parameters and
@@ -420,44 +232,10 @@ class OpDef:
             return [Traffic(parts[0].name, ZERO, ZERO)]
         return [Traffic(parts[0].name, y + x + w, (x if input_grad else ZERO) + w)]
 
-    def gemms(self, call: OpCall) -> list["Gemm"]:
+    def gemms(self, call: OpCall) -> list[Gemm]:
         """The matrix multiplies one forward call runs, per part (the geometry behind its matmul-class
         FLOPs), for the Tensor-Core alignment rules (`costspec.analysis.alignment`). Default: none."""
         return []
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """Elements one part reads from and writes to device memory in one pass."""
-
-    part: str
-    reads: Expr
-    writes: Expr
-
-
-FUSION_MODES = ("none", "default", "aggressive")
-
-
-@dataclass(frozen=True)
-class Gemm:
-    """`count` independent (m x k) @ (k x n) products one forward call of a part runs (a batched
-    matmul, or a convolution as its implicit GEMM: m = output pixels, n = output channels per group,
-    k = input channels per group x kernel area).
-
-    `kind`: gemm, conv or sdpa. `leading`: the dims that are row lengths (leading dimensions) of the
-    operands in PyTorch's row-major layout, whose byte alignment decides how cuBLAS / cuDNN / the
-    attention kernels can feed Tensor Cores; the others (a GEMM's token count m, the sequence inside
-    a fused attention kernel) only quantize tiles. The backward GEMMs of a linear layer
-    (dX = dY W, dW = dY^T X) have the same leading dims, so one forward geometry covers every pass.
-    """
-
-    part: str
-    m: Expr
-    n: Expr
-    k: Expr
-    count: Expr = sympy.Integer(1)
-    kind: str = "gemm"
-    leading: tuple[str, ...] = ("n", "k")
 
 
 def layer_notes(op_nodes) -> list[str]:
