@@ -2,6 +2,7 @@
 error uses), one attribute's declaration (`Attr`), and a layer's resolved values (`Attrs`)."""
 from __future__ import annotations
 
+import keyword
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,15 +71,20 @@ class Attr:
 
 
 class Attrs:
-    """Resolved attribute values of one layer (sympy expressions for sizes), read as attributes."""
+    """Resolved attribute values of one layer (sympy expressions for sizes), read as attributes.
+
+    An attribute whose YAML key is a Python keyword is read with a trailing underscore (PEP 8):
+    linear's `in` is `attrs.in_`.
+    """
 
     def __init__(self, values: dict[str, Any], loc: Location):
         self._values = values
         self.loc = loc
 
     def __getattr__(self, name: str) -> Any:
+        key = name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
         try:
-            return self._values[name]
+            return self._values[key]
         except KeyError:
             raise AttributeError(name) from None
 

@@ -29,10 +29,10 @@ class Linear(OpDef):
 
     def constraints(self, call: OpCall):
         """`in` must be the input's last dim; checked when the dims are bound if sympy cannot tell."""
-        return same_size_constraint(call, "in", getattr(call.attrs, "in"), call.in_shape[-1], "the input's last dim")
+        return same_size_constraint(call, "in", call.attrs.in_, call.in_shape[-1], "the input's last dim")
 
     def _mkn(self, call: OpCall):
-        return numel(call.in_shape[:-1]), getattr(call.attrs, "in"), call.attrs.out
+        return numel(call.in_shape[:-1]), call.attrs.in_, call.attrs.out
 
     def forward(self, call: OpCall):
         m, k, n = self._mkn(call)
@@ -54,7 +54,7 @@ class Linear(OpDef):
     def build(self, call: OpCall, ev):
         import torch.nn as nn
 
-        return nn.Linear(ev(getattr(call.attrs, "in")), ev(call.attrs.out), bias=call.attrs.bias)
+        return nn.Linear(ev(call.attrs.in_), ev(call.attrs.out), bias=call.attrs.bias)
 
     def gemms(self, call: OpCall) -> list[Gemm]:
         m, k, n = self._mkn(call)
