@@ -19,6 +19,7 @@ import sympy
 
 from costspec.against.mapping import MODEL_ROW, RowMap
 from costspec.core.expr import evaluator
+from costspec.core.vocab import Phase
 from costspec.runtime.reconcile import Amount, Applied, reconciliations
 from costspec.tree.build import Node, OpNode, PartNode
 from costspec.tree.walk import node_cost, slot_of, walk
@@ -222,7 +223,7 @@ def _row(node: Node, depth: int, cost, params: int, ev, label: str | None = None
     return RowResult(node.name, label or node.label, depth, False, matmul, params, _ints(cost.pointwise, ev))
 
 
-def rule_deltas(model: "Network", phases: tuple[str, ...], sdpa_facts: dict[str, dict[int, dict]], device: str,
+def rule_deltas(model: "Network", phases: tuple[Phase, ...], sdpa_facts: dict[str, dict[int, dict]], device: str,
                 values) -> list[Applied]:
     """The spec ops' named reconciliation rules (validate's), by slot and phase."""
     return reconciliations(list(walk(model.root)), phases, sdpa_facts, device, values)[1]

@@ -58,12 +58,12 @@ class RooflineReport:
 # ----------------------------------------------------------------------------------------------
 # Traffic (elements -> bytes), following the same instance logic as costs
 # ----------------------------------------------------------------------------------------------
-def _op_traffic(op: OpNode, pass_: str, in_rg: bool, fusion: str) -> dict[str, sympy.Expr]:
-    if pass_ == "backward" and not op.runs_backward(in_rg):
+def _op_traffic(op: OpNode, pass_: Phase, in_rg: bool, fusion: Fusion) -> dict[str, sympy.Expr]:
+    if pass_ == Phase.BACKWARD and not op.runs_backward(in_rg):
         return {}
     size = op.precision.bytes_per_element
     out = {t.part: (t.reads + t.writes) * size for t in op.op.traffic(op.call, pass_, in_rg, fusion)}
-    if pass_ == "forward" and op.precision.sparse:
+    if pass_ == Phase.FORWARD and op.precision.sparse:
         for part, weights in _sparse_weights(op).items():
             if part in out:  # the weight is read compressed: kept values + metadata instead of dense values
                 out[part] = out[part] - weights * size + op.precision.sparse_weight_bytes(weights)
@@ -81,26 +81,28 @@ def _sparse_weights(op: OpNode) -> dict[str, sympy.Expr]:
     return out
 
 
-def node_bytes(node: Node, pass_: str, in_rg: bool, fusion: str) -> sympy.Expr:
-    """Bytes moved by one instance of `node` in `pass_` ("forward" or "backward")."""
+def node_bytes(node: Node, pass_: Phase, in_rg: bool, fusion: Fusion) -> sympy.Expr:
+    """Bytes moved by one instance of `node` in the phase `pass_`."""
     if isinstance(node, PartNode):
         return _op_traffic(node.owner, pass_, in_rg, fusion).get(node.local, ZERO)
     if isinstance(node, OpNode):
         return sum(_op_traffic(node, pass_, in_rg, fusion).values(), ZERO)
-    if pass_ == "forward":
+    if pass_ == Phase.FORWARD:
         return sum((child.count * node_bytes(child, pass_, in_rg, fusion) for child in node.children), ZERO)
     return sum((k * node_bytes(child, pass_, rg, fusion) for child, rg, k in node.backward_terms(in_rg)), ZERO)
 
 
-def total_bytes(node: Node, pass_: Pass | str, mult: sympy.Expr, grad: GradState, fusion: str) -> sympy.Expr:
+def total_bytes(node: Node, pass_: Pass | str, mult: sympy.Expr, grad: GradState, fusion: Fusion | str
+                ) -> sympy.Expr:
     """Bytes of all `mult` instances of `node`; `train` = forward + backward."""
     pass_ = Pass.parse(pass_, "pass")
+    fusion = Fusion.parse(fusion, "--fusion")
     if pass_ is Pass.TRAIN:
         return total_bytes(node, Phase.FORWARD, mult, grad, fusion) + total_bytes(node, Phase.BACKWARD, mult, grad,
                                                                                   fusion)
     if pass_ is Pass.FORWARD:
-        return mult * node_bytes(node, "forward", grad.first, fusion)
-    return sum((k * node_bytes(node, "backward", rg, fusion) for rg, k in grad.split(mult)), ZERO)
+        return mult * node_bytes(node, Phase.FORWARD, grad.first, fusion)
+    return sum((k * node_bytes(node, Phase.BACKWARD, rg, fusion) for rg, k in grad.split(mult)), ZERO)
 
 
 # ----------------------------------------------------------------------------------------------

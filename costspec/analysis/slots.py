@@ -67,21 +67,21 @@ class SlotTerms:
         self.notes.extend(other.notes)
 
 
-def _instance_outputs(node: Node, phase: str, input_grad: bool, ev) -> int | None:
+def _instance_outputs(node: Node, phase: Phase, input_grad: bool, ev) -> int | None:
     """GEMM/conv output elements of one instance of a leaf `node` (None: the op does not say)."""
     op = op_of(node)
     assert op is not None
     if phase == Phase.BACKWARD and not op.backward_parts(input_grad).get(node.local if node is not op else ""):
         return 0
     try:
-        outputs = op.op.gemm_outputs(op.call, str(phase), input_grad)
+        outputs = op.op.gemm_outputs(op.call, phase, input_grad)
     except NotImplementedError:
         return None
     part = "" if node is op else node.local
     return ev(op.canonical(outputs[part])) if part in outputs else 0
 
 
-def _leaf_terms(node: Node, phase: str, mult, in_rg, values, table) -> SlotTerms:
+def _leaf_terms(node: Node, phase: Phase, mult, in_rg, values, table) -> SlotTerms:
     ev = evaluator(values)
     cost = node_cost(node, phase, mult, in_rg)
     terms = SlotTerms(slot_of(node), ev(cost.tc), ev(cost.cuda))
@@ -96,7 +96,7 @@ def _leaf_terms(node: Node, phase: str, mult, in_rg, values, table) -> SlotTerms
     assert op is not None
     terms.tensor_cores = op.precision.tensor_cores
     if any(terms.matmul.get(c) for c in GEMM_OUTPUT_CLASSES):
-        split = [(_instance_outputs(node, phase, rg if phase == "backward" else True, ev), ev(k))
+        split = [(_instance_outputs(node, phase, rg if phase == Phase.BACKWARD else True, ev), ev(k))
                  for rg, k in in_rg.split(mult)]
         if any(outputs is None for outputs, _ in split):
             terms.notes.append(f"{terms.name}: no output-element count (its op has no gemm_outputs()); "

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 import sympy
 
 from costspec.core.conventions import FLOPS_PER_MAC
+from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import Constraint, OpCall, OpDef, Reconcile, Runtime, requires, same_size, same_size_constraint
 from costspec.ops.registry import register_op
@@ -534,21 +535,21 @@ class Attention(OpDef):
             return call.wiring.needs_grad(1, input_grad)
         return input_grad
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool):
         """The projections as GEMMs; the relative positions' two bmm write rel_h and rel_w (backward: dq
         of each, and the gathered tables' gradients)."""
         a, g = call.attrs, self._geom(call)
         qkv, proj = self._projections(call)
         out = {n: linear_outputs(rows, k, o, pass_, self._dx(call, n, input_grad)) for n, rows, k, o, _ in qkv}
         if a.rel_pos:
-            out["rel_pos"] = (g.nb * g.h * g.t * (g.qh + g.qw) if pass_ == "forward"
+            out["rel_pos"] = (g.nb * g.h * g.t * (g.qh + g.qw) if pass_ == Phase.FORWARD
                               else 2 * g.nq + (g.qh * g.qh + g.qw * g.qw) * g.d)
         n, rows, k, o, _ = proj
         out[n] = linear_outputs(rows, k, o, pass_, True)
         return out
 
     # -- validation ---------------------------------------------------------------------------
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
         """How the counters see F.scaled_dot_product_attention, by the way it ran on the device.
 
         NB: decomposed (meta, cpu math fallback): 2 + 4 bmm, mul by sqrt(scale) on q and k and a causal
@@ -560,10 +561,10 @@ class Attention(OpDef):
         rules = self._reconcile_rel_pos(call, pass_, ev)
         return rules + self._reconcile_sdpa(call, pass_, runtime)
 
-    def _reconcile_rel_pos(self, call: OpCall, pass_: str, ev) -> list[Reconcile]:
+    def _reconcile_rel_pos(self, call: OpCall, pass_: Phase, ev) -> list[Reconcile]:
         """NB: the gradients of rel_h and rel_w sum the bias gradient over the other grid axis; over an
         axis of length 1 (a grid or window one token wide) autograd runs no reduction."""
-        if pass_ != "backward" or not call.attrs.rel_pos:
+        if pass_ != Phase.BACKWARD or not call.attrs.rel_pos:
             return []
         g = self._geom(call)
         scores = g.nb * g.h * g.t * g.t
@@ -574,14 +575,14 @@ class Attention(OpDef):
                           "a relative-position axis of length 1: autograd reduces the bias gradient over the other "
                           "axis only when it is longer than 1; costspec counts one addition per score for each axis")]
 
-    def _reconcile_sdpa(self, call: OpCall, pass_: str, runtime) -> list[Reconcile]:
+    def _reconcile_sdpa(self, call: OpCall, pass_: Phase, runtime) -> list[Reconcile]:
         backend = call.attrs.backend
-        sdpa = sdpa_forward if pass_ == "forward" else sdpa_backward
+        sdpa = sdpa_forward if pass_ == Phase.FORWARD else sdpa_backward
         shape = self._sdpa(call)
         analytic = sdpa(shape, backend)
         how = runtime.get("sdpa", "decomposed")
         if how == "fused-uncounted":
-            formula = "2*B*h*S^2*d*2" if pass_ == "forward" else (
+            formula = "2*B*h*S^2*d*2" if pass_ == Phase.FORWARD else (
                 "10*B*h*S^2*d" if backend == "flash" else "8*B*h*S^2*d")
             device = runtime.get("device", "this device")
             return [Reconcile("sdpa-not-counted", "sdpa", analytic.scaled(-1),
@@ -605,7 +606,7 @@ class Attention(OpDef):
             if shape.causal:
                 text += ("; it builds the causal mask with tril + where (2*S^2 selects) and adds it to the scores, "
                          "where flash masks each score in registers (B*h*S^2 selects)")
-            if pass_ == "backward":
+            if pass_ == Phase.BACKWARD:
                 text += ("; its backward is 4 bmm = 8*B*h*S^2*d, the flash backend's 10*B*h*S^2*d recomputes "
                          "QK^T (difference 2*B*h*S^2*d)")
             return rules + [Reconcile("sdpa-math-decomposition", "sdpa", sdpa(full, "math") + executed.scaled(-1),
@@ -618,7 +619,7 @@ class Attention(OpDef):
                                   "10*B*h*S^2*d), softmax, scaling and masking are not separate aten ops")]
 
     # -- memory -------------------------------------------------------------------------------
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """Projections as GEMMs on the (padded) tokens; window padding and partitioning are folded into
         their loads and stores. SDPA, flash-style (default): reads q, k, v (and O, dO in backward),
         writes O (dq, dk, dv), never the S x S scores; a relative-position bias is read (and its
@@ -633,10 +634,10 @@ class Attention(OpDef):
         qkv, proj = self._projections(call)
         shape = self._sdpa(call)
         scores = shape.scores
-        unfused = fusion == "none" or a.backend == "math"
+        unfused = fusion == Fusion.NONE or a.backend == "math"
         extra = 3 * scores if unfused else ZERO
         bias = scores if a.rel_pos or a.rel_bias != "none" else ZERO
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             sdpa = Traffic("sdpa", g.nq + 2 * g.nk + bias + extra, g.nq + extra)
         else:
             grouped = 2 * g.nq * shape.grouped if shape.gqa else ZERO
@@ -646,7 +647,7 @@ class Attention(OpDef):
         out = [linear_traffic(n, m, k, o, bias_, pass_, self._dx(call, n, input_grad))
                for n, m, k, o, bias_ in qkv]
         if queries:
-            out.insert(0, Traffic("queries", ZERO, ZERO) if pass_ == "forward" else
+            out.insert(0, Traffic("queries", ZERO, ZERO) if pass_ == Phase.FORWARD else
                        Traffic("queries", g.mq * g.c, a.queries * g.c))
         if a.rope:
             n, tables = (g.nq + g.nk) * a.rope_dims / g.d, 2 * g.t * a.rope_dims
@@ -654,12 +655,12 @@ class Attention(OpDef):
         if a.rel_bias != "none" and not a.rel_bias_shared:  # (a reader's bias is read by its SDPA only)
             table, pairs = self._rel_bias_table(call, g) * g.h, g.h * g.t * g.t
             summed = a.rel_bias_readers * pairs  # the readers' gradients: each read and added in
-            out.append(Traffic("rel_bias", table, pairs) if pass_ == "forward"
+            out.append(Traffic("rel_bias", table, pairs) if pass_ == Phase.FORWARD
                        else Traffic("rel_bias", pairs + 2 * summed, table + summed))
         if a.rel_pos:
             rel = g.nb * g.h * g.t * (g.qh + g.qw)  # rel_h and rel_w
             gathered = (g.qh * g.qh + g.qw * g.qw) * g.d
-            if pass_ == "forward":
+            if pass_ == Phase.FORWARD:
                 out.append(Traffic("rel_pos", g.nq + gathered + rel, rel + scores))
             else:
                 out.append(Traffic("rel_pos", scores + rel + g.nq + gathered, rel + g.nq + self._rel_pos_params(g)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sympy
 
 from costspec.core.conventions import FLOPS_PER_MAC
+from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import CONV_RUNTIME, Constraint, OpCall, OpDef, Reconcile, requires
 from costspec.ops.registry import register_op
@@ -57,9 +58,9 @@ def _conv_attrs(k: str, transposed: bool = False) -> tuple[Attr, ...]:
     return out
 
 
-def conv_outputs(outputs, weight, inputs, pass_: str, input_grad: bool):
+def conv_outputs(outputs, weight, inputs, pass_: Phase, input_grad: bool):
     """Conv output elements: the output forward; dW (the weight, bias excluded) and dX (the input) backward."""
-    if pass_ == "forward":
+    if pass_ == Phase.FORWARD:
         return outputs
     return weight + (inputs if input_grad else ZERO)
 
@@ -139,7 +140,7 @@ class _ConvNd(OpDef):
         work = Work({"conv": FLOPS_PER_MAC * self._macs(call) * (2 if input_grad else 1)})
         return [Part("", work + pointwise("bias_grad", self._outputs(call)) if call.attrs.bias else work)]
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool):
         a = call.attrs
         _, cin, _, _, kernel = self._geometry(call)
         weight = cin * a.out / a.groups * numel(kernel)
@@ -155,14 +156,14 @@ class _ConvNd(OpDef):
             return [Gemm("", b * numel(sizes), a.out / a.groups * numel(kernel), cin / a.groups, a.groups, "conv")]
         return [Gemm("", b * numel(out), a.out / a.groups, cin / a.groups * numel(kernel), a.groups, "conv")]
 
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
         """FlopCounterMode's convolution_backward formula for grad_weight.
 
         NB: torch 2.13 counts grad_weight as g*F (its formula ignores the groups, for convolutions and
         transposed ones alike); costspec keeps the F the grouped kernel executes and names the difference.
         """
         a = call.attrs
-        if pass_ != "backward" or ev(a.groups) == 1:
+        if pass_ != Phase.BACKWARD or ev(a.groups) == 1:
             return []
         weight_grad = FLOPS_PER_MAC * self._macs(call)
         return [Reconcile("conv-grouped-weight-grad", "", Work({"conv": (a.groups - 1) * weight_grad}),
@@ -285,7 +286,7 @@ class PatchEmbed(OpDef):
             parts.append(Part("pos_embed", pointwise("bias_grad", b * tokens * a.dim), own=True))
         return parts
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool):
         a = call.attrs
         b, cin, gh, gw = self._grid(call)
         return {"proj": conv_outputs(b * a.dim * gh * gw, a.dim * cin * a.patch ** 2, numel(call.in_shape), pass_,
@@ -297,7 +298,7 @@ class PatchEmbed(OpDef):
         b, cin, gh, gw = self._grid(call)
         return [Gemm("proj", b * gh * gw, a.dim, cin * a.patch * a.patch, sympy.Integer(1), "conv")]
 
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
         """The gradient of cls_token / pos_embed at batch 1.
 
         NB: the formula counts B*dim and B*S*dim elements for the batch sums of these gradients;
@@ -305,7 +306,7 @@ class PatchEmbed(OpDef):
         """
         a = call.attrs
         b, _, gh, gw = self._grid(call)
-        if pass_ != "backward" or ev(b) != 1:
+        if pass_ != Phase.BACKWARD or ev(b) != 1:
             return []
         text = ("batch of 1: autograd sums the gradient of a parameter broadcast over the batch (cls_token, "
                 "pos_embed) only when B > 1; at B = 1 no reduction runs, costspec counts B*dim and B*S*dim elements")
@@ -318,7 +319,7 @@ class PatchEmbed(OpDef):
                                  text))
         return out
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """proj: the conv (image + weights in, grid tokens out); cls_token: torch.cat copies the grid
         tokens into the longer sequence; pos_embed: reads tokens and the table, writes tokens."""
         a = call.attrs
@@ -326,7 +327,7 @@ class PatchEmbed(OpDef):
         image, grid_tokens = b * cin * gh * a.patch * gw * a.patch, b * gh * gw * a.dim
         tokens = b * (gh * gw + (1 if a.cls_token else 0)) * a.dim
         weights = a.dim * cin * a.patch ** 2 + (a.dim if a.bias else 0)
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             out = [Traffic("proj", image + weights, grid_tokens)]
             if a.cls_token:
                 out.append(Traffic("cls_token", grid_tokens + a.dim, tokens))

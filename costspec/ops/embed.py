@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sympy
 
+from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import GEMM_RUNTIME, Constraint, OpCall, OpDef, Reconcile, Runtime, requires
 from costspec.ops.registry import register_op
@@ -71,7 +72,7 @@ class Embedding(OpDef):
         work = pointwise("scatter_add", n)
         return [Part("", work + pointwise("bias_grad", n) if self._has_segments(call) else work)]
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """Forward: reads the ids and the looked-up rows (and the segment row), writes the embeddings.
         Backward: reads the ids and the output gradient, zero-fills the table gradient and adds the
         rows into it (and writes the segment row's gradient)."""
@@ -79,7 +80,7 @@ class Embedding(OpDef):
         tokens = numel(call.in_shape)
         n = tokens * a.dim
         segment = a.dim if self._has_segments(call) else ZERO
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             return [Traffic("", _ids_elements(call, tokens) + n + segment, n)]
         return [Traffic("", _ids_elements(call, tokens) + n, a.vocab * a.dim + n + segment)]
 
@@ -101,10 +102,10 @@ class _Broadcast(OpDef):
     def _param_grad(self, call: OpCall) -> sympy.Expr:
         raise NotImplementedError
 
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
         """NB: the formula counts B*(parameter size) elements for the batch sum of the parameter's
         gradient; autograd's sum_to_size runs no reduction when B = 1, so none is measured then."""
-        if pass_ != "backward" or ev(call.in_shape[0]) != 1:
+        if pass_ != Phase.BACKWARD or ev(call.in_shape[0]) != 1:
             return []
         return [Reconcile("broadcast-grad-batch-1", "", pointwise("bias_grad", -self._param_grad(call)),
                           _BATCH_1_TEXT)]
@@ -148,11 +149,11 @@ class PositionEmbedding(OpDef):
             return [Part("", Work())]
         return [Part("", pointwise("bias_grad", numel(call.in_shape)))]
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """Forward reads the tokens and S table rows, writes the tokens; backward reads the output
         gradient and writes the table gradient (dx is the output gradient itself)."""
         b, s, c = call.in_shape
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             return [Traffic("", b * s * c + s * c, b * s * c)]
         if not call.attrs.trainable:
             return [Traffic("", ZERO, ZERO)]
@@ -188,10 +189,10 @@ class ClsToken(_Broadcast):
         """d(cls) = the class token's gradient summed over the batch; dx is a slice (no work)."""
         return [Part("", pointwise("bias_grad", self._param_grad(call)))]
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """torch.cat copies the tokens into the longer sequence (backward: slices the gradient)."""
         b, s, c = call.in_shape
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             return [Traffic("", b * s * c + c, b * (s + 1) * c)]
         return [Traffic("", b * (s + 1) * c, (b * s * c if input_grad else ZERO) + c)]
 
@@ -237,10 +238,10 @@ class LmHead(OpDef):
         work = linear_backward(m, k, n, call.attrs.bias, input_grad)
         return [Part("", work + pointwise("add", k * n) if call.attrs.tied else work)]
 
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
         """NB: the sum of the tied table's two gradients runs when the second one arrives, i.e. in the
         embedding's backward (the last layer autograd reaches): the counters see it in that row."""
-        if pass_ != "backward" or not call.attrs.tied:
+        if pass_ != Phase.BACKWARD or not call.attrs.tied:
             return []
         m, k, n = self._mkn(call)
         text = ("autograd sums the tied table's two gradients (one add per table element, costspec charges it "
@@ -248,11 +249,11 @@ class LmHead(OpDef):
         return [Reconcile("tied-weight-grad-sum", "", pointwise("add", -k * n), text),
                 Reconcile("tied-weight-grad-sum", "", pointwise("add", k * n), text, measured_in="embedding")]
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         m, k, n = self._mkn(call)
         return [linear_traffic("", m, k, n, call.attrs.bias, pass_, input_grad)]
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool):
         m, k, n = self._mkn(call)
         return {"": linear_outputs(m, k, n, pass_, input_grad)}
 
@@ -299,10 +300,10 @@ class TakeToken(OpDef):
     def backward(self, call: OpCall, input_grad: bool):
         return [Part("", Work())]
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """Forward copies one token per sample; backward writes a zero gradient for the others."""
         b, s, c = call.in_shape
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             return [Traffic("", b * c, b * c)]
         return [Traffic("", b * c, b * s * c if input_grad else ZERO)]
 

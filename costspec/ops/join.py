@@ -12,6 +12,7 @@ from typing import Sequence
 
 import sympy
 
+from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import Constraint, OpCall, OpDef, same_size
 from costspec.ops.registry import register_op
@@ -148,15 +149,15 @@ class Add(_Join):
     def _side_grad(self, out: sympy.Expr) -> Work:
         return Work()  # a sum's gradient passes through
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list[Traffic]:
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion) -> list[Traffic]:
         """Forward: every input read, the output written. Backward: a gradient that passes through
         moves nothing; the fork's sum reads two gradients and writes one per add; an input that needs
         its own kernel (a product's factor, a broadcast sum) reads the output gradient (and the other
         factors) and writes its gradient."""
-        if fusion == "aggressive":
+        if fusion == Fusion.AGGRESSIVE:
             return [Traffic("", ZERO, ZERO)]
         out = numel(self.output_shape(call))
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             return [Traffic("", sum((numel(s) for s in _inputs(call)), ZERO), out)]
         fan = call.wiring.fanout if input_grad else ZERO
         reads, writes = 2 * fan, fan
@@ -240,10 +241,10 @@ class Concat(_Join):
     def backward(self, call: OpCall, input_grad: bool):
         return [Part("", self._fanout(call, input_grad))]
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list[Traffic]:
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion) -> list[Traffic]:
         out = numel(self.output_shape(call))
         fan = call.wiring.fanout if input_grad else ZERO
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             return [Traffic("", out, out)]
         needed = any(self._needs(call, input_grad))
         return [Traffic("", (out if needed else ZERO) + 2 * fan, (out if needed else ZERO) + fan)]
@@ -271,8 +272,8 @@ class Fanout(OpDef):
     def backward(self, call: OpCall, input_grad: bool):
         return [Part("", pointwise("add", call.wiring.fanout) if input_grad else Work())]
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list[Traffic]:
-        if pass_ == "forward" or not input_grad or fusion == "aggressive":
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion) -> list[Traffic]:
+        if pass_ == Phase.FORWARD or not input_grad or fusion == Fusion.AGGRESSIVE:
             return [Traffic("", ZERO, ZERO)]
         return [Traffic("", 2 * call.wiring.fanout, call.wiring.fanout)]
 

@@ -1,6 +1,7 @@
 """`linear`: y = x W^T + b over the last dim."""
 from __future__ import annotations
 
+from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import GEMM_RUNTIME, OpCall, OpDef, requires, same_size_constraint
 from costspec.ops.registry import register_op
@@ -43,11 +44,11 @@ class Linear(OpDef):
         m, k, n = self._mkn(call)
         return [Part("", linear_backward(m, k, n, call.attrs.bias, input_grad))]
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool):
         m, k, n = self._mkn(call)
         return {"": linear_outputs(m, k, n, pass_, input_grad)}
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         m, k, n = self._mkn(call)
         return [linear_traffic("", m, k, n, call.attrs.bias, pass_, input_grad)]
 

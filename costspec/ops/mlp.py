@@ -2,6 +2,7 @@
 gate / up -> act(gate) * up -> down (GLU variants: SwiGLU, GeGLU; Shazeer 2020, as in Llama)."""
 from __future__ import annotations
 
+from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import GEMM_RUNTIME, OpCall, OpDef, requires
 from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
@@ -58,7 +59,7 @@ class Mlp(OpDef):
         bias = call.attrs.bias
         ins, (down, k, n) = self._linears(call)
         parts = [Part(name, linear_forward(m, i, o, bias), i * o + (o if bias else 0)) for name, i, o in ins]
-        parts.append(Part("act", activation_work(call.attrs.fn, m * hidden, "forward")))
+        parts.append(Part("act", activation_work(call.attrs.fn, m * hidden, Phase.FORWARD)))
         if call.attrs.gated:  # act(gate) * up, in the mlp module itself
             parts.append(Part("mul", pointwise("mul", m * hidden), own=True))
         parts.append(Part(down, linear_forward(m, k, n, bias), k * n + (n if bias else 0)))
@@ -69,21 +70,21 @@ class Mlp(OpDef):
         bias = call.attrs.bias
         ins, (down, k, n) = self._linears(call)
         parts = [Part(name, linear_backward(m, i, o, bias, input_grad)) for name, i, o in ins]
-        parts.append(Part("act", activation_work(call.attrs.fn, m * hidden, "backward")))
+        parts.append(Part("act", activation_work(call.attrs.fn, m * hidden, Phase.BACKWARD)))
         if call.attrs.gated:  # d(act) = g * up, d(up) = g * act; x feeds gate and up: their dX summed
             work = pointwise("mul", 2 * m * hidden)
             parts.append(Part("mul", work + pointwise("add", m * c) if input_grad else work, own=True))
         parts.append(Part(down, linear_backward(m, k, n, bias, True)))
         return parts
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool):
         m, _, _, _ = self._sizes(call)
         ins, (down, k, n) = self._linears(call)
         out = {name: linear_outputs(m, i, o, pass_, input_grad) for name, i, o in ins}
         out[down] = linear_outputs(m, k, n, pass_, True)
         return out
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """The projections as GEMMs; the activation reads and writes the hidden tensor (forward) or
         reads dH and H and writes dH (backward), unless `--fusion aggressive` fuses it into fc1 / gate.
         Gated: the product reads act(gate) and up and writes the hidden tensor (backward: reads dH,
@@ -91,13 +92,13 @@ class Mlp(OpDef):
         m, c, hidden, out = self._sizes(call)
         bias = call.attrs.bias
         h = m * hidden
-        fused = fusion == "aggressive"
-        act = (ZERO, ZERO) if fused else ((h, h) if pass_ == "forward" else (2 * h, h))
+        fused = fusion == Fusion.AGGRESSIVE
+        act = (ZERO, ZERO) if fused else ((h, h) if pass_ == Phase.FORWARD else (2 * h, h))
         ins, (down, k, n) = self._linears(call)
         parts = [linear_traffic(name, m, i, o, bias, pass_, input_grad) for name, i, o in ins]
         parts.append(Traffic("act", *act))
         if call.attrs.gated:
-            mul = (ZERO, ZERO) if fused else ((2 * h, h) if pass_ == "forward" else (3 * h, 2 * h))
+            mul = (ZERO, ZERO) if fused else ((2 * h, h) if pass_ == Phase.FORWARD else (3 * h, 2 * h))
             parts.append(Traffic("mul", *mul))
         return parts + [linear_traffic(down, m, k, n, bias, pass_, True)]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sympy
 
+from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import GEMM_RUNTIME, Constraint, OpCall, OpDef, requires
 from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
@@ -50,7 +51,7 @@ def mlp_forward(m, c, hidden, gated: bool, bias: bool, fn: str, fused: bool = Fa
     work = Work()
     for k, n in _mlp_linears(c, hidden, gated, fused):
         work = work + linear_forward(m, k, n, bias)
-    work = work + activation_work(fn, m * hidden, "forward")
+    work = work + activation_work(fn, m * hidden, Phase.FORWARD)
     return work + pointwise("mul", m * hidden) if gated else work
 
 
@@ -62,20 +63,20 @@ def mlp_backward(m, c, hidden, gated: bool, bias: bool, fn: str, input_grad: boo
     work = Work()
     for k, n in linears[:-1]:
         work = work + linear_backward(m, k, n, bias, input_grad)
-    work = work + linear_backward(m, hidden, c, bias, True) + activation_work(fn, m * hidden, "backward")
+    work = work + linear_backward(m, hidden, c, bias, True) + activation_work(fn, m * hidden, Phase.BACKWARD)
     if gated:
         work = work + pointwise("mul", 2 * m * hidden) + (pointwise("add", m * c) if input_grad and not fused
                                                           else Work())
     return work
 
 
-def mlp_outputs(m, c, hidden, gated: bool, pass_: str, input_grad: bool, copies=1, fused: bool = False):
+def mlp_outputs(m, c, hidden, gated: bool, pass_: Phase, input_grad: bool, copies=1, fused: bool = False):
     """GEMM output elements of an MLP on m rows (`copies` experts sharing the rows: each has its own dW)."""
     linears = _mlp_linears(c, hidden, gated, fused)
     total = ZERO
     for i, (k, n) in enumerate(linears):
         last = i == len(linears) - 1
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             total += m * n
         else:
             total += copies * k * n + (m * k if input_grad or last else ZERO)
@@ -216,7 +217,7 @@ class Moe(OpDef):
             parts.append(Part("shared_gate", linear_backward(t, c, 1, False, input_grad)))
         return parts
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool):
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool):
         a = call.attrs
         t, c = self._tokens(call)
         out = {"router": linear_outputs(t, c, a.experts, pass_, input_grad),
@@ -266,7 +267,7 @@ class Moe(OpDef):
                 f"experts charged under balanced routing, T*top_k/experts tokens each{cap}"]
 
     # -- memory ---------------------------------------------------------------------------------
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str):
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """Router and expert projections as GEMMs (every expert's weights read once; the R rows in
         total); the route part reads the scores and the k outputs per token and writes the result
         (backward: the reverse)."""
@@ -278,8 +279,8 @@ class Moe(OpDef):
                                       a.fused_gate_up)
         weights = (e - 1) * mlp_params(c, a.hidden, a.gated, a.bias)
         out.append(Traffic("experts", hidden_traffic.reads + weights,
-                           hidden_traffic.writes + (weights if pass_ == "backward" else ZERO)))
-        if pass_ == "forward":
+                           hidden_traffic.writes + (weights if pass_ == Phase.BACKWARD else ZERO)))
+        if pass_ == Phase.FORWARD:
             out.append(Traffic("route", 2 * t * e + slots * c + slots, t * e + slots + t * c))
         else:
             out.append(Traffic("route", t * c + slots * c + slots + t * e, slots * c + slots + t * e))
@@ -288,7 +289,7 @@ class Moe(OpDef):
                                     input_grad))
         if a.shared_gate:  # the C -> 1 GEMM; sigmoid on T scores; the product reads the shared output and the gate
             gate = linear_traffic("shared_gate", t, c, 1, False, pass_, input_grad)
-            extra = (t + t * c + t, t + t * c) if pass_ == "forward" else (3 * t * c + 2 * t, t * c + 2 * t)
+            extra = (t + t * c + t, t + t * c) if pass_ == Phase.FORWARD else (3 * t * c + 2 * t, t * c + 2 * t)
             out.append(Traffic("shared_gate", gate.reads + extra[0], gate.writes + extra[1]))
         return out
 
@@ -305,7 +306,7 @@ class Moe(OpDef):
                                 shared_gate=a.shared_gate)
 
 
-def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: str, input_grad: bool,
+def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: Phase, input_grad: bool,
                  fused: bool = False) -> Traffic:
     reads, writes = ZERO, ZERO
     linears = _mlp_linears(c, hidden, gated, fused)
@@ -313,7 +314,7 @@ def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: str, i
         tr = linear_traffic(part, m, k, n, bias, pass_, input_grad or i == len(linears) - 1)
         reads, writes = reads + tr.reads, writes + tr.writes
     h = m * hidden
-    extra = (h + (2 * h if gated else ZERO), h + (h if gated else ZERO)) if pass_ == "forward" else \
+    extra = (h + (2 * h if gated else ZERO), h + (h if gated else ZERO)) if pass_ == Phase.FORWARD else \
         (2 * h + (3 * h if gated else ZERO), h + (2 * h if gated else ZERO))
     return Traffic(part, reads + extra[0], writes + extra[1])
 

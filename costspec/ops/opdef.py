@@ -12,6 +12,7 @@ import sympy
 
 from costspec.core.conventions import Precision
 from costspec.core.errors import Location, SpecError
+from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import REQUIRED, Attr, Attrs
 from costspec.ops.work import ZERO, Expr, Gemm, Part, Shape, Traffic, Work, numel
 
@@ -164,18 +165,18 @@ class OpDef:
         Parts that are not `own` must be submodules named like the part."""
         raise NotImplementedError
 
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime: Mapping[str, str],
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime: Mapping[str, str],
                   ev: Callable[[Expr], int]) -> list[Reconcile]:
         """Named differences between this op's work and what FlopCounterMode and the pointwise
-        counter measure for build()'s module in pass_ ("forward" | "backward"). `runtime` says where
+        counter measure for build()'s module in one phase, pass_. `runtime` says where
         and how it ran: runtime["device"] ("meta", "cpu"), runtime["sdpa"] ("decomposed",
         "fused-uncounted" or "fused-counted"). Default: none, the counters must see exactly the
         analytic work."""
         return []
 
-    def gemm_outputs(self, call: OpCall, pass_: str, input_grad: bool) -> dict[str, Expr]:
-        """Output elements of the GEMM / conv kernels one instance runs, per part, in pass_ ("forward" |
-        "backward"): the denominator of the split-K coefficient rho (`costspec.analysis.calibration`). Forward: the
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool) -> dict[str, Expr]:
+        """Output elements of the GEMM / conv kernels one instance runs, per part, in the phase
+        pass_: the denominator of the split-K coefficient rho (`costspec.analysis.calibration`). Forward: the
         elements each GEMM writes; backward: dW (the weight, bias excluded) plus dX (when input_grad).
         Every op with gemm or conv work defines it (a registry test checks)."""
         raise NotImplementedError(f"{self.name} has no gemm_outputs()")
@@ -210,7 +211,7 @@ class OpDef:
         `earlier`: the (OpNode, module) pairs built before this one, in layer order (a repeat's
         instances one by one). torch_build calls it after building the whole model. Default: nothing."""
 
-    def traffic(self, call: OpCall, pass_: str, input_grad: bool, fusion: str) -> list[Traffic]:
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion) -> list[Traffic]:
         """Elements read and written per part (bytes = elements x the precision's element size).
 
         Default, for single-part ops, unfused: forward reads the input and the parameters and
@@ -224,9 +225,9 @@ class OpDef:
         x = numel(call.in_shape)
         y = numel(self.output_shape(call))
         w = parts[0].params
-        if fusion == "aggressive" and self.fusable:
+        if fusion == Fusion.AGGRESSIVE and self.fusable:
             return [Traffic(parts[0].name, ZERO, ZERO)]
-        if pass_ == "forward":
+        if pass_ == Phase.FORWARD:
             return [Traffic(parts[0].name, x + w, y)]
         if not input_grad and w == 0:
             return [Traffic(parts[0].name, ZERO, ZERO)]

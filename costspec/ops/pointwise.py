@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costspec.core.vocab import Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import OpCall, OpDef, Runtime
 from costspec.ops.registry import register_op
@@ -43,9 +44,10 @@ ACTIVATIONS: dict[str, Activation] = {
 }
 
 
-def activation_work(fn: str, elements, pass_: str) -> Work:
-    """Work of activation `fn` on `elements` elements for pass "forward" or "backward"."""
-    kinds = getattr(ACTIVATIONS[fn], pass_)
+def activation_work(fn: str, elements, pass_: Phase) -> Work:
+    """Work of activation `fn` on `elements` elements in one phase."""
+    act = ACTIVATIONS[fn]
+    kinds = act.forward if pass_ == Phase.FORWARD else act.backward
     work = Work()
     for kind in kinds:
         work = work + pointwise(kind, elements)
@@ -77,10 +79,10 @@ class ActivationOp(OpDef):
     attrs = (ACT_ATTR,)
 
     def forward(self, call: OpCall):
-        return [Part("", activation_work(call.attrs.fn, numel(call.in_shape), "forward"))]
+        return [Part("", activation_work(call.attrs.fn, numel(call.in_shape), Phase.FORWARD))]
 
     def backward(self, call: OpCall, input_grad: bool):
-        work = activation_work(call.attrs.fn, numel(call.in_shape), "backward") if input_grad else Work()
+        work = activation_work(call.attrs.fn, numel(call.in_shape), Phase.BACKWARD) if input_grad else Work()
         return [Part("", work)]
 
     def build(self, call: OpCall, ev):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sympy
 
+from costspec.core.vocab import Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.conv import conv_out
 from costspec.ops.opdef import Constraint, OpCall, OpDef, Reconcile, Runtime, requires, same_size
@@ -249,16 +250,16 @@ class AdaptiveAvgPool2d(OpDef):
             return [Part("", Work())]
         return [Part("", pointwise("scale" if self._global(call) else "avg_pool_backward", numel(call.in_shape)))]
 
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
         """NB: torch runs adaptive pooling to 1 x 1 as a mean (aten.mean; backward a divide); an output size
         that is symbolic is counted as pooling, so at a binding where it is 1 x 1 the kinds move."""
         if self._global(call) or any(ev(o) != 1 for o in self._out(call)):
             return []
         n = numel(call.in_shape)
         minus = sympy.Mul(-1, n)
-        delta = (pointwise("mean", n) + pointwise("avg_pool", minus) if pass_ == "forward"
+        delta = (pointwise("mean", n) + pointwise("avg_pool", minus) if pass_ == Phase.FORWARD
                  else pointwise("scale", n) + pointwise("avg_pool_backward", minus))
-        if pass_ == "backward" and not input_grad:
+        if pass_ == Phase.BACKWARD and not input_grad:
             return []
         return [Reconcile("adaptive-pool-1x1-is-mean", "", delta,
                           "an adaptive average pool to 1 x 1 runs as torch.mean (and its backward as a divide): "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sympy
 
+from costspec.core.vocab import Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import OpCall, OpDef, Reconcile
 from costspec.ops.registry import register_op
@@ -74,12 +75,12 @@ class LayerScale(OpDef):
         work = pointwise("mul", n) + pointwise("bias_grad", n)
         return [Part("", work + pointwise("mul", n) if input_grad else work)]
 
-    def reconcile(self, call: OpCall, pass_: str, input_grad: bool, runtime, ev):
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
         """NB: gamma is broadcast as (C, 1, ..., 1) against the dims from its axis on; when the axis is
         the first and the other dims are all 1, autograd's sum of dgamma has nothing to reduce and does
         not run (with dims before the axis it runs even over size-1 dims)."""
         n = numel(call.in_shape)
-        if pass_ != "backward" or _axis(call) != 0 or ev(n) != ev(self._channels(call)):
+        if pass_ != Phase.BACKWARD or _axis(call) != 0 or ev(n) != ev(self._channels(call)):
             return []
         return [Reconcile("broadcast-grad-size-1", "", pointwise("bias_grad", sympy.Mul(-1, n)),
                           "gamma covers every element (channels first, the other dims 1): autograd runs no "

@@ -12,6 +12,7 @@ from typing import Mapping, Sequence, TypeAlias
 import sympy
 
 from costspec.core.conventions import FLOPS_PER_MAC
+from costspec.core.vocab import Phase
 
 Expr: TypeAlias = sympy.Expr
 Shape: TypeAlias = tuple  # tuple of sympy expressions
@@ -84,14 +85,14 @@ def linear_backward(m: Expr, k: Expr, n: Expr, bias: bool, input_grad: bool) -> 
     return work + pointwise("bias_grad", m * n) if bias else work
 
 
-def linear_outputs(m: Expr, k: Expr, n: Expr, pass_: str, input_grad: bool) -> Expr:
+def linear_outputs(m: Expr, k: Expr, n: Expr, pass_: Phase, input_grad: bool) -> Expr:
     """GEMM output elements of y = x W^T on m rows: y (m*n) forward; dW (k*n) and dX (m*k) backward."""
-    if pass_ == "forward":
+    if pass_ == Phase.FORWARD:
         return m * n
     return k * n + (m * k if input_grad else ZERO)
 
 
-def linear_traffic(part: str, m: Expr, k: Expr, n: Expr, bias: bool, pass_: str, input_grad: bool) -> Traffic:
+def linear_traffic(part: str, m: Expr, k: Expr, n: Expr, bias: bool, pass_: Phase, input_grad: bool) -> Traffic:
     """Elements moved by y = x W^T + b on m rows (bias fused in the GEMM epilogue).
 
     forward: read x (m*k), W (k*n), b (n); write y (m*n).
@@ -99,7 +100,7 @@ def linear_traffic(part: str, m: Expr, k: Expr, n: Expr, bias: bool, pass_: str,
     dX (when needed) reads dY and W, writes dX (m*k).
     """
     b = n if bias else ZERO
-    if pass_ == "forward":
+    if pass_ == Phase.FORWARD:
         return Traffic(part, m * k + k * n + b, m * n)
     reads, writes = m * n + m * k, k * n + b
     if input_grad:
@@ -121,9 +122,6 @@ class Traffic:
     part: str
     reads: Expr
     writes: Expr
-
-
-FUSION_MODES = ("none", "default", "aggressive")
 
 
 @dataclass(frozen=True)

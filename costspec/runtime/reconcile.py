@@ -66,7 +66,7 @@ def runtime_facts(measured, phases, path_op: dict[str, OpNode]) -> dict[str, dic
     return facts
 
 
-def reconciliations(steps: list[Step], phases, runtime, device: Device | str,
+def reconciliations(steps: list[Step], phases: tuple[Phase, ...], runtime, device: Device | str,
                      values) -> tuple[dict[str, dict[str, Amount]], list[Applied]]:
     """Every rule the ops declare, evaluated and summed per slot and phase."""
     device = Device.parse(device, "--device")
@@ -91,7 +91,7 @@ def reconciliations(steps: list[Step], phases, runtime, device: Device | str,
     return deltas, applied
 
 
-def reconcile_node(node: OpNode, phase: str, mult, grad: GradState, facts: dict, values, ev, by_kind):
+def reconcile_node(node: OpNode, phase: Phase, mult, grad: GradState, facts: dict, values, ev, by_kind):
     """(slot, rule, text, amount) for each named rule the op declares, summed over its instances.
     A rule `measured_in` another op kind lands in the slot of that kind's single layer."""
     count = ev(mult)

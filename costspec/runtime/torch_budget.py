@@ -10,6 +10,7 @@ import sympy
 from costspec.analysis.roofline import total_bytes
 from costspec.core.budget import MAX_TORCH_MODULES, TORCH_INT_LIMIT, check_torch_modules
 from costspec.core.errors import UsageError
+from costspec.core.vocab import Fusion
 from costspec.tree.build import OpNode
 from costspec.tree.walk import NO_GRAD, walk
 
@@ -31,7 +32,7 @@ CPU_BYTES_PER_ELEMENT = 4  # validate runs the module in fp32 on cpu
 def validate_memory(model: Any, values: Mapping[sympy.Symbol, sympy.Integer], pass_: str) -> int:
     """Bytes a cpu run of `validate` may hold: the spec's roofline traffic for `pass_` (every tensor each
     layer reads and writes, weights included) rescaled to fp32; an upper bound on what autograd keeps."""
-    traffic = total_bytes(model.root, pass_, sympy.Integer(1), NO_GRAD, "default")
+    traffic = total_bytes(model.root, pass_, sympy.Integer(1), NO_GRAD, Fusion.DEFAULT)
     size = sympy.sympify(model.precision.bytes_per_element)  # a Rational for the 4-bit formats
     return int(sympy.sympify(traffic).xreplace(values) * CPU_BYTES_PER_ELEMENT / size)
 
