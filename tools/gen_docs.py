@@ -374,10 +374,11 @@ README_END = "<!-- ops:end -->"
 
 
 def readme_ops_block() -> str:
-    """The README's op list, one line per op family (the module that defines it), from the registry."""
+    """The README's op list, one line per op family (the module or package of costspec.ops that defines
+    it), from the registry."""
     families: dict[str, list[str]] = {}
     for name, op in spec_ops().items():
-        families.setdefault(type(op).__module__.rsplit(".", 1)[-1], []).append(name)
+        families.setdefault(type(op).__module__.split(".")[2], []).append(name)
     lines = [f"  * {module.replace('_', ' ')}: " + ", ".join(f"`{n}`" for n in sorted(names))
              for module, names in sorted(families.items())]
     return "\n".join([README_BEGIN, *lines, README_END])

@@ -29,6 +29,8 @@ from costspec.ops.work import (
     Part,
     Traffic,
     Work,
+    above_one,
+    is_zero,
     linear_backward,
     linear_forward,
     linear_outputs,
@@ -126,7 +128,7 @@ class Moe(OpDef):
         k, e = call.attrs.top_k, call.attrs.experts
         if sympy.sympify(k - e).is_number and k > e:
             raise call.fail(f"top_k {k} is more than the {e} experts", "top_k", "top_k <= experts")
-        if call.attrs.shared_gate and _is_zero(call.attrs.shared_experts):
+        if call.attrs.shared_gate and is_zero(call.attrs.shared_experts):
             raise call.fail("shared_gate gates the shared experts' output: set shared_experts", "shared_gate",
                             "shared_experts >= 1 with it")
         if call.attrs.fused_gate_up and not call.attrs.gated:
@@ -174,7 +176,7 @@ class Moe(OpDef):
         parts = [Part("router", linear_forward(t, c, e, False), c * e), Part("route", route, own=True),
                  Part("experts", mlp_forward(self.rows(call), c, a.hidden, a.gated, a.bias, a.fn, a.fused_gate_up),
                       e * mlp_params(c, a.hidden, a.gated, a.bias))]
-        if not _is_zero(a.shared_experts):
+        if not is_zero(a.shared_experts):
             width = a.shared_experts * a.shared_hidden
             parts.append(Part("shared", mlp_forward(t, c, width, a.gated, a.bias, a.fn),
                               mlp_params(c, width, a.gated, a.bias)))
@@ -192,25 +194,25 @@ class Moe(OpDef):
         t, c = self._tokens(call)
         e, k = a.experts, a.top_k
         slots = t * k
-        route = pointwise("mul", 2 * slots * c) + pointwise("bias_grad", _above_one(c) * slots * c)
+        route = pointwise("mul", 2 * slots * c) + pointwise("bias_grad", above_one(c) * slots * c)
         if a.renorm:  # w = p / s: dp = g/s, ds = -sum(g*p/s^2) (3 divides, a negation, a multiply, the sum),
             # and the two paths into dp added
             route = (route + pointwise("div", 3 * slots) + pointwise("scale", slots) + pointwise("mul", slots)
-                     + pointwise("bias_grad", _above_one(k) * slots) + pointwise("add", slots))
+                     + pointwise("bias_grad", above_one(k) * slots) + pointwise("add", slots))
         route = route + pointwise("softmax_backward", t * e)  # top-k's backward scatters k values: no arithmetic
         if input_grad:  # dX: the k rows of each token summed, then + router's dX (+ shared's dX)
-            route = route + pointwise("bias_grad", _above_one(k) * slots * c) + pointwise("add", t * c)
-            if not _is_zero(a.shared_experts):
+            route = route + pointwise("bias_grad", above_one(k) * slots * c) + pointwise("add", t * c)
+            if not is_zero(a.shared_experts):
                 route = route + pointwise("add", t * c)
             if a.shared_gate:
                 route = route + pointwise("add", t * c)
         if a.shared_gate:  # y = s * m: dm = g*s; ds = the sum over C of g*m; sigmoid's backward
-            route = (route + pointwise("mul", 2 * t * c) + pointwise("bias_grad", _above_one(c) * t * c)
+            route = (route + pointwise("mul", 2 * t * c) + pointwise("bias_grad", above_one(c) * t * c)
                      + pointwise("sigmoid_backward", t))
         parts = [Part("router", linear_backward(t, c, e, False, input_grad)), Part("route", route, own=True),
                  Part("experts", mlp_backward(self.rows(call), c, a.hidden, a.gated, a.bias, a.fn, input_grad,
                                               a.fused_gate_up))]
-        if not _is_zero(a.shared_experts):
+        if not is_zero(a.shared_experts):
             width = a.shared_experts * a.shared_hidden
             parts.append(Part("shared", mlp_backward(t, c, width, a.gated, a.bias, a.fn, input_grad)))
         if a.shared_gate:
@@ -223,7 +225,7 @@ class Moe(OpDef):
         out = {"router": linear_outputs(t, c, a.experts, pass_, input_grad),
                "experts": mlp_outputs(self.rows(call), c, a.hidden, a.gated, pass_, input_grad, a.experts,
                                       a.fused_gate_up)}
-        if not _is_zero(a.shared_experts):
+        if not is_zero(a.shared_experts):
             out["shared"] = mlp_outputs(t, c, a.shared_experts * a.shared_hidden, a.gated, pass_, input_grad)
         if a.shared_gate:
             out["shared_gate"] = linear_outputs(t, c, 1, pass_, input_grad)
@@ -237,7 +239,7 @@ class Moe(OpDef):
         out = [Gemm("router", t, a.experts, c)]
         out += [Gemm("experts", self.rows(call) / a.experts, n, k, a.experts)
                 for k, n in _mlp_linears(c, a.hidden, a.gated, a.fused_gate_up)]
-        if not _is_zero(a.shared_experts):
+        if not is_zero(a.shared_experts):
             width = a.shared_experts * a.shared_hidden
             out += [Gemm("shared", t, n, k) for k, n in _mlp_linears(c, width, a.gated)]
         if a.shared_gate:
@@ -249,7 +251,7 @@ class Moe(OpDef):
         a = call.attrs
         _, c = self._tokens(call)
         expert = mlp_params(c, a.hidden, a.gated, a.bias)
-        shared = ZERO if _is_zero(a.shared_experts) else mlp_params(c, a.shared_experts * a.shared_hidden, a.gated,
+        shared = ZERO if is_zero(a.shared_experts) else mlp_params(c, a.shared_experts * a.shared_hidden, a.gated,
                                                                     a.bias)
         shared = shared + (c if a.shared_gate else ZERO)
         return c * a.experts + a.experts * expert + shared, c * a.experts + a.top_k * expert + shared
@@ -263,7 +265,7 @@ class Moe(OpDef):
         cap = "" if not a.capacity_factor else f", capacity factor {a.capacity_factor} (rows beyond it dropped)"
         return [f"{sympy.sympify(total)} parameters in total, {sympy.sympify(active)} active per token "
                 f"(router, top_k = {a.top_k} of {a.experts} experts"
-                + (", shared experts)" if not _is_zero(a.shared_experts) else ")"),
+                + (", shared experts)" if not is_zero(a.shared_experts) else ")"),
                 f"experts charged under balanced routing, T*top_k/experts tokens each{cap}"]
 
     # -- memory ---------------------------------------------------------------------------------
@@ -284,7 +286,7 @@ class Moe(OpDef):
             out.append(Traffic("route", 2 * t * e + slots * c + slots, t * e + slots + t * c))
         else:
             out.append(Traffic("route", t * c + slots * c + slots + t * e, slots * c + slots + t * e))
-        if not _is_zero(a.shared_experts):
+        if not is_zero(a.shared_experts):
             out.append(_mlp_traffic("shared", t, c, a.shared_experts * a.shared_hidden, a.gated, a.bias, pass_,
                                     input_grad))
         if a.shared_gate:  # the C -> 1 GEMM; sigmoid on T scores; the product reads the shared output and the gate
@@ -299,7 +301,7 @@ class Moe(OpDef):
         a = call.attrs
         t, c = self._tokens(call)
         cap = self.capacity(call)
-        shared = 0 if _is_zero(a.shared_experts) else ev(a.shared_experts * a.shared_hidden)
+        shared = 0 if is_zero(a.shared_experts) else ev(a.shared_experts * a.shared_hidden)
         return MixtureOfExperts(ev(c), ev(a.experts), ev(a.top_k), ev(a.hidden), a.gated,
                                 lambda: build_activation(a.fn), a.bias, a.renorm, shared,
                                 None if cap is None else ev(cap), fused_gate_up=a.fused_gate_up,
@@ -317,13 +319,3 @@ def _mlp_traffic(part: str, m, c, hidden, gated: bool, bias: bool, pass_: Phase,
     extra = (h + (2 * h if gated else ZERO), h + (h if gated else ZERO)) if pass_ == Phase.FORWARD else \
         (2 * h + (3 * h if gated else ZERO), h + (2 * h if gated else ZERO))
     return Traffic(part, reads + extra[0], writes + extra[1])
-
-
-def _above_one(n):
-    """1 when the size n > 1, 0 when n = 1, as an expression (n >= 1 a whole number): autograd sums a
-    broadcast gradient over an axis only when it is longer than 1 (a token's k rows; w over C)."""
-    return sympy.Min(1, n - 1)
-
-
-def _is_zero(value) -> bool:
-    return sympy.sympify(value) == 0

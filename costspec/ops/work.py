@@ -108,6 +108,17 @@ def linear_traffic(part: str, m: Expr, k: Expr, n: Expr, bias: bool, pass_: Phas
     return Traffic(part, reads, writes)
 
 
+def is_zero(value) -> bool:
+    """Whether a size is 0 (an option left off: no window, no learned queries, no shared experts)."""
+    return sympy.sympify(value) == 0
+
+
+def above_one(n: Expr) -> Expr:
+    """1 when the size n > 1, 0 when n = 1 (a whole number >= 1), as an expression: autograd sums a
+    broadcast gradient over an axis only when that axis is longer than 1."""
+    return sympy.Min(1, n - 1)
+
+
 def numel(shape: Sequence[Expr]) -> Expr:
     out = sympy.Integer(1)
     for d in shape:

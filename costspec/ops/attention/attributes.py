@@ -1,0 +1,82 @@
+"""The attributes of `attention`: heads and dims, projection biases, the SDPA backend and causal
+counting, windows and grids, positions (rope, rel_pos, rel_bias), learned queries, cross-attention."""
+from __future__ import annotations
+
+import sympy
+
+from costspec.ops.attrs import Attr
+
+ATTRS = (
+    Attr("heads", "size", "number of attention (query) heads h"),
+    Attr("dim", "size", "model dim C (default: the input's last dim; checked against it)",
+         default=lambda shape, a: shape[-1]),
+    Attr("head_dim", "size", "per-head dim d (default C / heads)",
+         default=lambda shape, a: a["dim"] / a["heads"]),
+    Attr("kv_heads", "size", "key/value heads (grouped-query attention when fewer than heads; it must "
+         "divide heads; 1 = multi-query, heads = multi-head, so one dim can sweep MQA -> MHA). Default: heads",
+         default=lambda shape, a: a["heads"]),
+    Attr("qkv_bias", "bool", "bias on the q/k/v projections", default=True),
+    Attr("proj_bias", "bool", "bias on the output projection", default=True),
+    Attr("q_bias", "bool", "bias on the q projection (default: qkv_bias)", default=lambda shape, a: a["qkv_bias"]),
+    Attr("k_bias", "bool", "bias on the k projection (default: qkv_bias; Whisper has none)",
+         default=lambda shape, a: a["qkv_bias"]),
+    Attr("v_bias", "bool", "bias on the v projection (default: qkv_bias)", default=lambda shape, a: a["qkv_bias"]),
+    Attr("o_bias", "bool", "bias on the output projection (default: proj_bias)",
+         default=lambda shape, a: a["proj_bias"]),
+    Attr("fused_qkv", "bool", "one (C -> (h + 2*kv_heads)*d) projection instead of three", default=True),
+    Attr("backend", "choice", "SDPA kernel family the cost follows: flash (GPU default: the backward "
+         "recomputes QK^T) or math (PyTorch's decomposition, as on meta tensors)",
+         default="flash", choices=("flash", "math")),
+    Attr("window", "count", "window side w: attention within w x w windows of the token grid, the grid "
+         "zero-padded at the bottom / right to a multiple of w as SAM does (the projections and SDPA are "
+         "charged on the padded grid, as executed). 0 (default): global attention", default=0),
+    Attr("grid", "pair", "token grid [H, W] of the S = H*W tokens, row-major (windows and relative "
+         "positions need it). Default: a square grid, sqrt(S) x sqrt(S)",
+         default=lambda shape, a: sympy.sqrt(shape[1]) if len(shape) > 1 else sympy.Integer(1)),
+    Attr("rel_pos", "bool", "SAM's decomposed relative position bias: learned tables rel_pos_h "
+         "(2*Hq-1, d) and rel_pos_w (2*Wq-1, d) over the grid (or window) Hq x Wq, two einsums with q and "
+         "a broadcast add give a bias added to every score", default=False),
+    Attr("rope", "bool", "rotary position embedding on q and k (x*cos + rotate_half(x)*sin: 2 mul + 1 add "
+         "per element), positions 0..S-1 of the attention sequence", default=False),
+    Attr("rope_dims", "size", "partial rotary: rotate the first n dims of each head only (GPT-NeoX, Phi: "
+         "head_dim/4 or a fraction of it), the rest pass through. Default: all head_dim dims",
+         default=lambda shape, a: a["head_dim"]),
+    Attr("causal", "bool", "causal mask: query i attends to keys 0..i", default=False),
+    Attr("causal_flops", "choice", "how causal attention's QK^T and AV are counted: executed (default; the "
+         "full S x S scores, as FlopCounterMode and PyTorch's math kernel count them) or useful (the "
+         "S*(S+1)/2 unmasked pairs only; validate names the difference to FlopCounterMode)",
+         default="executed", choices=("executed", "useful")),
+    Attr("sliding_window", "count", "1-D causal sliding window w over the sequence (Mistral): query i attends "
+         "to keys i-w+1..i; needs causal: true. Counted as causal is (causal_flops: executed, the default: the "
+         "full S x S scores a masked kernel computes; useful: the min(S,w)*(min(S,w)+1)/2 + (S-min(S,w))*w "
+         "unmasked pairs). 0 (default): none. Not `window`, which is SAM's 2-D w x w window on a token grid",
+         default=0),
+    Attr("queries", "count", "learned queries n: n learned query tokens (parameters) attend to the input's "
+         "tokens, output [B, n, C] (SigLIP's attention-pooling head); q and the output projection run on "
+         "B*n rows, k and v on B*S (fused_qkv fuses k and v). 0 (default): self-attention", default=0),
+    Attr("rel_bias", "choice", "a learned relative-position bias added to every score: t5 (a table of "
+         "`buckets` x heads over T5's log-bucketed distances; per layer, or made in one layer and read by later "
+         "ones: rel_bias_readers, rel_bias_shared) or swin (a (2w-1)^2 x heads table over the "
+         "relative offsets in each window, Swin). The bucket / offset of each (query, key) pair depends on "
+         "positions only and is computed once (a buffer); gathering the table is free, adding it is one add "
+         "per score", default="none", choices=("none", "t5", "swin")),
+    Attr("rel_bias_shared", "bool", "rel_bias: t5 -- this layer reads the bias of the nearest earlier layer "
+         "with a table (T5 computes it in its first layer and passes it to every later one): it adds it to its "
+         "scores but has no table (no parameters, no gather); its gradient is summed at that layer",
+         default=False),
+    Attr("rel_bias_readers", "count", "rel_bias: t5 with a table -- how many later layers read this layer's bias "
+         "(rel_bias_shared: true; T5: L-1). Their gradients and this layer's are summed here, where the bias is "
+         "made: one add per (head, query, key) element and reader. 0 (default): none", default=0),
+    Attr("shift", "count", "Swin's shifted windows: the grid is rolled by -shift on both axes before the "
+         "window partition (and back after), and an additive mask keeps each window's tokens to their own "
+         "region (one add per score); needs window (dividing the grid) and 0 < shift < window. 0: none",
+         default=0),
+    Attr("buckets", "size", "rel_bias: t5 -- number of buckets (T5: 32)", default=32),
+    Attr("max_distance", "size", "rel_bias: t5 -- distance of the last bucket (T5: 128)", default=128),
+    Attr("scale", "choice", "score scale: default 1/sqrt(head_dim), or none (T5: no scaling). The kernels "
+         "still multiply by the scale (1), so the cost is the same", default="default",
+         choices=("default", "none")),
+    Attr("kv", "value", "cross-attention: keys and values projected from this value ([B, T, Ckv], a `save:`d "
+         "value or an `inputs:` name, e.g. an encoder's output); q and the output projection run on the "
+         "running value's B*S rows, k and v on B*T (fused_qkv fuses k and v)", default=None),
+)

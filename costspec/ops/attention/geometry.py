@@ -1,0 +1,138 @@
+"""The geometry of one attention layer, read from its resolved attributes and input: rows of the
+projections, attention problems and their tokens, the token grid (`Geom`); the projections in
+execution order (`Projection`); the SDPA call it makes (`sdpa_call`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import sympy
+
+from costspec.ops.attention.sdpa import Sdpa
+from costspec.ops.opdef import OpCall, same_size
+from costspec.ops.work import Expr, is_zero
+
+
+@dataclass(frozen=True)
+class Geom:
+    b: Expr  # batch
+    s: Expr  # tokens of the input
+    c: Expr  # model dim
+    h: Expr  # query heads
+    kv: Expr  # key/value heads
+    d: Expr  # head dim
+    m: Expr  # rows the projections run on (B*S, or the padded B*Hp*Wp with windows)
+    nb: Expr  # attention problems (B, or B * windows)
+    t: Expr  # tokens per attention problem (S, or window^2)
+    qh: Expr  # token grid of one attention problem (relative positions)
+    qw: Expr
+    tq: Expr  # queries per attention problem (t, or the learned queries)
+    mq: Expr  # rows the q and output projections run on (m, or B * learned queries)
+    ckv: Expr | None = None  # cross-attention: the width of the value keys and values are projected from
+
+    @property
+    def nq(self) -> Expr:  # elements of q (and of O)
+        return self.nb * self.h * self.tq * self.d
+
+    @property
+    def nk(self) -> Expr:  # elements of k (and of v)
+        return self.nb * self.kv * self.t * self.d
+
+
+class Projection(NamedTuple):
+    """One linear projection of the layer: part name, rows, in and out features, bias."""
+
+    name: str
+    rows: Expr
+    k: Expr
+    n: Expr
+    bias: bool
+
+
+def pair(value) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+
+
+def windowed(call: OpCall) -> bool:
+    return not is_zero(call.attrs.window)
+
+
+def cross(call: OpCall) -> bool:
+    return call.attrs.kv is not None
+
+
+def learned_queries(call: OpCall) -> bool:
+    return not is_zero(call.attrs.queries)
+
+
+def gqa(call: OpCall) -> bool:
+    return same_size(call.attrs.kv_heads, call.attrs.heads) is not True
+
+
+def grouped(call: OpCall) -> Expr:
+    """1 when kv_heads < heads, 0 when they are equal (multi-head attention: no group sum).
+
+    NB: kv_heads may be a dim that a sweep takes from 1 (MQA) up to heads (MHA); with whole
+    0 <= heads - kv_heads, min(1, heads - kv_heads) is that indicator as a plain expression
+    (exact at every binding, no Piecewise in formulas).
+    """
+    a = call.attrs
+    if not gqa(call):
+        return sympy.Integer(0)
+    if same_size(a.kv_heads, a.heads) is False and sympy.sympify(a.heads - a.kv_heads).is_number:
+        return sympy.Integer(1)
+    return sympy.Min(1, a.heads - a.kv_heads)
+
+
+def geometry(call: OpCall) -> Geom:
+    a = call.attrs
+    b, s, c = call.in_shape
+    h, kv, d = a.heads, a.kv_heads, a.head_dim
+    gh, gw = pair(a.grid)
+    if windowed(call):
+        w = a.window
+        nwin = sympy.ceiling(gh / w) * sympy.ceiling(gw / w)  # windows of the padded grid
+        return Geom(b, s, c, h, kv, d, b * nwin * w * w, b * nwin, w * w, w, w, w * w, b * nwin * w * w)
+    if learned_queries(call):
+        return Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, a.queries, b * a.queries)
+    if cross(call):
+        _, t, ckv = call.wiring.extra[0]
+        return Geom(b, s, c, h, kv, d, b * t, b, t, gh, gw, s, b * s, ckv)
+    return Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, s, b * s)
+
+
+def sdpa_call(call: OpCall) -> Sdpa:
+    a, g = call.attrs, geometry(call)
+    return Sdpa(g.nb, g.h, g.kv, g.tq, g.t, g.d, g.d, gqa=gqa(call), grouped=grouped(call),
+                causal=a.causal, window=a.sliding_window,
+                useful=a.causal and a.causal_flops == "useful",
+                bias=a.rel_pos or a.rel_bias != "none" or not is_zero(a.shift))
+
+
+def projections(call: OpCall) -> tuple[list[Projection], Projection]:
+    """The q/k/v projections in execution order around the SDPA, and the output projection."""
+    a, g = call.attrs, geometry(call)
+    inner, kv_inner = g.h * g.d, g.kv * g.d
+    qb, kb, vb = bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)
+    if learned_queries(call) or g.ckv is not None:  # q from other rows than k and v
+        q = Projection("q", g.mq, g.c, inner, qb)
+        src = g.c if g.ckv is None else g.ckv
+        kv = ([Projection("kv", g.m, src, 2 * kv_inner, kb)] if a.fused_qkv
+              else [Projection("k", g.m, src, kv_inner, kb), Projection("v", g.m, src, kv_inner, vb)])
+        qkv = [q] + kv
+    elif a.fused_qkv:
+        qkv = [Projection("qkv", g.m, g.c, inner + 2 * kv_inner, qb)]
+    else:
+        qkv = [Projection("q", g.m, g.c, inner, qb), Projection("k", g.m, g.c, kv_inner, kb),
+               Projection("v", g.m, g.c, kv_inner, vb)]
+    return qkv, Projection("proj", g.mq, inner, g.c, bool(a.o_bias))
+
+
+def computes_dx(call: OpCall, part: str, input_grad: bool) -> bool:
+    """Whether a projection computes its input's gradient: q of learned queries always (the queries
+    are parameters); k and v of cross-attention when the kv value needs one; else input_grad."""
+    if learned_queries(call) and part == "q":
+        return True
+    if cross(call) and part != "q":
+        return call.wiring.needs_grad(1, input_grad)
+    return input_grad

@@ -1,0 +1,271 @@
+"""The `attention` op definition: shape, dim constraints, forward and backward work by part
+(projections, positions, SDPA), GEMM outputs and geometry, traffic, reconciliation and the torch
+module (`costspec.nn.attention.SelfAttention`)."""
+from __future__ import annotations
+
+import sympy
+
+from costspec.core.vocab import Backend, Fusion, Phase
+from costspec.ops.attention import positions, rules
+from costspec.ops.attention.attributes import ATTRS
+from costspec.ops.attention.geometry import (
+    computes_dx,
+    geometry,
+    gqa,
+    learned_queries,
+    pair,
+    projections,
+    sdpa_call,
+    windowed,
+)
+from costspec.ops.attention.reconcile import rel_pos_rules, sdpa_rules
+from costspec.ops.attention.sdpa import sdpa_backward, sdpa_forward
+from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, requires, same_size, same_size_constraint
+from costspec.ops.registry import register_op
+from costspec.ops.work import (
+    ZERO,
+    Gemm,
+    Part,
+    Traffic,
+    Work,
+    above_one,
+    is_zero,
+    linear_backward,
+    linear_forward,
+    linear_outputs,
+    linear_traffic,
+    pointwise,
+)
+
+
+@register_op
+class Attention(OpDef):
+    """Multi-head self-attention on [B, S, C]: q/k/v projections, SDPA, output projection; optional
+    windows, relative positions, grouped-query heads, causal mask and rotary embedding."""
+
+    name = "attention"
+    doc = ("Multi-head self-attention on [B, S, C]: fused (or separate) q/k/v projections, "
+           "scaled_dot_product_attention (QK^T, scale, softmax, AV), output projection. Options: "
+           "windowed attention on a token grid (SAM's padding), SAM's decomposed relative position "
+           "bias, grouped-query k/v heads (kv_heads from 1 up to heads), causal masking, a 1-D causal sliding "
+           "window, rotary position embedding (full or partial), learned queries, T5 / Swin relative-position "
+           "bias tables, per-projection biases, no score scale.")
+    default_name = "attn"
+    runtime = Runtime(
+        # PyTorch's math SDPA builds a causal mask with tril + where (one select per element)
+        aten={"aten.tril": "select", "aten.where": "select"},
+        # F.scaled_dot_product_attention runs as one of these aten ops when it is not decomposed
+        fused={"sdpa": ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")},
+        kernels={"gemm": "gemm", "sdpa": "attention"},
+    )
+    attrs = ATTRS
+
+    # -- shapes -------------------------------------------------------------------------------
+    def output_shape(self, call: OpCall):
+        requires(self, call, 3, "tokens [B, S, C]")
+        a = call.attrs
+        rules.check(call)
+        same_size_constraint(call, "dim", a.dim, call.in_shape[-1], "the input's last dim")
+        if learned_queries(call):
+            return (call.in_shape[0], a.queries, call.in_shape[2])
+        return call.in_shape
+
+    def constraints(self, call: OpCall):
+        a = call.attrs
+        out = [Constraint(sympy.Eq(sympy.Mod(a.dim, a.heads), 0), "dim {dim} is not divisible by heads {heads}",
+                          a.where("heads"), {"dim": a.dim, "heads": a.heads})]
+        out += same_size_constraint(call, "dim", a.dim, call.in_shape[-1], "the input's last dim")
+        if gqa(call):
+            out.append(Constraint(sympy.Eq(sympy.Mod(a.heads, a.kv_heads), 0) & sympy.Le(a.kv_heads, a.heads),
+                                  "kv_heads {kv} must divide heads {heads} (from 1, multi-query, up to heads, "
+                                  "multi-head)", a.where("kv_heads"), {"kv": a.kv_heads, "heads": a.heads},
+                                  "a divisor of heads"))
+        if windowed(call) or a.rel_pos:
+            gh, gw = pair(a.grid)
+            s = call.in_shape[1]
+            out.append(Constraint(sympy.Eq(gh * gw, s) & sympy.Eq(sympy.floor(gh), gh) & sympy.Eq(sympy.floor(gw), gw),
+                                  "grid {gh} x {gw} does not hold the {s} tokens", a.where("grid"),
+                                  {"gh": gh, "gw": gw, "s": s}, "grid: [H, W] with H*W = the input's tokens"))
+        if windowed(call) and not sympy.sympify(a.window).is_number:
+            out.append(Constraint(sympy.Ge(a.window, 1), "window {w} must be at least 1 (0 means global attention)",
+                                  a.where("window"), {"w": a.window}))
+        if not is_zero(a.shift):  # Swin shifts a grid of whole windows
+            gh, gw = pair(a.grid)
+            out.append(Constraint(sympy.Eq(sympy.Mod(gh, a.window), 0) & sympy.Eq(sympy.Mod(gw, a.window), 0)
+                                  & sympy.Lt(a.shift, a.window),
+                                  "shifted windows need the grid {gh} x {gw} divisible by the window {w} and shift "
+                                  "{s} < window", a.where("shift"), {"gh": gh, "gw": gw, "w": a.window, "s": a.shift}))
+        if a.rel_bias == "t5":  # half the buckets per direction, half of those exact distances: at least one
+            out.append(Constraint(sympy.Ge(a.buckets, 4) & sympy.Gt(a.max_distance, sympy.floor(a.buckets / 4)),
+                                  "T5 buckets {n} and max_distance {m}: need buckets >= 4 and max_distance > buckets/4",
+                                  a.where("buckets"), {"n": a.buckets, "m": a.max_distance}))
+        if a.rope and same_size(a.rope_dims, a.head_dim):
+            out.append(Constraint(sympy.Eq(sympy.Mod(a.head_dim, 2), 0), "rope needs an even head_dim, got {d}",
+                                  a.where("rope"), {"d": a.head_dim}))
+        elif a.rope:
+            out.append(Constraint(sympy.Eq(sympy.Mod(a.rope_dims, 2), 0) & sympy.Le(a.rope_dims, a.head_dim),
+                                  "rope needs an even rope_dims of at most head_dim {d}, got {n}", a.where("rope_dims"),
+                                  {"d": a.head_dim, "n": a.rope_dims}))
+        return out
+
+    def notes(self, call: OpCall):
+        a = call.attrs
+        if not a.causal:
+            return []
+        if a.causal_flops == "useful":
+            return ["causal attention counted as useful work: QK^T and AV over the S*(S+1)/2 unmasked pairs "
+                    "(FlopCounterMode and most kernels count the full S x S; validate names the difference)"]
+        return ["causal attention counted as executed: QK^T and AV over the full S x S scores, as FlopCounterMode "
+                "and PyTorch's math kernel count them (about 2x the useful S*(S+1)/2; set causal_flops: useful)"]
+
+    # -- work ---------------------------------------------------------------------------------
+    def forward(self, call: OpCall):
+        a, g = call.attrs, geometry(call)
+        qkv, proj = projections(call)
+        parts = []
+        if learned_queries(call):  # the learned query tokens: parameters, no work
+            parts.append(Part("queries", Work(), a.queries * g.c, own=True))
+        parts += [Part(n, linear_forward(m, k, o, bias), k * o + (o if bias else 0)) for n, m, k, o, bias in qkv]
+        parts += positions.forward_parts(call, g)
+        sdpa = sdpa_forward(sdpa_call(call), a.backend)
+        if not is_zero(a.shift) and a.rel_bias != "none":  # shift mask + bias table: one mask for the SDPA
+            sdpa = sdpa + pointwise("add", g.nb * g.h * g.t * g.t)
+        parts.append(Part("sdpa", sdpa, own=True))
+        n, m, k, o, bias = proj
+        parts.append(Part(n, linear_forward(m, k, o, bias), k * o + (o if bias else 0)))
+        return parts
+
+    def backward(self, call: OpCall, input_grad: bool):
+        a, g = call.attrs, geometry(call)
+        qkv, proj = projections(call)
+        queries = learned_queries(call)
+        parts = []
+        if queries:  # d(queries) = the batch sum of the q projection's dX (no sum at B = 1)
+            parts.append(Part("queries", pointwise("bias_grad", above_one(g.b) * g.mq * g.c), own=True))
+        parts += [Part(n, linear_backward(m, k, o, bias, computes_dx(call, n, input_grad)))
+                  for n, m, k, o, bias in qkv]
+        parts += positions.backward_parts(call, g)
+        sdpa = sdpa_backward(sdpa_call(call), a.backend)
+        readers = len([p for p in qkv if p.name != "q"]) if queries or g.ckv is not None else len(qkv)
+        reads_grad = call.wiring.needs_grad(1, input_grad) if g.ckv is not None else input_grad
+        if readers > 1 and reads_grad:  # dX of the projections reading one value summed: an add per extra reader
+            sdpa = sdpa + pointwise("add", (readers - 1) * g.m * (g.c if g.ckv is None else g.ckv))
+        if a.rel_pos:  # q feeds the SDPA and the relative positions: their dq summed
+            sdpa = sdpa + pointwise("add", g.nq)
+        if a.rel_bias != "none":  # the bias, broadcast over the nb problems, gets their gradients summed
+            sdpa = sdpa + pointwise("bias_grad", above_one(g.nb) * g.nb * g.h * g.t * g.t)
+        parts.append(Part("sdpa", sdpa, own=True))
+        n, m, k, o, bias = proj
+        parts.append(Part(n, linear_backward(m, k, o, bias, True)))
+        return parts
+
+    def gemm_outputs(self, call: OpCall, pass_: Phase, input_grad: bool):
+        """The projections as GEMMs; the relative positions' two bmm write rel_h and rel_w (backward: dq
+        of each, and the gathered tables' gradients)."""
+        qkv, proj = projections(call)
+        out = {n: linear_outputs(rows, k, o, pass_, computes_dx(call, n, input_grad)) for n, rows, k, o, _ in qkv}
+        if call.attrs.rel_pos:
+            out["rel_pos"] = positions.rel_pos_outputs(geometry(call), pass_)
+        n, rows, k, o, _ = proj
+        out[n] = linear_outputs(rows, k, o, pass_, True)
+        return out
+
+    # -- validation ---------------------------------------------------------------------------
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
+        """How the counters see F.scaled_dot_product_attention, by the way it ran on the device.
+
+        NB: decomposed (meta, cpu math fallback): 2 + 4 bmm, mul by sqrt(scale) on q and k and a causal
+        mask built with tril + where and added, i.e. `backend: math` exactly; fused on cpu
+        (_scaled_dot_product_flash_attention_for_cpu): FlopCounterMode has no formula (0) and softmax /
+        scale / mask are not separate ops, so the analytic work stands in. FlopCounterMode always
+        counts causal SDPA over the full S x S: `causal_flops: useful` is reconciled by name.
+        """
+        return rel_pos_rules(call, pass_, ev) + sdpa_rules(call, pass_, runtime)
+
+    # -- memory -------------------------------------------------------------------------------
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
+        """Projections as GEMMs on the (padded) tokens; window padding and partitioning are folded into
+        their loads and stores. SDPA, flash-style (default): reads q, k, v (and O, dO in backward),
+        writes O (dq, dk, dv), never the S x S scores; a relative-position bias is read (and its
+        gradient written) once per score. With `backend: math` or `--fusion none` the scores, scaled
+        scores and probabilities are written and read back (b*h*S^2 each). GQA's backward writes dK
+        and dV per query head and reads them back for the group sum. RoPE reads and writes q and k
+        (plus its cos/sin tables); the relative positions read q and the tables, write rel_h and rel_w
+        and read them back into the bias; a rel_bias table is gathered into a bias per (query, key)
+        pair of one problem (written once, read per score by the SDPA); with readers, their gradients are
+        read and added into it. Learned queries are read once."""
+        a, g = call.attrs, geometry(call)
+        qkv, proj = projections(call)
+        shape = sdpa_call(call)
+        scores = shape.scores
+        unfused = fusion == Fusion.NONE or a.backend == Backend.MATH
+        extra = 3 * scores if unfused else ZERO
+        bias = scores if a.rel_pos or a.rel_bias != "none" else ZERO
+        if pass_ == Phase.FORWARD:
+            sdpa = Traffic("sdpa", g.nq + 2 * g.nk + bias + extra, g.nq + extra)
+        else:
+            grouped = 2 * g.nq * shape.grouped if shape.gqa else ZERO
+            sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nk + bias + grouped + extra,
+                           g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO))
+        out = [linear_traffic(n, m, k, o, bias_, pass_, computes_dx(call, n, input_grad))
+               for n, m, k, o, bias_ in qkv]
+        if learned_queries(call):
+            out.insert(0, Traffic("queries", ZERO, ZERO) if pass_ == Phase.FORWARD else
+                       Traffic("queries", g.mq * g.c, a.queries * g.c))
+        out += positions.traffic(call, g, scores, pass_)
+        n, m, k, o, bias_ = proj
+        return out + [sdpa, linear_traffic(n, m, k, o, bias_, pass_, True)]
+
+    # -- torch --------------------------------------------------------------------------------
+    def build(self, call: OpCall, ev):
+        from costspec.nn.modules import SelfAttention
+
+        a, g = call.attrs, geometry(call)
+        grid = tuple(ev(x) for x in pair(a.grid)) if (windowed(call) or a.rel_pos) else None
+        rel_bias = None
+        if a.rel_bias == "t5":
+            rel_bias = (("t5_shared", 0, 0) if a.rel_bias_shared
+                        else ("t5", ev(a.buckets), ev(a.max_distance), ev(a.rel_bias_readers)))
+        elif a.rel_bias == "swin":
+            rel_bias = ("swin", ev(g.qh), ev(g.qw))
+        return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), bool(a.q_bias), bool(a.o_bias), a.fused_qkv,
+                             kv_heads=ev(a.kv_heads), gqa=ev(a.kv_heads) != ev(a.heads), window=ev(a.window), grid=grid,
+                             rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal,
+                             qkv_biases=(bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)),
+                             rope_dims=ev(a.rope_dims) if a.rope else 0, sliding_window=ev(a.sliding_window),
+                             queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift),
+                             cross=ev(g.ckv) if g.ckv is not None else 0)
+
+    def link(self, call: OpCall, module, earlier: list) -> None:
+        """rel_bias_shared: read the bias of the nearest earlier attention layer with a T5 table."""
+        if not call.attrs.rel_bias_shared:
+            return
+        owners = [(n, m) for n, m in earlier if n.op is self and n.call.attrs.rel_bias == "t5"
+                  and not n.call.attrs.rel_bias_shared]
+        if not owners:
+            raise call.fail("rel_bias_shared reads the T5 bias of an earlier layer, but no earlier attention layer "
+                            "has a table", "rel_bias_shared",
+                            "an earlier attention with rel_bias: t5 and rel_bias_readers (T5: the first layer)")
+        node, owner = owners[-1]
+        slot = owner.rel_bias.add_reader()
+        if slot is None:
+            raise call.fail(f"more layers read the T5 bias of '{node.name}' than its rel_bias_readers "
+                            f"{owner.rel_bias.readers}", "rel_bias_shared",
+                            f"rel_bias_readers on '{node.name}' counting every layer that reads it")
+        module.bias_source = (owner.rel_bias, slot)
+
+    def gemms(self, call: OpCall) -> list[Gemm]:
+        """Projections as GEMMs on their rows (the (padded) tokens, or the learned queries); SDPA's QK^T
+        (sq x d @ d x sk) and AV (sq x sk @ sk x dv) per problem and query head, whose only leading dim a
+        fused kernel exposes is the head dim d (the scores stay on chip); the relative positions' two
+        einsums as batched matmuls q @ R^T with n = the grid side Hq (rel_h) or Wq (rel_w)."""
+        qkv, proj = projections(call)
+        out = [Gemm(n, rows, o, k) for n, rows, k, o, _ in qkv]
+        if call.attrs.rel_pos:
+            out += positions.rel_pos_gemms(geometry(call))
+        sd = sdpa_call(call)
+        problems = sd.b * sd.h
+        out += [Gemm("sdpa", sd.sq, sd.sk, sd.d, problems, "sdpa", ("k",)),
+                Gemm("sdpa", sd.sq, sd.dv, sd.sk, problems, "sdpa", ("n",))]
+        n, rows, k, o, _ = proj
+        return out + [Gemm(n, rows, o, k)]

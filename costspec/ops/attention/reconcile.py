@@ -1,0 +1,72 @@
+"""The named differences between attention's analytic work and what the runtime counters measure:
+how F.scaled_dot_product_attention ran (decomposed, fused and counted, fused and not counted),
+causal_flops: useful, and autograd's skipped reductions over relative-position axes of length 1."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Mapping
+
+from costspec.core.vocab import Backend, FusedRun, Phase
+from costspec.ops.attention.geometry import geometry, sdpa_call
+from costspec.ops.attention.sdpa import sdpa_backward, sdpa_forward
+from costspec.ops.opdef import OpCall, Reconcile
+from costspec.ops.work import Expr, Work, pointwise
+
+
+def rel_pos_rules(call: OpCall, pass_: Phase, ev: Callable[[Expr], int]) -> list[Reconcile]:
+    """NB: the gradients of rel_h and rel_w sum the bias gradient over the other grid axis; over an
+    axis of length 1 (a grid or window one token wide) autograd runs no reduction."""
+    if pass_ != Phase.BACKWARD or not call.attrs.rel_pos:
+        return []
+    g = geometry(call)
+    scores = g.nb * g.h * g.t * g.t
+    ones = sum(1 for side in (g.qh, g.qw) if ev(side) == 1)
+    if not ones:
+        return []
+    return [Reconcile("broadcast-grad-size-1", "rel_pos", pointwise("bias_grad", -ones * scores),
+                      "a relative-position axis of length 1: autograd reduces the bias gradient over the other "
+                      "axis only when it is longer than 1; costspec counts one addition per score for each axis")]
+
+
+def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, str]) -> list[Reconcile]:
+    backend = call.attrs.backend
+    sdpa = sdpa_forward if pass_ == Phase.FORWARD else sdpa_backward
+    shape = sdpa_call(call)
+    analytic = sdpa(shape, backend)
+    how = runtime.get("sdpa", FusedRun.DECOMPOSED)
+    if how == FusedRun.UNCOUNTED:
+        formula = "2*B*h*S^2*d*2" if pass_ == Phase.FORWARD else (
+            "10*B*h*S^2*d" if backend == Backend.FLASH else "8*B*h*S^2*d")
+        device = runtime.get("device", "this device")
+        return [Reconcile("sdpa-not-counted", "sdpa", analytic.scaled(-1),
+                          f"SDPA not counted by FlopCounterMode on {device} (a fused kernel with no formula): "
+                          f"compensated with analytic {formula}, and its fused softmax/scale with the "
+                          f"analytic element counts")]
+    full = replace(shape, useful=False)
+    executed = sdpa(full, backend)
+    rules = []
+    if shape.useful:
+        masked = Work(executed.matmul) + Work(analytic.matmul).scaled(-1)
+        rules.append(Reconcile("causal-useful-flops", "sdpa", masked,
+                               "FlopCounterMode counts causal SDPA over all S x S scores (no causal discount); "
+                               "causal_flops: useful counts the S*(S+1)/2 unmasked pairs, so the counter also "
+                               "sees the matmul FLOPs of the S*(S-1)/2 masked ones"))
+    if how == FusedRun.DECOMPOSED:
+        if backend == Backend.MATH:
+            return rules
+        text = ("SDPA ran as PyTorch's math decomposition (always so on meta), which scales q and k "
+                "(B*h*(Sq+Sk)*d multiplies) where the flash backend scales every score (B*h*Sq*Sk)")
+        if shape.causal:
+            text += ("; it builds the causal mask with tril + where (2*S^2 selects) and adds it to the scores, "
+                     "where flash masks each score in registers (B*h*S^2 selects)")
+        if pass_ == Phase.BACKWARD:
+            text += ("; its backward is 4 bmm = 8*B*h*S^2*d, the flash backend's 10*B*h*S^2*d recomputes "
+                     "QK^T (difference 2*B*h*S^2*d)")
+        return rules + [Reconcile("sdpa-math-decomposition", "sdpa", sdpa(full, Backend.MATH) + executed.scaled(-1),
+                                  text)]
+    # fused-counted (CUDA flash / efficient / cuDNN kernels): counted as the flash convention,
+    # softmax, scaling and masking fused (no separate aten ops).
+    fused = Work(sdpa(full, Backend.FLASH).matmul, {})
+    return rules + [Reconcile("sdpa-fused-kernel", "sdpa", fused + executed.scaled(-1),
+                              "SDPA ran as a fused kernel: FlopCounterMode counts it as flash does (backward "
+                              "10*B*h*S^2*d), softmax, scaling and masking are not separate aten ops")]

@@ -1,0 +1,136 @@
+"""Attention's option rules (costspec.ops.attention.rules.RULES): one case per rule, a spec that
+breaks that rule and no other, with the exact error the user sees."""
+from typing import NamedTuple
+
+import pytest
+
+import costspec
+from costspec.core.errors import SpecError
+from costspec.ops.attention import rules
+
+HEAD = "costspec: 1\nname: rules\n"
+
+
+class Case(NamedTuple):
+    attrs: str  # of the attention layer
+    message: str  # the error
+    inputs: str = ""  # the spec's further inputs (a kv value)
+    input: str = "[B, 36, 8]"
+
+
+CASES = {
+    "causal-with-rel-pos": Case(
+        "heads: 2, causal: true, rel_pos: true",
+        "causal attention with a relative position bias is not supported (SDPA takes either is_causal or an "
+        "additive mask)"),
+    "causal-with-rel-bias": Case(
+        "heads: 2, causal: true, rel_bias: t5",
+        "causal attention with a relative position bias is not supported (SDPA takes either is_causal or an "
+        "additive mask)"),
+    "one-position-bias": Case(
+        "heads: 2, rel_pos: true, rel_bias: t5",
+        "rel_pos and rel_bias are two position biases: choose one"),
+    "window-on-flat-grid-height": Case(
+        "heads: 2, window: 4096, grid: [1, 36]",
+        "window 4096 on a grid of height 1: `window` is SAM's 2-D w x w window on a token grid (the grid is padded "
+        "to whole windows); for 1-D sliding-window attention over the sequence write sliding_window: 4096 (with "
+        "causal: true)"),
+    "window-on-flat-grid-width": Case(
+        "heads: 2, window: 4096, grid: [36, 1]",
+        "window 4096 on a grid of width 1: `window` is SAM's 2-D w x w window on a token grid (the grid is padded "
+        "to whole windows); for 1-D sliding-window attention over the sequence write sliding_window: 4096 (with "
+        "causal: true)"),
+    "sliding-window-needs-causal": Case(
+        "heads: 2, sliding_window: 3",
+        "sliding_window is a causal sliding window (Mistral): set causal: true"),
+    "sliding-window-or-window": Case(
+        "heads: 2, causal: true, sliding_window: 3, window: 3, grid: [6, 6]",
+        "sliding_window (1-D, over the sequence) and window (2-D, on a grid) exclude each other"),
+    "queries-without-rope": Case(
+        "heads: 2, queries: 1, rope: true",
+        "learned queries do not take rope (the queries have no positions)"),
+    "queries-without-rel-pos": Case(
+        "heads: 2, queries: 1, rel_pos: true",
+        "learned queries do not take rel_pos (the queries have no positions)"),
+    "queries-without-causal": Case(
+        "heads: 2, queries: 1, causal: true",
+        "learned queries do not take causal (the queries have no positions)"),
+    "queries-attend-to-all": Case(
+        "heads: 2, queries: 1, rel_bias: t5",
+        "learned queries attend to all tokens: no window or rel_bias"),
+    "kv-is-tokens": Case(
+        "heads: 2, kv: enc",
+        "kv: 'enc' has shape [B, 8], not tokens [B, T, C]",
+        inputs="{enc: [B, 8]}"),
+    "kv-batch": Case(
+        "heads: 2, kv: enc",
+        "kv=3 does not match the input's batch 2",
+        inputs="{enc: [3, 5, 8]}", input="[2, 36, 8]"),
+    "kv-without-rope": Case(
+        "heads: 2, kv: enc, rope: true",
+        "cross-attention (kv) does not take rope here",
+        inputs="{enc: [B, 5, 8]}"),
+    "kv-without-rel-pos": Case(
+        "heads: 2, kv: enc, rel_pos: true",
+        "cross-attention (kv) does not take rel_pos here",
+        inputs="{enc: [B, 5, 8]}"),
+    "kv-without-causal": Case(
+        "heads: 2, kv: enc, causal: true",
+        "cross-attention (kv) does not take causal here",
+        inputs="{enc: [B, 5, 8]}"),
+    "kv-alone": Case(
+        "heads: 2, kv: enc, rel_bias: t5",
+        "cross-attention (kv) attends to all of the value's tokens: no window, sliding_window, rel_bias or queries",
+        inputs="{enc: [B, 5, 8]}"),
+    "shift-needs-window": Case(
+        "heads: 2, shift: 1",
+        "shift is Swin's shifted window: it needs window (and grid), without rel_pos or causal"),
+    "shift-below-window": Case(
+        "heads: 2, window: 3, grid: [6, 6], shift: 3",
+        "shift 3 is not smaller than the window 3"),
+    "shared-bias-needs-t5": Case(
+        "heads: 2, rel_bias_shared: true",
+        "rel_bias_shared shares a T5 bias between layers: set rel_bias: t5"),
+    "bias-readers-need-t5": Case(
+        "heads: 2, rel_bias_readers: 2",
+        "rel_bias_readers shares a T5 bias between layers: set rel_bias: t5"),
+    "shared-bias-has-no-readers": Case(
+        "heads: 2, rel_bias: t5, rel_bias_shared: true, rel_bias_readers: 2",
+        "a layer reading another layer's bias (rel_bias_shared) has no table for others to read"),
+    "swin-bias-needs-window": Case(
+        "heads: 2, rel_bias: swin",
+        "rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)"),
+    "fused-qkv-one-bias": Case(
+        "heads: 2, k_bias: false",
+        "fused_qkv is one projection with one bias: q_bias, k_bias and v_bias must agree (set fused_qkv: false for "
+        "a bias on some of them)"),
+}
+
+RULES = {rule.name: rule for rule in rules.RULES}
+
+
+def test_every_rule_has_a_case_and_every_case_a_rule():
+    assert len(RULES) == len(rules.RULES), "rule names are unique"
+    assert sorted(CASES) == sorted(RULES)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_spec_breaking_one_rule_gets_its_error(name, monkeypatch):
+    case, rule = CASES[name], RULES[name]
+    broken: list[list[str]] = []
+    check = rules.check
+
+    def spy(call):
+        use = rules.Use.of(call)
+        broken.append([r.name for r in rules.RULES if r.broken(use)])
+        check(call)
+
+    monkeypatch.setattr(rules, "check", spy)
+    inputs = f"inputs: {case.inputs}\n" if case.inputs else ""
+    spec = f"{HEAD}dims: {{B: 2}}\ninput: {case.input}\n{inputs}layers:\n  - attention: {{{case.attrs}}}\n"
+    with pytest.raises(SpecError) as err:
+        costspec.loads(spec)
+    assert broken == [[name]], "the case breaks exactly its rule"
+    assert err.value.message == case.message
+    assert err.value.expected == rule.expected
+    assert err.value.location is not None and err.value.location.path.endswith(f".attention.{rule.attr}")
