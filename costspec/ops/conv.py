@@ -2,6 +2,8 @@
 conv flattened to tokens)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import sympy
 
 from costspec.core.conventions import FLOPS_PER_MAC
@@ -9,6 +11,7 @@ from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import CONV_RUNTIME, Constraint, OpCall, OpDef, Reconcile, requires
 from costspec.ops.registry import register_op
+from costspec.ops.spatial import RANKS, Rank, per_dim
 from costspec.ops.work import ZERO, Gemm, Part, Traffic, Work, numel, pointwise
 
 
@@ -32,10 +35,6 @@ def conv_backward(b, cin, cout, hout, wout, kh, kw, groups, bias, input_grad) ->
     return work + pointwise("bias_grad", outputs) if bias else work
 
 
-def _spatial(value, n: int) -> tuple:
-    return tuple(value) if isinstance(value, (list, tuple)) else (value,) * n
-
-
 def transposed_conv_out(size, kernel, stride, padding, dilation, output_padding):
     """(size - 1)*s - 2p + d(k-1) + output_padding + 1, as nn.ConvTranspose2d computes it."""
     return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
@@ -44,7 +43,7 @@ def transposed_conv_out(size, kernel, stride, padding, dilation, output_padding)
 def _conv_attrs(k: str, transposed: bool = False) -> tuple[Attr, ...]:
     """Attributes of a convolution whose per-dim sizes are of attribute kind `k` (size, pair, triple)."""
     out: tuple[Attr, ...] = (
-            Attr("out", "size", "output channels"),
+        Attr("out", "size", "output channels"),
         Attr("kernel", k, "kernel size" + ("" if k == "size" else " (int or one per spatial dim)")),
         Attr("stride", k, "stride", default=1),
         Attr("padding", "count" if k == "size" else k, "zero padding on each side", default=0),
@@ -65,37 +64,35 @@ def conv_outputs(outputs, weight, inputs, pass_: Phase, input_grad: bool):
     return weight + (inputs if input_grad else ZERO)
 
 
-class _ConvNd(OpDef):
-    """A convolution over `spatial` trailing dims of [B, C, *spatial] (nn.Conv1d/2d/3d, or transposed).
+class ConvNd(OpDef):
+    """A convolution over the `rank.n` trailing dims of [B, C, *spatial] (nn.Conv1d/2d/3d, or transposed);
+    `conv_op` registers one per rank.
 
     Work counts 2 FLOPs per multiply-add the kernel executes: B*Cout*prod(out)*(Cin/g)*prod(k) for a
     convolution; B*Cin*prod(in)*(Cout/g)*prod(k) for a transposed one (each input element is scattered
     through the kernel, as FlopCounterMode counts it).
     """
 
-    spatial: int = 2
-    transposed: bool = False
-    size_kind = "pair"
-    layout = "NCHW"
+    rank: ClassVar[Rank] = RANKS[2]
+    transposed: ClassVar[bool] = False
     runtime = CONV_RUNTIME
 
     def _geometry(self, call: OpCall):
         """(b, cin, in sizes, out sizes, kernel sizes)."""
-        a, n = call.attrs, self.spatial
+        a, n = call.attrs, self.rank.n
         b, cin, *sizes = call.in_shape
-        kernel, stride, padding, dilation = (_spatial(v, n) for v in (a.kernel, a.stride, a.padding, a.dilation))
+        kernel, stride, padding, dilation = (per_dim(v, n) for v in (a.kernel, a.stride, a.padding, a.dilation))
         if self.transposed:
-            extra = _spatial(a.output_padding, n)
+            extra = per_dim(a.output_padding, n)
             out = tuple(transposed_conv_out(*g) for g in zip(sizes, kernel, stride, padding, dilation, extra))
         else:
             out = tuple(conv_out(*g) for g in zip(sizes, kernel, stride, padding, dilation))
         return b, cin, tuple(sizes), out, kernel
 
     def output_shape(self, call: OpCall):
-        requires(self, call, self.spatial + 2, f"an {self.layout} input")
+        requires(self, call, self.rank.n + 2, f"an {self.rank.layout} input")
         b, _, _, out, _ = self._geometry(call)
-        names = ("length",) if self.spatial == 1 else ("depth", "height", "width")[-self.spatial:]
-        for name, size in zip(names, out):
+        for name, size in zip(self.rank.dim_names, out):
             if size.is_number and size < 1:
                 raise call.fail(f"output {name} would be {size}", "kernel", "a kernel no larger than the padded input")
         return (b, call.attrs.out, *out)
@@ -109,8 +106,8 @@ class _ConvNd(OpDef):
                Constraint(sympy.Eq(sympy.Mod(a.out, a.groups), 0), "out {out} not divisible by groups {groups}",
                           a.where("groups"), {"out": a.out, "groups": a.groups})]
         if self.transposed:
-            n = self.spatial
-            for extra, s, d in zip(_spatial(a.output_padding, n), _spatial(a.stride, n), _spatial(a.dilation, n)):
+            n = self.rank.n
+            for extra, s, d in zip(per_dim(a.output_padding, n), per_dim(a.stride, n), per_dim(a.dilation, n)):
                 if not (sympy.sympify(extra) == 0):
                     out.append(Constraint(sympy.Lt(extra, sympy.Max(s, d)), "output_padding {p} must be smaller than "
                                           "stride {s} or dilation {d}", a.where("output_padding"),
@@ -173,58 +170,43 @@ class _ConvNd(OpDef):
     def build(self, call: OpCall, ev):
         import torch.nn as nn
 
-        a, n = call.attrs, self.spatial
-        sizes = lambda v: tuple(ev(x) for x in _spatial(v, n))  # noqa: E731
-        cls = {(1, False): nn.Conv1d, (2, False): nn.Conv2d, (3, False): nn.Conv3d,
-               (2, True): nn.ConvTranspose2d}[(n, self.transposed)]
+        a, n = call.attrs, self.rank.n
+        sizes = lambda v: tuple(ev(x) for x in per_dim(v, n))  # noqa: E731
+        cls = getattr(nn, _torch_class(n, self.transposed))
         extra = {"output_padding": sizes(a.output_padding)} if self.transposed else {}
         return cls(ev(call.in_shape[1]), ev(a.out), sizes(a.kernel), stride=sizes(a.stride), padding=sizes(a.padding),
                    dilation=sizes(a.dilation), groups=ev(a.groups), bias=a.bias, **extra)
 
 
-@register_op
-class Conv1d(_ConvNd):
-    """1D convolution on [B, C, L] (nn.Conv1d; Whisper's audio stem)."""
-
-    name = "conv1d"
-    doc = "1D convolution on [B, C, L] (nn.Conv1d)."
-    default_name = "conv"
-    spatial, size_kind, layout = 1, "size", "NCL"
-    attrs = _conv_attrs("size")
+def _torch_class(n: int, transposed: bool) -> str:
+    return f"Conv{'Transpose' if transposed else ''}{n}d"
 
 
-@register_op
-class Conv2d(_ConvNd):
-    """2D convolution on NCHW (nn.Conv2d)."""
+def conv_op(n: int, summary: str, note: str = "", transposed: bool = False) -> type[ConvNd]:
+    """Register the convolution over n spatial dims (transposed: the transposed one) as a ConvNd of that
+    rank: its name, doc, layout, attribute kinds and torch class follow from n. `summary` is its
+    docstring, `note` what its doc adds after the torch class."""
+    rank, torch_class = RANKS[n], _torch_class(n, transposed)
 
-    name = "conv2d"
-    doc = "2D convolution on [B, C, H, W] (nn.Conv2d)."
-    default_name = "conv"
-    spatial, size_kind, layout = 2, "pair", "NCHW"
-    attrs = _conv_attrs("pair")
+    class Conv(ConvNd):
+        __doc__ = summary
+        name = f"conv{'_transpose' if transposed else ''}{n}d"
+        doc = f"{'Transposed ' if transposed else ''}{n}D convolution on {rank.shape} (nn.{torch_class}){note}."
+        default_name = "deconv" if transposed else "conv"
+        attrs = _conv_attrs(rank.kind, transposed)
 
-
-@register_op
-class Conv3d(_ConvNd):
-    """3D convolution on [B, C, T, H, W] (nn.Conv3d; video patch embedding)."""
-
-    name = "conv3d"
-    doc = "3D convolution on [B, C, T, H, W] (nn.Conv3d), e.g. a video patch embedding (kernel = stride)."
-    default_name = "conv"
-    spatial, size_kind, layout = 3, "triple", "NCTHW"
-    attrs = _conv_attrs("triple")
+    Conv.rank, Conv.transposed = rank, transposed
+    Conv.__name__ = Conv.__qualname__ = torch_class
+    return register_op(Conv)
 
 
-@register_op
-class ConvTranspose2d(_ConvNd):
-    """Transposed 2D convolution on NCHW (nn.ConvTranspose2d; decoders and upsampling necks)."""
-
-    name = "conv_transpose2d"
-    doc = ("Transposed 2D convolution on [B, C, H, W] (nn.ConvTranspose2d): output (H-1)*s - 2p + d(k-1) + "
-           "output_padding + 1; FLOPs 2*B*Cin*H*W*(Cout/g)*kh*kw (every input element through the kernel).")
-    default_name = "deconv"
-    spatial, size_kind, layout, transposed = 2, "pair", "NCHW", True
-    attrs = _conv_attrs("pair", transposed=True)
+Conv1d = conv_op(1, "1D convolution on [B, C, L] (nn.Conv1d; Whisper's audio stem).")
+Conv2d = conv_op(2, "2D convolution on NCHW (nn.Conv2d).")
+Conv3d = conv_op(3, "3D convolution on [B, C, T, H, W] (nn.Conv3d; video patch embedding).",
+                 ", e.g. a video patch embedding (kernel = stride)")
+ConvTranspose2d = conv_op(2, "Transposed 2D convolution on NCHW (nn.ConvTranspose2d; decoders and upsampling necks).",
+                          ": output (H-1)*s - 2p + d(k-1) + output_padding + 1; FLOPs 2*B*Cin*H*W*(Cout/g)*kh*kw "
+                          "(every input element through the kernel)", transposed=True)
 
 
 @register_op

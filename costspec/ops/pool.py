@@ -8,6 +8,8 @@ maximum (one element per output); average pooling spreads it over the window (k 
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import sympy
 
 from costspec.core.vocab import Phase
@@ -15,30 +17,26 @@ from costspec.ops.attrs import Attr
 from costspec.ops.conv import conv_out
 from costspec.ops.opdef import Constraint, OpCall, OpDef, Reconcile, Runtime, requires, same_size
 from costspec.ops.registry import register_op
+from costspec.ops.spatial import RANKS, Rank, per_dim
 from costspec.ops.work import Part, Work, numel, pointwise
 
 
-def _spatial(value, n: int) -> tuple:
-    # (a default taken from another attribute, e.g. stride = kernel, arrives as a sympy Tuple)
-    return tuple(value) if isinstance(value, (list, tuple, sympy.Tuple)) else (value,) * n
+class PoolNd(OpDef):
+    """Max or average pooling over the `rank.n` trailing dims of [B, C, *spatial] (nn.MaxPool*/AvgPool*);
+    `pool_op` registers one per reduction and rank."""
 
-
-class _Pool(OpDef):
-    """Max or average pooling over the trailing `spatial` dims of [B, C, *spatial] (nn.MaxPool*/AvgPool*)."""
-
-    spatial = 2
-    reduce = "max"  # or "avg"
-    layout = "NCHW"
+    rank: ClassVar[Rank] = RANKS[2]
+    reduce: ClassVar[str] = "max"  # or "avg"
 
     def _geometry(self, call: OpCall):
-        a, n = call.attrs, self.spatial
-        kernel, stride, padding = (_spatial(v, n) for v in (a.kernel, a.stride, a.padding))
+        a, n = call.attrs, self.rank.n
+        kernel, stride, padding = (per_dim(v, n) for v in (a.kernel, a.stride, a.padding))
         sizes = call.in_shape[2:]
         return kernel, stride, padding, tuple(conv_out(s, k, st, p, 1) for s, k, st, p in
                                               zip(sizes, kernel, stride, padding))
 
     def output_shape(self, call: OpCall):
-        requires(self, call, self.spatial + 2, f"an {self.layout} input")
+        requires(self, call, self.rank.n + 2, f"an {self.rank.layout} input")
         kernel, _, padding, out = self._geometry(call)
         for size in out:
             if size.is_number and size < 1:
@@ -72,10 +70,9 @@ class _Pool(OpDef):
     def build(self, call: OpCall, ev):
         import torch.nn as nn
 
-        a, n = call.attrs, self.spatial
-        sizes = lambda v: tuple(ev(x) for x in _spatial(v, n))  # noqa: E731
-        cls = {("max", 1): nn.MaxPool1d, ("max", 2): nn.MaxPool2d, ("avg", 1): nn.AvgPool1d,
-               ("avg", 2): nn.AvgPool2d}[(self.reduce, n)]
+        a, n = call.attrs, self.rank.n
+        sizes = lambda v: tuple(ev(x) for x in per_dim(v, n))  # noqa: E731
+        cls = getattr(nn, _torch_class(self.reduce, n))
         return cls(sizes(a.kernel), stride=sizes(a.stride), padding=sizes(a.padding))
 
 
@@ -89,50 +86,39 @@ def _pool_attrs(kind: str) -> tuple[Attr, ...]:
     )
 
 
-@register_op
-class MaxPool1d(_Pool):
-    """Max pooling over L of [B, C, L] (nn.MaxPool1d)."""
-
-    name = "max_pool1d"
-    runtime = Runtime(aten={"aten.max_pool2d_with_indices_backward": "max_pool_backward"})  # output-grad elements
-    doc = "Max pooling over L of [B, C, L] (nn.MaxPool1d): one compare per window element."
-    default_name = "pool"
-    spatial, reduce, layout = 1, "max", "NCL"
-    attrs = _pool_attrs("size")
+def _torch_class(reduce: str, n: int) -> str:
+    return f"{'Max' if reduce == 'max' else 'Avg'}Pool{n}d"
 
 
-@register_op
-class MaxPool2d(_Pool):
-    """Max pooling over H, W of [B, C, H, W] (nn.MaxPool2d; ResNet's stem)."""
-
-    name = "max_pool2d"
-    runtime = Runtime(aten={"aten.max_pool2d_with_indices_backward": "max_pool_backward"})  # output-grad elements
-    doc = "Max pooling over H, W of [B, C, H, W] (nn.MaxPool2d): one compare per window element."
-    default_name = "pool"
-    spatial, reduce, layout = 2, "max", "NCHW"
-    attrs = _pool_attrs("pair")
+# max_pool1d runs as max_pool2d too; its backward counts one element per output gradient
+MAX_POOL_RUNTIME = Runtime(aten={"aten.max_pool2d_with_indices_backward": "max_pool_backward"})
 
 
-@register_op
-class AvgPool1d(_Pool):
-    """Average pooling over L of [B, C, L] (nn.AvgPool1d)."""
+def pool_op(reduce: str, n: int, use: str = "") -> type[PoolNd]:
+    """Register max ("max") or average ("avg") pooling over n spatial dims as a PoolNd: its name, docs,
+    layout, attribute kinds and torch class follow from the reduction and n; `use` is a note for its
+    docstring (where the zoo uses it)."""
+    rank, torch_class = RANKS[n], _torch_class(reduce, n)
+    word, per = ("Max", "compare") if reduce == "max" else ("Average", "add")
 
-    name = "avg_pool1d"
-    doc = "Average pooling over L of [B, C, L] (nn.AvgPool1d): one add per window element."
-    default_name = "pool"
-    spatial, reduce, layout = 1, "avg", "NCL"
-    attrs = _pool_attrs("size")
+    class Pool(PoolNd):
+        __doc__ = f"{word} pooling over {rank.axes} of {rank.shape} (nn.{torch_class}{'; ' + use if use else ''})."
+        name = f"{reduce}_pool{n}d"
+        doc = f"{word} pooling over {rank.axes} of {rank.shape} (nn.{torch_class}): one {per} per window element."
+        default_name = "pool"
+        attrs = _pool_attrs(rank.kind)
+
+    if reduce == "max":
+        Pool.runtime = MAX_POOL_RUNTIME
+    Pool.rank, Pool.reduce = rank, reduce
+    Pool.__name__ = Pool.__qualname__ = torch_class
+    return register_op(Pool)
 
 
-@register_op
-class AvgPool2d(_Pool):
-    """Average pooling over H, W of [B, C, H, W] (nn.AvgPool2d)."""
-
-    name = "avg_pool2d"
-    doc = "Average pooling over H, W of [B, C, H, W] (nn.AvgPool2d): one add per window element."
-    default_name = "pool"
-    spatial, reduce, layout = 2, "avg", "NCHW"
-    attrs = _pool_attrs("pair")
+MaxPool1d = pool_op("max", 1)
+MaxPool2d = pool_op("max", 2, "ResNet's stem")
+AvgPool1d = pool_op("avg", 1)
+AvgPool2d = pool_op("avg", 2)
 
 
 def _axes(call: OpCall, axes) -> tuple[int, ...]:
@@ -221,7 +207,7 @@ class AdaptiveAvgPool2d(OpDef):
     attrs = (Attr("size", "pair", "output size [oh, ow] (or one int for both)"),)
 
     def _out(self, call: OpCall):
-        return _spatial(call.attrs.size, 2)
+        return per_dim(call.attrs.size, 2)
 
     def _global(self, call: OpCall) -> bool:
         return all(same_size(o, 1) for o in self._out(call))

@@ -1,12 +1,15 @@
 """The op registry: the single source of op names (schema, docs, CLI, tests read it)."""
 from __future__ import annotations
 
+from typing import TypeVar
+
 from costspec.ops.opdef import OpDef
 
 OPS: dict[str, OpDef] = {}
+D = TypeVar("D", bound=OpDef)
 
 
-def register_op(cls: type[OpDef]) -> type[OpDef]:
+def register_op(cls: type[D]) -> type[D]:
     """Class decorator: instantiate and register an op definition under `cls.name`."""
     if not cls.name:
         raise TypeError(f"{cls.__name__} has no name")
