@@ -171,7 +171,7 @@ def test_unknown_aten_op_is_listed_not_dropped(monkeypatch):
 
 
 def test_missing_residual_add_is_caught(monkeypatch):
-    from costspec.nn import modules as torch_modules
+    from costspec.nn import join as torch_modules
 
     monkeypatch.setattr(torch_modules.Join, "forward",
                         lambda self, x, *others, fork=0: x.view_as(x) if not others else others[0])  # forgets the add

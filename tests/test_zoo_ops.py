@@ -14,7 +14,7 @@ from costspec.core.errors import SpecError
 
 torch = pytest.importorskip("torch")
 
-from costspec.nn.modules import window_partition, window_unpartition  # noqa: E402
+from costspec.nn.attention import window_partition, window_unpartition  # noqa: E402
 from costspec.runtime.validate import render_table, validate  # noqa: E402
 
 

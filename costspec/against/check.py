@@ -125,7 +125,7 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
 
     def alias_inputs(m, args):
         """A decomposed module (RMSNorm) reads its own alias of its input, as the spec's modules do
-        (torch_modules._alias): the gradient sum at a residual fork then forms outside the norm's
+        (costspec.nn.autograd.alias): the gradient sum at a residual fork then forms outside the norm's
         backward scope instead of being folded into its one rmsnorm_backward record."""
         if id(m) not in names:
             return None

@@ -325,7 +325,7 @@ class PatchEmbed(OpDef):
         return out
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import PatchEmbed as TorchPatchEmbed
+        from costspec.nn.conv import PatchEmbed as TorchPatchEmbed
 
         a = call.attrs
         _, cin, gh, gw = self._grid(call)

@@ -90,7 +90,7 @@ class Embedding(OpDef):
         return torch.randint(0, ev(call.attrs.vocab), shape, device=device, dtype=torch.int64)
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import TokenEmbedding
+        from costspec.nn.embed import TokenEmbedding
 
         a = call.attrs
         return TokenEmbedding(ev(a.vocab), ev(a.dim), ev(a.segments))
@@ -160,7 +160,7 @@ class PositionEmbedding(OpDef):
         return [Traffic("", b * s * c, call.attrs.length * c)]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import PositionEmbedding as TorchPositionEmbedding
+        from costspec.nn.embed import PositionEmbedding as TorchPositionEmbedding
 
         return TorchPositionEmbedding(ev(call.attrs.length), ev(call.in_shape[2]), bool(call.attrs.trainable))
 
@@ -197,7 +197,7 @@ class ClsToken(_Broadcast):
         return [Traffic("", b * (s + 1) * c, (b * s * c if input_grad else ZERO) + c)]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import ClsToken as TorchClsToken
+        from costspec.nn.embed import ClsToken as TorchClsToken
 
         return TorchClsToken(ev(call.in_shape[2]))
 
@@ -308,6 +308,6 @@ class TakeToken(OpDef):
         return [Traffic("", b * c, b * s * c if input_grad else ZERO)]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import TakeToken as TorchTakeToken
+        from costspec.nn.embed import TakeToken as TorchTakeToken
 
         return TorchTakeToken(call.attrs.index)

@@ -177,7 +177,7 @@ class Add(_Join):
         return ZERO
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Join
+        from costspec.nn.join import Join
 
         return Join("add")
 
@@ -202,7 +202,7 @@ class Mul(Add):
         return sum((numel(s) for s in _inputs(call)), ZERO) - numel(shape)  # the other factors
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Join
+        from costspec.nn.join import Join
 
         return Join("mul")
 
@@ -250,7 +250,7 @@ class Concat(_Join):
         return [Traffic("", (out if needed else ZERO) + 2 * fan, (out if needed else ZERO) + fan)]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Join
+        from costspec.nn.join import Join
 
         return Join("concat", int(call.attrs.axis))
 
@@ -278,7 +278,7 @@ class Fanout(OpDef):
         return [Traffic("", 2 * call.wiring.fanout, call.wiring.fanout)]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Join
+        from costspec.nn.join import Join
 
         uses = ev(call.wiring.fanout / numel(call.in_shape)) + 1
         return Join("fanout", uses=uses + 1)  # one alias per consumer, and one for the running value

@@ -36,7 +36,7 @@ class Permute(FreeOp):
         return tuple(call.in_shape[a] for a in self._order(call))
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Permute as TorchPermute
+        from costspec.nn.layout import Permute as TorchPermute
 
         return TorchPermute(self._order(call))
 
@@ -76,7 +76,7 @@ class Slice(FreeOp):
                            {"start": a.start, "end": a.end, "size": size}, "0 <= start < end <= size")]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Narrow
+        from costspec.nn.layout import Narrow
 
         a = call.attrs
         return Narrow(axis_index(call, "axis") - len(call.in_shape), ev(a.start), ev(a.end - a.start))
@@ -99,7 +99,7 @@ class _Piece(FreeOp):
         return tuple(shape)
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Narrow
+        from costspec.nn.layout import Narrow
 
         sizes, index = self.sizes(call), call.attrs.index
         start = sum((ev(s) for s in sizes[:index]), 0)
@@ -181,7 +181,7 @@ class Pad(FreeOp):
         return tuple(shape)
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Pad as TorchPad
+        from costspec.nn.layout import Pad as TorchPad
 
         return TorchPad([ev(p) for p in call.attrs.pads], call.attrs.value)
 

@@ -103,8 +103,8 @@ class Mlp(OpDef):
         return parts + [linear_traffic(down, m, k, n, bias, pass_, True)]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import GatedMlp
-        from costspec.nn.modules import Mlp as TorchMlp
+        from costspec.nn.mlp import GatedMlp
+        from costspec.nn.mlp import Mlp as TorchMlp
 
         m, c, hidden, out = self._sizes(call)
         cls = GatedMlp if call.attrs.gated else TorchMlp

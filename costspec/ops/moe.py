@@ -296,7 +296,7 @@ class Moe(OpDef):
         return out
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import MixtureOfExperts
+        from costspec.nn.moe import MixtureOfExperts
 
         a = call.attrs
         t, c = self._tokens(call)

@@ -79,7 +79,7 @@ class LayerNorm2d(_Norm):
         return call.in_shape
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import LayerNorm2d as TorchLayerNorm2d
+        from costspec.nn.norm import LayerNorm2d as TorchLayerNorm2d
 
         a = call.attrs
         return TorchLayerNorm2d(ev(self.channels(call)), a.eps, a.affine, self.has_bias(call))
@@ -156,7 +156,7 @@ class BatchNorm(_Norm):
             else "running statistics (constants): a per-channel scale and shift")]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import BatchNorm as TorchBatchNorm
+        from costspec.nn.norm import BatchNorm as TorchBatchNorm
 
         a = call.attrs
         return TorchBatchNorm(ev(self.channels(call)), a.eps, a.affine, a.mode == "train")

@@ -20,7 +20,7 @@ class Activation:
 
     forward: tuple[str, ...]
     backward: tuple[str, ...]
-    torch_name: str  # nn module class, or a costspec.nn.modules class
+    torch_name: str  # nn module class, or a costspec.nn.activation class
     aten: tuple[tuple[str, str], ...] = ()  # aten ops its module runs -> cost-table kind
 
 
@@ -58,10 +58,10 @@ def build_activation(fn: str):
     """A torch module for activation `fn`."""
     import torch.nn as nn
 
-    from costspec.nn import modules as torch_modules
+    from costspec.nn import activation
 
     name = ACTIVATIONS[fn].torch_name
-    return getattr(torch_modules, name)() if hasattr(torch_modules, name) else getattr(nn, name)()
+    return getattr(activation, name)() if hasattr(activation, name) else getattr(nn, name)()
 
 
 ACT_ATTR = Attr("fn", "choice", "activation function", default="gelu", choices=tuple(ACTIVATIONS))

@@ -168,7 +168,7 @@ class Mean(_Mean):
         return tuple(d for i, d in enumerate(call.in_shape) if i not in axes)
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Mean as TorchMean
+        from costspec.nn.pool import Mean as TorchMean
 
         return TorchMean(self.reduced(call), call.attrs.keepdim)
 
@@ -190,7 +190,7 @@ class GlobalAvgPool(_Mean):
         return tuple(call.in_shape[:2])
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Mean as TorchMean
+        from costspec.nn.pool import Mean as TorchMean
 
         return TorchMean(self.reduced(call), False)
 

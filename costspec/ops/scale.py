@@ -29,7 +29,7 @@ class Scale(OpDef):
         return [Part("", pointwise("scale", numel(call.in_shape)) if input_grad else Work())]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Scale as TorchScale
+        from costspec.nn.scale import Scale as TorchScale
 
         return TorchScale(_evaluate(call.attrs.by, ev))
 
@@ -87,7 +87,7 @@ class LayerScale(OpDef):
                           "reduction for dgamma; costspec counts one addition per element")]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import LayerScale as TorchLayerScale
+        from costspec.nn.scale import LayerScale as TorchLayerScale
 
         axis = _axis(call)
         return TorchLayerScale(ev(self._channels(call)), len(call.in_shape) - 1 - axis)

@@ -94,7 +94,7 @@ class Reshape(FreeOp):
                            call.attrs.where("shape"), values, "a shape with the same number of elements")]
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Reshape as TorchReshape
+        from costspec.nn.shape_ops import Reshape as TorchReshape
 
         out = self.output_shape(call)
         if same_size(out[0], call.in_shape[0]):  # keep the batch dim: the module runs at any batch size
@@ -118,6 +118,6 @@ class Transpose(FreeOp):
         return tuple(shape)
 
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import Transpose as TorchTranspose
+        from costspec.nn.shape_ops import Transpose as TorchTranspose
 
         return TorchTranspose(call.attrs.axis0, call.attrs.axis1)

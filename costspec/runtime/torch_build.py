@@ -58,7 +58,7 @@ def build_module(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer])
 
     check_torch_build(model, values)
     torch = import_torch("building a torch module from a spec")
-    from costspec.nn.modules import CostspecModel
+    from costspec.runtime.containers import CostspecModel
 
     ev = evaluator(values)
     shape = tuple(ev(d) for d in model.in_shape)
@@ -112,7 +112,7 @@ def _fill(container, nodes, ev, built: list) -> tuple:
     module is appended to `built` with its node."""
     from torch import nn
 
-    from costspec.nn.modules import Call, Load, Parallel, Repeat, Residual, Scope, Store
+    from costspec.runtime.containers import Call, Load, Parallel, Repeat, Residual, Scope, Store
 
     steps: list[object] = []
     for node in nodes:

@@ -218,7 +218,7 @@ class Attention(OpDef):
 
     # -- torch --------------------------------------------------------------------------------
     def build(self, call: OpCall, ev):
-        from costspec.nn.modules import SelfAttention
+        from costspec.nn.attention import SelfAttention
 
         a, g = call.attrs, geometry(call)
         grid = tuple(ev(x) for x in pair(a.grid)) if (windowed(call) or a.rel_pos) else None

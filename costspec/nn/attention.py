@@ -1,0 +1,169 @@
+"""The `attention` module (`SelfAttention`: projections, positions, SDPA, output projection) and
+SAM's / Swin's windows on a token grid (partition, unpartition, the shifted windows' mask)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from costspec.nn.autograd import alias
+from costspec.nn.positions import RelBiasTable, RelPosBias, Rotary
+
+
+def window_partition(x: torch.Tensor, window: int) -> tuple[torch.Tensor, tuple[int, int]]:
+    """(B, H, W, C) -> (B * windows, w*w, C), zero-padding the grid at the bottom / right to a multiple
+    of w first, as SAM's window_partition does; returns the padded grid (Hp, Wp) too."""
+    b, h, w, c = x.shape
+    pad_h, pad_w = (window - h % window) % window, (window - w % window) % window
+    if pad_h or pad_w:
+        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))  # (B, Hp, Wp, C)
+    hp, wp = h + pad_h, w + pad_w
+    x = x.view(b, hp // window, window, wp // window, window, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, window * window, c), (hp, wp)  # (B*nW, w*w, C)
+
+
+def window_unpartition(x: torch.Tensor, window: int, padded: tuple[int, int], grid: tuple[int, int],
+                       b: int) -> torch.Tensor:
+    """(B * windows, w*w, C) -> (B, H*W, C): reassemble the padded grid and crop the padding."""
+    (hp, wp), (h, w) = padded, grid
+    x = x.view(b, hp // window, wp // window, window, window, -1).permute(0, 1, 3, 2, 4, 5)
+    x = x.reshape(b, hp, wp, -1)[:, :h, :w, :]  # (B, H, W, C)
+    return x.reshape(b, h * w, -1)
+
+
+def shift_window_mask(grid: tuple[int, int], window: int, shift: int) -> torch.Tensor:
+    """Swin's attention mask for windows of a grid rolled by -shift: (windows, w*w, w*w), 0 between
+    tokens of one region of the unrolled grid, -100 between tokens of different regions."""
+    regions = torch.zeros(1, *grid, 1)
+    count = 0
+    for hs in (slice(0, -window), slice(-window, -shift), slice(-shift, None)):
+        for ws in (slice(0, -window), slice(-window, -shift), slice(-shift, None)):
+            regions[:, hs, ws, :] = count
+            count += 1
+    labels = window_partition(regions, window)[0].squeeze(-1)  # (windows, w*w)
+    diff = labels[:, None, :] - labels[:, :, None]
+    return torch.zeros_like(diff).masked_fill(diff != 0, -100.0)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: q/k/v projections (fused `qkv` or `q`, `k`, `v`), optional `rope` and
+    `rel_pos`, SDPA (causal, grouped-query), `proj`; optionally within windows of a token grid."""
+
+    def __init__(self, dim: int, heads: int, head_dim: int, qkv_bias: bool = True, proj_bias: bool = True,
+                 fused_qkv: bool = True, kv_heads: int | None = None, gqa: bool = False, window: int = 0,
+                 grid: tuple[int, int] | None = None, rel_pos: bool = False, rope: bool = False,
+                 rope_len: int = 0, causal: bool = False, qkv_biases: tuple[bool, bool, bool] | None = None,
+                 rope_dims: int = 0, sliding_window: int = 0, queries: int = 0,
+                 rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0, cross: int = 0):
+        super().__init__()
+        self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
+        self.kv_heads, self.gqa, self.causal = kv_heads or heads, gqa, causal
+        self.window, self.grid = window, grid
+        self.rope_dims = rope_dims or head_dim
+        self.scale = 1.0 if unscaled else None
+        qb, kb, vb = qkv_biases or (qkv_bias,) * 3
+        inner, kv_inner = heads * head_dim, self.kv_heads * head_dim
+        self.split = (inner, kv_inner, kv_inner)
+        if queries or cross:  # learned query tokens, or cross-attention: k and v (fused: `kv`) project another
+            if queries:       # tensor than q (the input, or the `kv` value of width `cross`)
+                self.queries = nn.Parameter(torch.zeros(1, queries, dim))
+            src = cross or dim
+            self.q = nn.Linear(dim, inner, bias=qb)
+            if fused_qkv:
+                self.kv = nn.Linear(src, 2 * kv_inner, bias=kb)
+            else:
+                self.k = nn.Linear(src, kv_inner, bias=kb)
+                self.v = nn.Linear(src, kv_inner, bias=vb)
+        elif fused_qkv:
+            self.qkv = nn.Linear(dim, inner + 2 * kv_inner, bias=qb)
+        else:
+            self.q = nn.Linear(dim, inner, bias=qb)
+            self.k = nn.Linear(dim, kv_inner, bias=kb)
+            self.v = nn.Linear(dim, kv_inner, bias=vb)
+        if rope:
+            self.rope = Rotary(self.rope_dims, rope_len)
+        if rel_pos:
+            self.rel_pos = RelPosBias(head_dim, (window, window) if window else grid)
+        # ("t5_shared", ...): the bias of an earlier layer's table, (table, slot) set by Attention.link
+        self.bias_source: tuple[RelBiasTable, int] | None = None
+        if rel_bias is not None and rel_bias[0] != "t5_shared":
+            self.rel_bias = RelBiasTable(heads, *rel_bias)
+            if rel_bias[0] == "t5":
+                self.rel_bias.set_tokens(rope_len)
+        self.reads_bias = rel_bias is not None and rel_bias[0] == "t5_shared"
+        if sliding_window:  # additive mask, built once: 0 for keys i-w+1..i, -inf elsewhere
+            i = torch.arange(rope_len)[:, None]
+            j = torch.arange(rope_len)[None, :]
+            allowed = (j <= i) & (i - j < sliding_window)
+            self.register_buffer("window_mask", torch.zeros(rope_len, rope_len).masked_fill(~allowed, float("-inf")),
+                                 persistent=False)
+        self.shift = shift
+        if shift:  # Swin's mask: tokens of a shifted window see only those of their own region
+            self.register_buffer("shift_mask", shift_window_mask(grid, window, shift), persistent=False)
+        self.proj = nn.Linear(inner, dim, bias=proj_bias)
+
+    def _heads(self, t: torch.Tensor, heads: int) -> torch.Tensor:  # (B, S, heads*d) -> (B, heads, S, d)
+        b, s, _ = t.shape
+        return t.view(b, s, heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None) -> torch.Tensor:  # x: (B, S, C)
+        b, s, c = x.shape
+        if self.window:
+            x = x.view(b, *self.grid, c)
+            if self.shift:
+                x = torch.roll(x, (-self.shift, -self.shift), dims=(1, 2))
+            x, padded = window_partition(x, self.window)  # (B*nW, w*w, C)
+        if kv is not None:  # cross-attention: k, v first (q's backward, run first, closes before theirs opens)
+            if self.fused_qkv:
+                k, v = self.kv(kv).split(self.split[1:], dim=-1)
+            else:
+                k, v = (lin(alias(kv)) for lin in (self.k, self.v))
+            q = self.q(alias(x))
+        elif hasattr(self, "queries"):
+            # k, v first: q's backward (created last, run first) then closes before theirs opens
+            if self.fused_qkv:
+                k, v = self.kv(x).split(self.split[1:], dim=-1)
+            else:
+                k, v = (lin(alias(x)) for lin in (self.k, self.v))
+            q = self.q(self.queries.expand(b, -1, -1))  # (B, n, h*d)
+        elif self.fused_qkv:
+            q, k, v = self.qkv(x).split(self.split, dim=-1)  # (B, S, h*d), (B, S, kv*d) x 2
+        else:
+            # x feeds three projections: each reads its own alias (see alias); autograd sums their
+            # three input gradients in this module's scope (the `sdpa` part's 2 adds per element).
+            q, k, v = (lin(alias(x)) for lin in (self.q, self.k, self.v))
+        q, k, v = self._heads(q, self.heads), self._heads(k, self.kv_heads), self._heads(v, self.kv_heads)
+        if hasattr(self, "rope"):
+            # q and k rotated in one call, as fused RoPE kernels do (and one tensor in and out gives the
+            # module one backward scope; a two-output module's opens only once both gradients are ready)
+            qk = torch.cat([q, k], dim=1)
+            if self.rope_dims < self.head_dim:  # partial rotary: the first rope_dims dims, the rest pass
+                rot, rest = qk.split((self.rope_dims, self.head_dim - self.rope_dims), dim=-1)
+                qk = torch.cat([self.rope(rot), rest], dim=-1)
+            else:
+                qk = self.rope(qk)
+            q, k = qk.split((self.heads, self.kv_heads), dim=1)
+        mask = self.rel_pos(alias(q)) if hasattr(self, "rel_pos") else None  # (B, h, S, S)
+        if hasattr(self, "rel_bias"):
+            mask = self.rel_bias()  # (1, h, S, S), broadcast over the problems
+        elif self.reads_bias:  # an earlier layer's (its table made it in this forward)
+            if self.bias_source is None or not self.bias_source[0].shared:
+                raise RuntimeError("a shared T5 bias read before a layer with a table made it")
+            table, slot = self.bias_source
+            mask = table.shared[slot]
+        if self.shift:  # (nW, t, t) per window, repeated over the batch: (B*nW, 1, t, t)
+            shifted = self.shift_mask.unsqueeze(0).expand(b, -1, -1, -1).reshape(-1, 1, *self.shift_mask.shape[1:])
+            mask = shifted if mask is None else shifted + mask  # + the bias table (1, h, t, t)
+        causal = self.causal
+        if hasattr(self, "window_mask"):
+            mask, causal = self.window_mask, False
+        extra = {"enable_gqa": True} if self.gqa else {}
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
+                                           **extra)  # (B, h, S, d)
+        o = o.transpose(1, 2).reshape(o.shape[0], o.shape[2], self.heads * self.head_dim)  # (B, S, h*d)
+        o = self.proj(o)  # (B, S, C)
+        if self.window:
+            o = window_unpartition(o, self.window, padded, self.grid, b)  # (B, H*W, C), padding cropped
+            if self.shift:
+                o = torch.roll(o.view(b, *self.grid, -1), (self.shift, self.shift), dims=(1, 2)).reshape(b, s, -1)
+        return o
