@@ -169,8 +169,8 @@ class OpDef:
                   ev: Callable[[Expr], int]) -> list[Reconcile]:
         """Named differences between this op's work and what FlopCounterMode and the pointwise
         counter measure for build()'s module in one phase, pass_. `runtime` says where
-        and how it ran: runtime["device"] ("meta", "cpu"), runtime["sdpa"] ("decomposed",
-        "fused-uncounted" or "fused-counted"). Default: none, the counters must see exactly the
+        and how it ran: runtime["device"] ("meta", "cpu"), runtime["sdpa"] (a `vocab.FusedRun`: decomposed,
+        fused-uncounted or fused-counted). Default: none, the counters must see exactly the
         analytic work."""
         return []
 
