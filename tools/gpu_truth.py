@@ -106,6 +106,66 @@ DEFAULT_PROBE_CASES = ",".join([
     "mm:fp16:4096x4096x4096", "mm:tf32:4096x4096x4096", "mm:fp32:1024x1024x1024", "mm:fp8:4096x4096x4096",
     "sparse24:bf16:4096x4096x4096", "sdpa:bf16:8x12x197x64"])
 PROBE_REGEX = "regex:^sm__(ops_path_tensor_|inst_executed_pipe_tensor).*"
+# The CUDA-core probe: kernel -> (the counter its one instruction should land in, lanes (FLOPs) it does)
+FP16_PROBE_KERNELS = {
+    "probe_hfma2_packed": ("hfma", 4), "probe_hfma_scalar": ("hfma", 2), "probe_hmul_scalar": ("hmul", 1),
+    "probe_hadd2_packed": ("hadd", 2), "probe_bf16_hfma2_packed": ("hfma", 4), "probe_ffma_scalar": ("ffma", 2)}
+FP16_PROBE_ARGS = ("256", "264", "256")  # iterations, blocks (2 x 132 SMs), threads per block
+FP16_PROBE_SOURCE = r"""// Written by tools/gpu_truth.py: one FP instruction per thread and iteration (a dependent chain).
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdio>
+#include <cstdlib>
+#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+    std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+#define IDX (blockIdx.x * blockDim.x + threadIdx.x)
+__global__ void probe_hfma2_packed(__half2* p, int n) {
+  __half2 a = p[IDX], b = __floats2half2_rn(1.0f, 0.999f), c = __floats2half2_rn(0.001f, 0.002f);
+  for (int k = 0; k < n; ++k) a = __hfma2(a, b, c);
+  p[IDX] = a;
+}
+__global__ void probe_hfma_scalar(__half* p, int n) {
+  __half a = p[IDX], b = __float2half(0.999f), c = __float2half(0.001f);
+  for (int k = 0; k < n; ++k) a = __hfma(a, b, c);
+  p[IDX] = a;
+}
+__global__ void probe_hmul_scalar(__half* p, int n) {
+  __half a = p[IDX], b = __float2half(0.999f);
+  for (int k = 0; k < n; ++k) a = __hmul(a, b);
+  p[IDX] = a;
+}
+__global__ void probe_hadd2_packed(__half2* p, int n) {
+  __half2 a = p[IDX], c = __floats2half2_rn(0.001f, 0.002f);
+  for (int k = 0; k < n; ++k) a = __hadd2(a, c);
+  p[IDX] = a;
+}
+__global__ void probe_bf16_hfma2_packed(__nv_bfloat162* p, int n) {
+  __nv_bfloat162 a = p[IDX], b = __floats2bfloat162_rn(1.0f, 0.999f), c = __floats2bfloat162_rn(0.001f, 0.002f);
+  for (int k = 0; k < n; ++k) a = __hfma2(a, b, c);
+  p[IDX] = a;
+}
+__global__ void probe_ffma_scalar(float* p, int n) {
+  float a = p[IDX];
+  for (int k = 0; k < n; ++k) a = fmaf(a, 0.999f, 0.001f);
+  p[IDX] = a;
+}
+int main(int argc, char** argv) {
+  if (argc != 4) { std::fprintf(stderr, "usage: fp16probe ITERATIONS BLOCKS THREADS\n"); return 2; }
+  int n = std::atoi(argv[1]), blocks = std::atoi(argv[2]), threads = std::atoi(argv[3]);
+  void* buf;
+  CHECK(cudaMalloc(&buf, (size_t)blocks * threads * 4));
+  CHECK(cudaMemset(buf, 0, (size_t)blocks * threads * 4));
+  probe_hfma2_packed<<<blocks, threads>>>((__half2*)buf, n); CHECK(cudaGetLastError());
+  probe_hfma_scalar<<<blocks, threads>>>((__half*)buf, n); CHECK(cudaGetLastError());
+  probe_hmul_scalar<<<blocks, threads>>>((__half*)buf, n); CHECK(cudaGetLastError());
+  probe_hadd2_packed<<<blocks, threads>>>((__half2*)buf, n); CHECK(cudaGetLastError());
+  probe_bf16_hfma2_packed<<<blocks, threads>>>((__nv_bfloat162*)buf, n); CHECK(cudaGetLastError());
+  probe_ffma_scalar<<<blocks, threads>>>((float*)buf, n); CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::printf("fp16probe: 6 kernels, %d iterations x %d threads\n", n, blocks * threads);
+  return 0;
+}
+"""
 COUNTER_BLOCKED = ("ERR_NVGPUCTRPERM", "LibraryNotLoaded", "Failed to initialize the profiler",
                    "does not have permission")
 
@@ -154,8 +214,14 @@ def build_plan() -> list[Step]:
     steps.append(Step("probe.gemm", "probe", 150, "GEMM probe under ncu, costspec's 9.0 metrics: Tensor-Core "
                                                   "counters vs 2*M*N*K (cuBLAS, fp8, 2:4 cuSPARSELt, flash)",
                       extra={"metrics": "costspec"}))
+    steps.append(Step("probe.fp16", "fp16probe", 120, "CUDA-core probe (nvcc, ncu): one HFMA2 / HFMA / HMUL / HADD2 / "
+                                                      "bf16 HFMA2 / FFMA per thread and iteration: how ncu counts "
+                                                      "packed and scalar half instructions"))
     steps += _capture("toy_mlp.fp32.forward", TOY, 75, "fp32", "forward")
     steps += _capture("toy_mlp.fp32.train", TOY, 90, "fp32", "train")
+    steps.append(Step("export.toy_mlp.fp32.train.details", "export", 60, "ncu --import of the toy train report: the "
+                                                                        "details page (NVTX columns without --nvtx?)",
+                      needs=("ncu.toy_mlp.fp32.train",), extra={"capture": "ncu.toy_mlp.fp32.train"}))
     steps.append(Step("calibrate.toy_mlp.fp32.train", "calibrate", 30, "costspec ncu calibrate toy_mlp (train)",
                       needs=("ncu.toy_mlp.fp32.train",), gpu=False, extra={"capture": "ncu.toy_mlp.fp32.train"}))
     steps += _capture("vit_b.bf16.b8.L1.train", VIT_B, 120, "bf16", "train", 8, {"L": 1},
@@ -608,6 +674,15 @@ class Run:
             return [f"LC_ALL=C {shlex.join(cmd)}"]
         if step.kind == "time":
             return [shlex.join(self.time_command(step))]
+        if step.kind == "fp16probe":
+            exe = self.path("probe/fp16probe")
+            return [f"nvcc -O3 -arch=sm_{self.cc.replace('.', '')} -o {exe} {exe}.cu",
+                    f"LC_ALL=C {shlex.join(self.fp16_probe_command(exe, self.path('probe/fp16.csv')))}"]
+        if step.kind == "export":
+            from costspec.ncu.metrics import build_export_command
+
+            stem = self.path("ncu/toy_mlp.fp32.train")
+            return [f"LC_ALL=C {shlex.join(build_export_command(f'{stem}.ncu-rep', f'{stem}.details.csv', 'details'))}"]
         if step.kind == "env":
             return ["nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm --format=csv,"
                     "noheader", "ncu --version", "nvcc --version", "ncu --query-metrics --chip gh100",
@@ -625,6 +700,13 @@ class Run:
             at = cmd.index("--metrics") + 1
             cmd[at] = ",".join(m for m in cmd[at].split(",") if m not in self.bad_metrics)
         return cmd
+
+    @staticmethod
+    def left_out(printed: list[str], ran: list[str]) -> list[str]:
+        """The metrics of costspec's printed command that the command run did not ask for."""
+        def metrics(cmd: list[str]) -> list[str]:
+            return cmd[cmd.index("--metrics") + 1].split(",") if "--metrics" in cmd else []
+        return [m for m in metrics(printed) if m not in metrics(ran)]
 
     def capture_plan(self, step: Step, sets: dict, csv: Path) -> dict | str:
         args = ["ncu", "run", self.spec_path(step.spec or ""), *(["--batch", str(step.batch)] if step.batch else []),
@@ -668,16 +750,15 @@ class Run:
         spec = self.spec_path(data.get("spec") or step.spec or "")
         cal_step = step.extra.get("calibration")
         calibration = (str(self.path(f"calib/{self.calibration_name(cal_step)}.yaml")) if cal_step else None)
-        if step.kind == "compare":
-            base = ["ncu", "compare", spec, csv, *(["--calibration", calibration] if calibration else [])]
-            return [[*base, "--format", "json"], base]
+        if step.kind == "compare":  # JSON only: the table is `costspec ncu compare` without --format, anywhere
+            return [["ncu", "compare", spec, csv, *(["--calibration", calibration] if calibration else []),
+                     "--format", "json"]]
         if step.kind == "calibrate":
             return [["ncu", "calibrate", spec, csv, "-o", str(self.path(f"calib/{self.calibration_name(step.id)}"
                                                                         ".yaml")), "--format", "json"]]
         if step.kind == "eval":
-            base = ["eval", self.spec_path(step.spec or ""), "--batch", str(step.batch), "--pass", step.pass_,
-                    "--calibration", calibration or ""]
-            return [[*base, "--format", "json"], base]
+            return [["eval", self.spec_path(step.spec or ""), "--batch", str(step.batch), "--pass", step.pass_,
+                     "--calibration", calibration or "", "--format", "json"]]
         return []
 
     @staticmethod
@@ -834,6 +915,100 @@ class Run:
         files = [data["csv"], data["sidecar"], f"probe/{name}.summary.json"]
         return {"status": "ok", "data": data, "files": files, "result": summary["line"]}
 
+    def fp16_probe_command(self, exe: Path, csv: Path) -> list[str]:
+        from costspec.ncu.metrics import build_command
+
+        return self.adjust(build_command([str(exe), *FP16_PROBE_ARGS], self.cc, str(csv.with_suffix(".ncu-rep")),
+                                         nvtx=False, log_file=str(csv)))
+
+    def step_fp16probe(self, step: Step, timeout: float) -> dict:
+        if self.ncu_blocked:
+            return {"status": "blocked", "reason": self.ncu_blocked}
+        started = time.monotonic()
+        src, exe = self.path("probe/fp16probe.cu"), self.path("probe/fp16probe")
+        csv, log = self.path("probe/fp16.csv"), self.path(f"logs/{step.id}.log")
+        src.parent.mkdir(parents=True, exist_ok=True)
+        src.write_text((f"// {FAKE_MARK}\n" if self.fake else "") + FP16_PROBE_SOURCE, encoding="utf-8")
+        data: dict[str, Any] = {"source": "probe/fp16probe.cu", "csv": "probe/fp16.csv", "args": FP16_PROBE_ARGS}
+        if self.fake:
+            exe.write_text(f"#!/bin/sh\n# {FAKE_MARK}\nexit 0\n", encoding="utf-8")  # never run: the fake ncu
+        else:
+            env = self.env(step)
+            nvcc = shutil.which("nvcc", path=env.get("PATH")) or "/usr/local/cuda/bin/nvcc"
+            arch = "sm_" + self.cc.replace(".", "")
+            rc, wall, timed_out = run_command([nvcc, "-O3", f"-arch={arch}", "-o", str(exe), str(src)], log,
+                                              min(90.0, timeout), env)
+            data["nvcc_s"] = round(wall, 2)
+            if rc != 0 or timed_out:
+                return {"status": "timeout" if timed_out else "failed", "data": data,
+                        "reason": f"nvcc {'ran too long' if timed_out else f'exited {rc}'} (see the step log)"}
+        from costspec.ncu.metrics import NCU_ENV
+
+        left = timeout - (time.monotonic() - started)
+        run = self.run_ncu(step, self.fp16_probe_command(exe, csv), self.env(step, dict(NCU_ENV)), log, csv, left)
+        data.update(wall_s=run["wall_s"], command=shlex.join(run["command"]), dropped_metrics=run["dropped"])
+        if run["timed_out"]:
+            return {"status": "timeout", "data": data, "reason": f"ncu ran past {left:.0f} s"}
+        if run["rc"] != 0:
+            return {"status": "failed", "data": data, "reason": f"ncu exited {run['rc']}: {' | '.join(run['errors'])}"}
+        from costspec.ncu.parse import parse_csv
+
+        iterations, blocks, threads = (int(a) for a in FP16_PROBE_ARGS)
+        expected = iterations * blocks * threads
+        kernels: dict[str, dict] = {}
+        for record in parse_csv(csv):
+            name = next((k for k in FP16_PROBE_KERNELS if k in record.kernel_name), None)
+            if name is None:
+                continue
+            ops = {op: record.metrics.get(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum")
+                   for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma", "dadd", "dmul", "dfma")}
+            op, lanes = FP16_PROBE_KERNELS[name]
+            counted = ops.get(op) or 0
+            kernels[name] = {"counters": ops, "expected_instructions": expected, "expected_counter": op,
+                             "flops_per_instruction": lanes, "counted_per_instruction": counted / expected}
+        answers = {
+            "counter_per_instruction": {k: round(v["counted_per_instruction"], 4) for k, v in kernels.items()},
+            "bf16_hfma2_lands_in_hfma": (kernels.get("probe_bf16_hfma2_packed", {}).get("counted_per_instruction", 0)
+                                         > 0.99) if kernels else None,
+            "scalar_and_packed_hfma_count_alike": (
+                abs(kernels["probe_hfma_scalar"]["counted_per_instruction"]
+                    - kernels["probe_hfma2_packed"]["counted_per_instruction"]) < 0.01
+                if {"probe_hfma_scalar", "probe_hfma2_packed"} <= set(kernels) else None)}
+        summary = {"kernels": kernels, "answers": answers, "expected_instructions_per_kernel": expected,
+                   "reading": "counted_per_instruction 1 = the counter counts thread instructions (a packed HFMA2 "
+                              "is one, as a scalar HFMA): the lanes (FLOPs) must then come from the instruction, not "
+                              "the counter; see docs/ncu.md section 4 (FP16 lanes)"}
+        self.path("probe/fp16.summary.json").write_text(json.dumps(self.marked(summary), indent=2) + "\n",
+                                                        encoding="utf-8")
+        data["answers"] = answers
+        line = ", ".join(f"{k.removeprefix('probe_')} {v}" for k, v in answers["counter_per_instruction"].items())
+        return {"status": "ok", "data": data, "result": f"counts per instruction: {line}",
+                "files": [data["source"], data["csv"], "probe/fp16.summary.json"]}
+
+    def step_export(self, step: Step, timeout: float) -> dict:
+        capture = self.ok(step.extra["capture"]) or {}
+        data = capture.get("data") or {}
+        report = self.path(data.get("report", ""))
+        if not report.is_file():
+            return {"status": "failed", "reason": f"no report {data.get('report')} (the capture exported none)"}
+        from costspec.ncu.metrics import NCU_ENV, build_export_command
+        from costspec.ncu.parse import parse_csv
+
+        out = self.path(data["csv"].removesuffix(".csv") + ".details.csv")
+        cmd = build_export_command(str(report), str(out), page="details")
+        log = self.path(f"logs/{step.id}.log")
+        rc, wall, timed_out = run_command(cmd, log, timeout, self.env(step, dict(NCU_ENV)), header=self.marked_text(""))
+        rel = str(out.relative_to(self.work))
+        if timed_out or rc != 0:
+            return {"status": "timeout" if timed_out else "failed", "reason": f"ncu --import exited {rc}"}
+        records = parse_csv(out)
+        raw = parse_csv(self.path(data["csv"]))
+        with_nvtx = sum(1 for r in records if r.nvtx_stack)
+        result = {"details": rel, "kernels": len(records), "raw_kernels": len(raw), "kernels_with_nvtx": with_nvtx,
+                  "nvtx_without_--nvtx": with_nvtx > 0, "wall_s": round(wall, 2)}
+        return {"status": "ok", "data": result, "files": [rel],
+                "result": f"{len(records)} kernels (raw {len(raw)}), {with_nvtx} with NVTX stacks"}
+
     def probe_summary(self, csv: Path, sidecar: Path) -> dict:
         """Per probe case: the counters summed over its kernels, against the expected FLOPs."""
         from costspec.ncu.kernels import flops_from_metrics
@@ -957,22 +1132,38 @@ class Run:
             phase = ("backward" if "costspec:backward" in stack else
                      "forward" if "costspec:forward" in stack or "costspec:loss" in stack else "none")
             by_phase[phase] = by_phase.get(phase, 0) + 1
-        data.update(kernels=len(records), kernels_by_phase=by_phase)
+        data.update(kernels=len(records), kernels_by_phase=by_phase, **self.csv_facts(csv, records))
         sidecar_path = self.path(data["sidecar"])
         if not sidecar_path.exists():
             return {"status": "failed", "data": data, "reason": "the runner wrote no sidecar"}
         sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
         sidecar.update({"ncu_version": (self.state.get("versions") or {}).get("ncu"),
-                        "command": " ".join(f"{k}={v}" for k, v in plan["env"].items()) + " " + shlex.join(cmd),
+                        "command": " ".join(f"{k}={v}" for k, v in plan["env"].items()) + " "
+                                   + shlex.join(run["command"]),
                         "csv": data["csv"], "report": data["report"], "kernels": len(records),
                         "gpu_truth": {"step": step.id, "wall_s": run["wall_s"], "clock_control": self.args.clock_control,
-                                      "dropped_metrics": run["dropped"], "restricted": restricted or None,
+                                      "metrics_left_out": self.left_out(plan["command"], run["command"]),
+                                      "restricted": restricted or None,
                                       "costspec_printed_command": shlex.join(plan["command"])}})
         sidecar_path.write_text(json.dumps(self.marked(sidecar), indent=2) + "\n", encoding="utf-8")
         files = [data["csv"], data["sidecar"]]
         return {"status": "ok", "data": data, "files": files,
                 "result": f"{len(records)} kernels ({', '.join(f'{k} {v}' for k, v in by_phase.items())}), "
                           f"{run['wall_s']:.0f} s" + (f", at {restricted}" if restricted else "")}
+
+    @staticmethod
+    def csv_facts(csv: Path, records: list) -> dict:
+        """What the raw page looks like (open questions of docs/ncu.md): the NVTX column's name, the units
+        printed, whether the layer ranges arrived."""
+        import csv as csv_module
+
+        lines = csv.read_text(encoding="utf-8", errors="replace").splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+        header, units = (list(csv_module.reader(lines[start:start + 2])) + [[], []])[:2] if start is not None else ([],
+                                                                                                                   [])
+        printed = {h: u for h, u in zip(header, units) if h.startswith(("gpu__time", "dram__", "sm__ops", "smsp__"))}
+        return {"nvtx_columns": [h for h in header if "Range" in h], "printed_units": printed,
+                "kernels_with_nvtx": sum(1 for r in records if r.nvtx_stack)}
 
     def step_time(self, step: Step, timeout: float) -> dict:
         name = step.id[len("time."):]
@@ -990,6 +1181,8 @@ class Run:
         rc, wall, timed_out = run_command(self.time_command(step), log, timeout, env, stdout=out,
                                           header=self.marked_text(""))
         data = {"json": f"time/{name}.json", "wall_s": round(wall, 2)}
+        if (timed_out or rc != 0) and out.exists() and not out.stat().st_size:
+            out.unlink()  # nothing was printed: no empty file in the results
         if timed_out:
             return {"status": "timeout", "data": data, "reason": f"costspec time ran past {timeout:.0f} s"}
         if rc != 0:
@@ -1026,12 +1219,6 @@ class Run:
         json_path = self.path(f"{folder}/{name}.json")
         json_path.write_text(json.dumps(self.marked(data), indent=2) + "\n", encoding="utf-8")
         files = [str(json_path.relative_to(self.work))]
-        if len(commands) > 1:
-            rc2, table, _ = costspec_cli(commands[1])
-            if rc2 == 0:
-                txt = self.path(f"{folder}/{name}.txt")
-                txt.write_text(self.marked_text(table), encoding="utf-8")
-                files.append(str(txt.relative_to(self.work)))
         if step.kind == "calibrate":
             yaml_path = self.path(f"calib/{name}.yaml")
             if self.fake:
@@ -1078,6 +1265,7 @@ class Run:
         kinds: dict[str, Callable[[Step, float], dict]] = {
             "env": lambda s, t: self.step_env(s), "probe": self.step_probe, "capture": self.step_capture,
             "time": self.step_time, "compare": self.step_offline, "calibrate": self.step_offline,
+            "fp16probe": self.step_fp16probe, "export": self.step_export,
             "eval": self.step_offline}
         try:
             return kinds[step.kind](step, timeout)
@@ -1098,7 +1286,7 @@ class Run:
             prev = self.record(step.id)
             forced = any(fnmatch.fnmatch(step.id, p) for p in redo)
             if step.kind == "env" and self.args.offline:
-                continue
+                continue  # (env runs in every call, on resume too: the machine may be another one)
             if prev and not forced and step.kind != "env":
                 if prev["status"] in DONE or (prev["status"] in RETRY and not self.args.retry_failed):
                     continue

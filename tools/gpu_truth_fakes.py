@@ -220,10 +220,27 @@ def _instance_paths(resolver, slot: str, repeats: dict) -> list[str]:
     return [f"{first}.{i}{rest}" for i in range(max(1, repeats.get(first, 1)))]
 
 
+_EVALS: dict[tuple, tuple[int, dict]] = {}
+
+
 def eval_oracle(cli, spec: str, batch: int | None, sets: dict, pass_: str, gpu: str | None) -> dict:
-    """The `costspec eval --gpu` report the fake `costspec time` turns into "measured" times."""
-    data = _eval_rows(cli, spec, batch, sets, pass_, ["--gpu", gpu] if gpu else [])
-    return {"fake": True, "eval": data}
+    """The `costspec eval --gpu` report the fake `costspec time` turns into "measured" times. One eval
+    per spec, dims and pass; other batch sizes scale its times (fake numbers need no more)."""
+    key = (spec, tuple(sorted(sets.items())), pass_, gpu)
+    if key not in _EVALS:
+        _EVALS[key] = (batch or 1, _eval_rows(cli, spec, batch, sets, pass_, ["--gpu", gpu] if gpu else []))
+    base, data = _EVALS[key]
+    scale = (batch or 1) / base
+
+    def scaled(row: dict) -> dict:
+        return {**row, "est_time_s": row["est_time_s"] * scale} if row.get("est_time_s") else row
+    roofline = data.get("roofline") or {}
+    if roofline.get("est_time_s"):
+        roofline = {**roofline, "est_time_s": roofline["est_time_s"] * scale}
+    dims = {**data["dims"], **({"B": batch} if batch and "B" in data["dims"] else {})}
+    report = {**data, "dims": dims, "roofline": roofline, "rows": [scaled(r) for r in data["rows"]],
+              "total": scaled(data["total"])}
+    return {"fake": True, "eval": report}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -462,6 +479,8 @@ def fake_ncu(argv: list[str]) -> int:
         print(text, end="", file=sys.stderr)
         return 1
 
+    if "--import" in opts:
+        return _export(Path(opts["--import"]), log, opts.get("--page", "raw"), fail)
     metrics = expand_metrics([m for m in opts.get("--metrics", "").split(",") if m], unknown)
     bad = [m for m in metrics if m in unknown]
     if bad:
@@ -502,8 +521,18 @@ def fake_ncu(argv: list[str]) -> int:
             sidecar = Path(program[program.index("--probe-sidecar") + 1])
             sidecar.write_text(json.dumps({"fake": True, "note": FAKE_LINE, "gpu": FAKE_GPU, "cases": cases,
                                            "errors": {}}, indent=2) + "\n", encoding="utf-8")
+    elif Path(program[0]).name == "fp16probe":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from gpu_truth import FP16_PROBE_KERNELS
+
+        iterations, blocks, threads = (int(a) for a in program[1:4])
+        k = Kernels(metrics)
+        for name, (op, _) in FP16_PROBE_KERNELS.items():  # as if each counted one per thread instruction
+            k.add(f"{name}(void *, int)", (), {f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum":
+                                               iterations * blocks * threads}, f"({threads}, 1, 1)", f"({blocks}, 1, 1)")
+        rows = k.rows
     else:
-        return fail(f"this fake ncu profiles only costspec's runner and the GEMM probe, not {program[:3]}")
+        return fail(f"this fake ncu profiles only costspec's runner and the probes, not {program[:3]}")
     log.write_text(raw_page(rows, metrics, cc), encoding="utf-8")
     if "--export" in opts:
         Path(opts["--export"]).write_text(f"{FAKE_LINE}\n(a placeholder for the .ncu-rep report)\n", encoding="utf-8")
@@ -553,6 +582,38 @@ def expand_metrics(metrics: list[str], unknown: set[str]) -> list[str]:
         elif item not in out:
             out.append(item)
     return out
+
+
+def _export(report: Path, log: Path | None, page: str, fail) -> int:
+    """``ncu --import REPORT --page details|raw --log-file OUT``: this fake's reports sit next to the raw page
+    it wrote (same stem), which it turns into the details page (one row per kernel and metric, the columns of
+    tests/data/ncu/make_toy_fixtures.py)."""
+    raw = report.with_suffix(".csv")
+    if not report.is_file() or not raw.is_file() or log is None:
+        return fail(f"cannot import {report}")
+    lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    rows = list(csv.reader(lines[start:]))
+    header, units, data = rows[0], rows[1], rows[2:]
+    if page == "raw":
+        log.write_text("".join(lines), encoding="utf-8")
+        return 0
+    toy = _load(ROOT / "tests" / "data" / "ncu" / "make_toy_fixtures.py", "_gpu_truth_make_toy_fixtures")
+    head = toy.HEADER if toy is not None else ATTRIBUTE_COLUMNS[:13] + ["Section Name", "Metric Name", "Metric Unit",
+                                                                        "Metric Value"]
+    first = ATTRIBUTE_COLUMNS.index("device__attribute_display_name") + 1
+    buf = io.StringIO()
+    buf.write(f"==PROF== {FAKE_LINE}\n")
+    writer = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    writer.writerow(head)
+    for row in data:
+        cells = dict(zip(header, row))
+        for metric, unit in zip(header[first:], units[first:]):
+            values = {**cells, "Section Name": "Command line profiler metrics", "Metric Name": metric,
+                      "Metric Unit": unit, "Metric Value": cells[metric]}
+            writer.writerow([values.get(column, "") for column in head])
+    log.write_text(buf.getvalue(), encoding="utf-8")
+    return 0
 
 
 def _query_metrics(unknown: set[str]) -> int:
