@@ -769,12 +769,12 @@ class Run:
         d: dict[str, Any] = {}
         versions: dict[str, Any] = {"python": sys.version.split()[0], "python_executable": sys.executable}
         env = self.env(step)
-        fields = "name,driver_version,memory.total,compute_cap,clocks.max.sm"
-        rc, text = capture_output(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], env, 30)
-        if rc == 0 and text:
-            values = [v.strip() for v in text.splitlines()[0].split(",")]
-            versions["gpu"] = dict(zip(fields.split(","), values))
-        else:
+        for fields in ("name,driver_version,memory.total,compute_cap,clocks.max.sm", "name,driver_version,memory.total"):
+            rc, text = capture_output(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], env, 30)
+            if rc == 0 and text:  # (an older driver refuses the whole query for one unknown field)
+                values = [v.strip() for v in text.splitlines()[0].split(",")]
+                versions["gpu"] = dict(zip(fields.split(","), values))
+                break
             versions["gpu_error"] = text[-300:]
         rc, text = capture_output(["nvidia-smi"], env, 30)
         (self.path("env")).mkdir(exist_ok=True)
@@ -801,6 +801,9 @@ class Run:
                 versions["torch"] = json.loads(text.splitlines()[-1])
             except (ValueError, IndexError):
                 versions["torch"] = {"error": text[-500:]}
+        if not versions.get("gpu") and (versions.get("torch") or {}).get("device"):  # no nvidia-smi, but CUDA
+            versions["gpu"] = {"name": versions["torch"]["device"], "compute_cap": versions["torch"].get("cc"),
+                               "from": "torch (nvidia-smi did not answer)"}
         from costspec.core.version import __version__
 
         versions["costspec"] = {"version": __version__, "commit": costspec_commit(env), "tree_sha256": tree_hash()}
@@ -1342,8 +1345,8 @@ class Run:
         files, reports = [], []
         for path in sorted(self.work.rglob("*")):
             rel = path.relative_to(self.work)
-            if not path.is_file() or path.is_symlink() or rel.parts[0] in skip_dirs:
-                continue
+            if not path.is_file() or path.is_symlink() or rel.parts[0] in skip_dirs or path.name == "fp16probe":
+                continue  # (fp16probe: the probe's executable; its source probe/fp16probe.cu is packed)
             (reports if path.suffix == ".ncu-rep" else files).append(path)
         notes = []
         self.save_summary()
