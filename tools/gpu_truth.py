@@ -536,6 +536,19 @@ class Run:
         self.ncu_blocked: str | None = None
         self.capabilities: dict[str, Any] = {}
         self.call = 0
+        self.tool_dirs: list[str] = []  # folders of ncu / nvcc when they are not on PATH
+
+    def find_tools(self) -> None:
+        """Put ncu's and nvcc's folders on PATH when PATH lacks them (where the CUDA image keeps them)."""
+        for tool, candidates in (("ncu", ["/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda/bin/ncu",
+                                          "/usr/local/cuda/nsight-compute*/ncu"]),
+                                 ("nvcc", ["/usr/local/cuda/bin/nvcc"])):
+            if shutil.which(tool):
+                continue
+            found = sorted(p for pattern in candidates for p in Path("/").glob(pattern.lstrip("/")))
+            if found:
+                self.tool_dirs.append(str(found[-1].parent))
+                self.say(f"{tool} is not on PATH: using {found[-1]}")
 
     # -- output ---------------------------------------------------------------------------------
     def say(self, text: str = "") -> None:
@@ -555,6 +568,8 @@ class Run:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([*self.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
+        if self.tool_dirs:
+            env["PATH"] = os.pathsep.join([*self.tool_dirs, env.get("PATH", "")])
         env.update(extra or {})
         if self.fake:
             env[FAKE_ENV] = "1"
@@ -1398,6 +1413,8 @@ class Run:
         if self.fake:
             self.say(f"== {FAKE_MARK}")
             self.setup_fakes()
+        else:
+            self.find_tools()
         self.say(f"gpu_truth call {self.call}: work {self.work}, out {self.out}")
         problem = self.ensure_deps()
         if problem:
