@@ -16,6 +16,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -252,3 +253,23 @@ def test_missing_jsonschema_says_what_to_carry(tmp_path, monkeypatch):
                                 "--wheels", str(tmp_path / "no-wheels")]))
     message = run.ensure_deps()
     assert message and "jsonschema" in message and ".whl" in message and "rpds-py" in message
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc here")
+def test_the_fp16_probe_compiles_to_one_instruction_kind_per_kernel(tmp_path):
+    source = tmp_path / "fp16probe.cu"
+    source.write_text(gt.FP16_PROBE_SOURCE, encoding="utf-8")
+    ptx = tmp_path / "fp16probe.ptx"
+    done = subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-ptx", "-o", str(ptx), str(source)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    wanted = {"probe_hfma2_packed": "fma.rn.f16x2", "probe_hfma_scalar": "fma.rn.f16", "probe_hmul_scalar": "mul.f16",
+              "probe_hadd2_packed": "add.f16x2", "probe_bf16_hfma2_packed": "fma.rn.bf16x2",
+              "probe_ffma_scalar": "fma.rn.f32"}
+    assert set(wanted) == set(gt.FP16_PROBE_KERNELS)
+    bodies = re.split(r"\.entry\s+", ptx.read_text(encoding="utf-8"))[1:]
+    for name, op in wanted.items():
+        body = next(b for b in bodies if name in b.split("(")[0])
+        fp_ops = re.findall(r"\b((?:fma|mul|add|sub)\.[a-z.0-9]+)", body)
+        fp_ops = [o for o in fp_ops if not re.match(r"(add|mul|sub)\.(s|u|lo|wide)", o) and "lo." not in o]
+        assert fp_ops and set(fp_ops) == {op}, (name, fp_ops)  # the loop does this instruction and no other FP op
