@@ -20,7 +20,7 @@ import sympy
 from costspec.against.mapping import MODEL_ROW, RowMap
 from costspec.core.expr import evaluator
 from costspec.runtime.reconcile import Amount, Applied, reconciliations
-from costspec.tree.build import Node, OpNode, PartNode
+from costspec.tree.nodes import Node, OpNode, PartNode
 from costspec.tree.walk import node_cost, slot_of, walk
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import sympy
 from costspec.analysis.roofline import total_bytes
 from costspec.core.budget import MAX_TORCH_MODULES, TORCH_INT_LIMIT, check_torch_modules
 from costspec.core.errors import UsageError
-from costspec.tree.build import OpNode
+from costspec.tree.nodes import OpNode
 from costspec.tree.walk import NO_GRAD, walk
 
 
