@@ -25,7 +25,7 @@ import sympy
 
 import costspec
 from costspec.core.errors import CostspecError
-from costspec.tree.build import OpNode
+from costspec.tree.nodes import OpNode
 
 PASSES = ("forward", "backward", "train")
 MAX_INSTANCES = 400  # op instances in the torch module (repeats unrolled) for the meta check
@@ -45,7 +45,7 @@ class Outcome:
 def _identity_residual(model, exc) -> bool:
     """`residual: [dropout]` (or a flatten of one axis): the body returns x itself, and autograd's
     gradient sum for x + x runs outside the add module, so `validate` attributes it to (model)."""
-    from costspec.tree.build import ResidualNode
+    from costspec.tree.nodes import ResidualNode
 
     def residuals(node):
         for child in node.children:

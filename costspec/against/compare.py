@@ -21,7 +21,7 @@ from costspec.against.mapping import MODEL_ROW, RowMap
 from costspec.core.expr import evaluator
 from costspec.core.vocab import Phase
 from costspec.runtime.reconcile import Amount, Applied, reconciliations
-from costspec.tree.build import Node, OpNode, PartNode
+from costspec.tree.nodes import Node, OpNode, PartNode
 from costspec.tree.walk import node_cost, slot_of, walk
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ import sympy
 
 from costspec.core.errors import UsageError
 from costspec.core.expr import evaluator
-from costspec.tree.build import Node, OpNode, RepeatNode, ScopeNode, scope_members
+from costspec.tree.naming import scope_members
+from costspec.tree.nodes import Node, OpNode, RepeatNode, ScopeNode
 from costspec.tree.walk import group_of, walk
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from costspec.core.expr import as_exact_int
 from costspec.core.results import Column, Row, Table
 from costspec.core.vocab import Pass
 from costspec.ops.opdef import layer_notes
-from costspec.tree.build import Node, OpNode, RepeatNode
 from costspec.tree.cost import runs_sparse
+from costspec.tree.nodes import Node, OpNode, RepeatNode
 from costspec.tree.walk import NO_GRAD, matmul_engine, node_cost, walk
 
 if TYPE_CHECKING:

@@ -41,7 +41,7 @@ from sympy.printing.latex import greek_letters_set
 from costspec.core.budget import check_formula_rows, check_formula_terms
 from costspec.core.errors import UsageError
 from costspec.core.vocab import Pass
-from costspec.tree.build import RepeatNode
+from costspec.tree.nodes import RepeatNode
 from costspec.tree.walk import node_cost, walk
 
 if TYPE_CHECKING:

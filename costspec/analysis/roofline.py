@@ -18,8 +18,8 @@ from costspec.core.conventions import SPARSE_MATMUL_CLASSES, SPARSE_SPEEDUP, Pre
 from costspec.core.results import Column, Row
 from costspec.core.vocab import Fusion, Pass, Phase
 from costspec.ops.work import ZERO
-from costspec.tree.build import Node, OpNode, PartNode
 from costspec.tree.cost import runs_sparse
+from costspec.tree.nodes import Node, OpNode, PartNode
 from costspec.tree.walk import GradState, walk
 
 if TYPE_CHECKING:

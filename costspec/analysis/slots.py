@@ -28,7 +28,7 @@ import sympy
 
 from costspec.core.expr import evaluator
 from costspec.core.vocab import Pass, Phase
-from costspec.tree.build import Node
+from costspec.tree.nodes import Node
 from costspec.tree.walk import MODEL_SLOT, RowLayout, is_leaf, layout, node_cost, node_of, op_of, slot_of, walk
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from costspec.analysis.roofline import Efficiency, total_bytes
 from costspec.analysis.sweep import Grid, evaluate_grid
 from costspec.core.conventions import SPARSE_SPEEDUP
 from costspec.core.progress import progress
-from costspec.tree.build import OpNode, PartNode
+from costspec.tree.nodes import OpNode, PartNode
 from costspec.tree.walk import node_cost
 
 if TYPE_CHECKING:

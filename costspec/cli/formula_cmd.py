@@ -4,13 +4,15 @@ from __future__ import annotations
 import click
 
 from costspec.cli import cli, options
+from costspec.cli.options import ClosedForm
 
 
 @cli.command("formula")
-@options.closed_forms
+@options.spec_arg
+@options.closed_form
 @options.dtype
 @options.output_format("text", "json", default="text")
-def formula_command(spec, keep, sets, pass_, per_layer, expand, dtype, fmt):
+def formula_command(spec: str, form: ClosedForm, dtype: str | None, fmt: str):
     """Print SPEC's costs as canonical polynomials in the kept symbols (totals; every layer with --per-layer)."""
     from costspec.analysis.backend_note import flash_backward_note
     from costspec.analysis.formula import formulas
@@ -18,7 +20,7 @@ def formula_command(spec, keep, sets, pass_, per_layer, expand, dtype, fmt):
     from costspec.model import load
 
     model = load(spec, dtype)
-    result = formulas(model, pass_, keep, expand, sets, depth=None if per_layer else 0)
+    result = formulas(model, form.pass_, form.keep, form.expand, form.sets, depth=None if form.per_layer else 0)
     click.echo(RENDERERS[fmt](result))
-    if fmt == "text" and (note := flash_backward_note(model, pass_)):
+    if fmt == "text" and (note := flash_backward_note(model, form.pass_)):
         click.echo(note)

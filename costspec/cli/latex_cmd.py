@@ -4,15 +4,17 @@ from __future__ import annotations
 import click
 
 from costspec.cli import cli, options
+from costspec.cli.options import ClosedForm
 
 
 @cli.command("latex")
-@options.closed_forms
+@options.spec_arg
+@options.closed_form
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), help="Write to FILE, not stdout.")
 @click.option("--standalone", is_flag=True, help="A complete document that pdflatex compiles.")
 @click.option("--format", "fmt", type=click.Choice(["latex", "json"]), default="latex", show_default=True,
               help="latex: the align environment; json: each formula's LaTeX and sympy text (as `formula`).")
-def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone, fmt):
+def latex_command(spec: str, form: ClosedForm, output: str | None, standalone: bool, fmt: str):
     """LaTeX formulas of SPEC: one row per top-level layer (every level with --per-layer), subtotals, total."""
     from costspec.analysis.formula import formulas
     from costspec.core.safeio import check_not_input, write_text
@@ -21,7 +23,7 @@ def latex_command(spec, keep, sets, pass_, per_layer, expand, output, standalone
 
     if output:
         check_not_input(output, [spec])  # before any work: the spec would be lost
-    result = formulas(load(spec), pass_, keep, expand, sets, depth=None if per_layer else 1)
+    result = formulas(load(spec), form.pass_, form.keep, form.expand, form.sets, depth=None if form.per_layer else 1)
     if fmt == "json":
         from costspec.export.formulas import render_json
 

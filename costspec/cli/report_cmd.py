@@ -1,32 +1,51 @@
 """`costspec report`: one self-contained HTML page with the layer tree, closed forms, roofline and sweeps."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import click
 
 from costspec.cli import cli, options
+from costspec.cli.options import Bindings, Hardware, PassPrecision
+
+
+@dataclass(frozen=True)
+class Page:
+    """What the page holds besides the costs (--vary sweeps, --validation, --compare), where it is
+    written (-o) and whether progress shows (--quiet)."""
+
+    varies: tuple[str, ...]
+    validation: str | None
+    compare: str | None
+    quiet: bool
+    output: str
+
+    def inputs(self, spec: str, catalog: str | None) -> list[str]:
+        """The files the page is made from, which writing it must not overwrite."""
+        return [spec] + [p for p in (self.validation, self.compare, catalog) if p]
+
+
+page_options = options.option_group(
+    "page", Page,
+    click.option("--vary", "varies", multiple=True, metavar="NAME=VALUES",
+                 help="Add sweep curves over a dim: B=1..256:x2 or img=224,384 (repeatable; the second dim gives one "
+                      "line per value)."),
+    click.option("--validation", type=click.Path(dir_okay=False, exists=True), default=None,
+                 help="A `costspec validate --format json` output to show as the validation section."),
+    click.option("--compare", type=click.Path(dir_okay=False, exists=True), default=None,
+                 help="A `costspec ncu compare --format json` output to show as the Nsight Compute section."),
+    click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
+    click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="report.html"))
 
 
 @cli.command("report")
 @options.spec_arg
-@options.batch
-@options.sets
-@options.pass_
-@options.dtype
-@options.gpu(required=False)
-@options.fusion
-@options.efficiency
-@click.option("--vary", "varies", multiple=True, metavar="NAME=VALUES",
-              help="Add sweep curves over a dim: B=1..256:x2 or img=224,384 (repeatable; the second dim gives one "
-                   "line per value).")
-@click.option("--validation", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="A `costspec validate --format json` output to show as the validation section.")
-@click.option("--compare", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="A `costspec ncu compare --format json` output to show as the Nsight Compute section.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="report.html")
+@options.bindings
+@options.pass_precision
+@options.hardware(required=False)
+@page_options
 @options.output_format("table", "json")
-def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, efficiency, varies, validation, compare,
-                   quiet, output, fmt):
+def report_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, page: Page, fmt: str):
     """Write SPEC's costs as one HTML page (no network needed to view it: CSS, JS, SVG and MathML inline)."""
     from costspec.analysis.sweep import parse_vary
     from costspec.core.errors import UsageError
@@ -35,26 +54,21 @@ def report_command(spec, batch, sets, pass_, dtype, gpu, catalog, fusion, effici
     from costspec.export.html_report import gather, read_json
     from costspec.model import load
 
-    if not output.lower().endswith((".html", ".htm")):
-        raise UsageError(f"-o {output}: the report is an HTML file (.html)")
-    check_not_input(output, [spec] + [p for p in (validation, compare, catalog) if p])
-    model = load(spec, dtype)
-    values = model.bind(batch, sets)
-    device = None
-    if gpu:
-        from costspec.analysis.gpus import get_gpu
-
-        device = get_gpu(gpu, catalog)
-    data = gather(model, values, pass_, sets, device, fusion, efficiency, [parse_vary(v) for v in varies],
-                  read_json(validation, "--validation") if validation else None,
-                  read_json(compare, "--compare") if compare else None, quiet)
-    page = render_page(data)
-    inputs = [spec] + [p for p in (validation, compare, catalog) if p]
-    write_text(output, page, inputs)  # atomic; refuses to overwrite an input
+    if not page.output.lower().endswith((".html", ".htm")):
+        raise UsageError(f"-o {page.output}: the report is an HTML file (.html)")
+    check_not_input(page.output, page.inputs(spec, hardware.catalog))
+    model = load(spec, run.dtype)
+    values = dims.bind(model)
+    data = gather(model, values, run.pass_, dims.sets, hardware.device(), hardware.fusion, hardware.efficiency,
+                  [parse_vary(v) for v in page.varies],
+                  read_json(page.validation, "--validation") if page.validation else None,
+                  read_json(page.compare, "--compare") if page.compare else None, page.quiet)
+    html = render_page(data)
+    write_text(page.output, html, page.inputs(spec, hardware.catalog))  # atomic; refuses to overwrite an input
     if fmt == "json":
         import json
 
-        click.echo(json.dumps({"written": output, "bytes": len(page.encode("utf-8")), "spec": model.name,
+        click.echo(json.dumps({"written": page.output, "bytes": len(html.encode("utf-8")), "spec": model.name,
                                "layers": len(data.report.rows)}, indent=2))
     else:
-        click.echo(f"wrote {output} ({len(page) / 1024:.0f} KiB): {len(data.report.rows)} layers", err=True)
+        click.echo(f"wrote {page.output} ({len(html) / 1024:.0f} KiB): {len(data.report.rows)} layers", err=True)

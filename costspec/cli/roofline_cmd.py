@@ -1,40 +1,55 @@
 """`costspec roofline`: the roofline plot of a spec on a named GPU."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import click
 
 from costspec.cli import cli, options
+from costspec.cli.options import Bindings, Hardware, PassPrecision
+
+
+@dataclass(frozen=True)
+class Plot:
+    """The plot: the tree levels drawn (--depth), its file (-o), and the rows also printed (--format)."""
+
+    depth: int
+    output: str
+    fmt: str
+
+
+plot_options = options.option_group(
+    "plot", Plot,
+    click.option("--depth", type=click.IntRange(min=1), default=3, show_default=True, help="Tree levels to plot."),
+    click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="roofline.png or .svg"),
+    click.option("--format", "fmt", type=click.Choice(["none", "table", "json", "csv", "markdown"]), default="none",
+                 show_default=True, help="Also print the plotted rows (bytes, intensity, bound, time) in this format."))
 
 
 @cli.command("roofline")
 @options.spec_arg
-@options.gpu(required=True)
-@options.batch
-@options.sets
-@options.pass_
-@options.fusion
-@options.efficiency
-@click.option("--depth", type=click.IntRange(min=1), default=3, show_default=True, help="Tree levels to plot.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="roofline.png or .svg")
-@click.option("--format", "fmt", type=click.Choice(["none", "table", "json", "csv", "markdown"]), default="none",
-              show_default=True, help="Also print the plotted rows (bytes, intensity, bound, time) in this format.")
-def roofline_command(spec, gpu, catalog, batch, sets, pass_, fusion, efficiency, depth, output, fmt):
+@options.bindings
+@options.pass_only
+@options.hardware(required=True)
+@plot_options
+def roofline_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, plot: Plot):
     """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof)."""
-    from costspec.analysis.gpus import get_gpu
     from costspec.analysis.roofline import estimate
     from costspec.core.safeio import check_not_input
     from costspec.export.roofline_plot import plot_roofline
     from costspec.model import load
 
-    check_not_input(output, [spec, catalog])  # before any work: an input would be lost
+    check_not_input(plot.output, [spec, hardware.catalog])  # before any work: an input would be lost
     model = load(spec)
-    values = model.bind(batch, sets)
-    report = model.report(pass_, values)
-    roof = estimate(model, report, values, get_gpu(gpu, catalog), fusion, efficiency)
-    plot_roofline(report, roof, model.precision.dtype, output, depth, [spec, catalog])
-    click.echo(f"wrote {output}: {len(report.rows)} layers, estimated {roof.time_s * 1e3:.4g} ms", err=True)
-    if fmt != "none":
+    values = dims.bind(model)
+    report = model.report(run.pass_, values)
+    device = hardware.device()
+    assert device is not None  # --gpu is required
+    roof = estimate(model, report, values, device, hardware.fusion, hardware.efficiency)
+    plot_roofline(report, roof, model.precision.dtype, plot.output, plot.depth, [spec, hardware.catalog])
+    click.echo(f"wrote {plot.output}: {len(report.rows)} layers, estimated {roof.time_s * 1e3:.4g} ms", err=True)
+    if plot.fmt != "none":
         from costspec.core.render import render
         from costspec.export.report import eval_result
 
-        click.echo(render(eval_result(report, depth, roof), fmt))
+        click.echo(render(eval_result(report, plot.depth, roof), plot.fmt))

@@ -4,15 +4,15 @@ from __future__ import annotations
 import click
 
 from costspec.cli import cli, options
+from costspec.cli.options import Bindings
 
 
 @cli.command("torch")
 @options.spec_arg
-@options.batch
-@options.sets
+@options.bindings
 @options.depth
 @options.output_format()
-def torch_command(spec, batch, sets, depth, fmt):
+def torch_command(spec: str, dims: Bindings, depth: int | None, fmt: str):
     """Print the torch module built from SPEC (module paths = layer names) with parameter counts."""
     from costspec.core.render import render
     from costspec.model import load
@@ -20,7 +20,7 @@ def torch_command(spec, batch, sets, depth, fmt):
     from costspec.runtime.torch_build import build_module, describe, import_torch
 
     model = load(spec)
-    values = model.bind(batch, sets)
+    values = dims.bind(model)
     check_torch_build(model, values)  # before importing torch (seconds)
     torch = import_torch("costspec torch")
     with torch.device("meta"):  # shapes and parameter counts only: no memory, no init

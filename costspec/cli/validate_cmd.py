@@ -2,9 +2,39 @@
 or (--against) of the user's real model."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Mapping
+
 import click
 
 from costspec.cli import cli, options
+from costspec.cli.options import Bindings, Display
+
+
+@dataclass(frozen=True)
+class Counting:
+    """What is run and counted: --pass, on --device, compared within --rtol."""
+
+    pass_: str
+    device: str
+    rtol: float
+
+
+@dataclass(frozen=True)
+class Against:
+    """The real model to check the spec against (--against; None: the spec's own torch module), its
+    Hugging Face config (--config, --config-set) and which of its outputs the spec's is (--output-field)."""
+
+    against: str | None
+    config: str | None
+    config_sets: Mapping[str, str]
+    output_field: str | None
+
+    def check_unused(self) -> None:
+        """Without --against, the options that only apply to it are errors."""
+        options.require(self.config is None and not self.config_sets,
+                        "--config and --config-set need --against hf:ModelClass")
+        options.require(self.output_field is None, "--output-field needs --against")
 
 
 def _config_sets(ctx, param, values) -> dict[str, str]:
@@ -17,30 +47,32 @@ def _config_sets(ctx, param, values) -> dict[str, str]:
     return out
 
 
+counting_options = options.option_group("counting", Counting, options.runnable_pass, options.device, options.rtol)
+against_options = options.option_group(
+    "target", Against,
+    click.option("--against", "against", metavar="TARGET", default=None,
+                 help="Check the spec against your real model: package.module:callable (takes the spec's dims as "
+                      "keyword arguments, returns an nn.Module or (module, inputs)) or hf:ModelClass (transformers, "
+                      "built on meta from its config, no weights)."),
+    click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
+                 help="With --against hf:ModelClass: a Hugging Face config.json (default: the class's default "
+                      "config)."),
+    click.option("--config-set", "config_sets", multiple=True, callback=_config_sets, metavar="KEY=VALUE",
+                 help="With --against hf:ModelClass: set a config key, or a constructor argument such as "
+                      "add_pooling_layer=false (repeatable)."),
+    click.option("--output-field", "output_field", metavar="NAME", default=None,
+                 help="With --against: the output of the real model that the spec's output is (a field of a "
+                      "transformers output such as pooler_output, or a tuple index); default: its first tensor."))
+
+
 @cli.command("validate")
 @options.spec_arg
-@options.batch
-@options.sets
-@options.validate_pass
-@options.device
-@options.rtol
-@options.output_format("table", "json")
-@options.quiet
+@options.bindings
+@counting_options
+@options.display("table", "json")
 @click.option("--force", is_flag=True, help="Run on cpu even when the estimated memory exceeds what is available.")
-@click.option("--against", "against", metavar="TARGET", default=None,
-              help="Check the spec against your real model: package.module:callable (takes the spec's dims as "
-                   "keyword arguments, returns an nn.Module or (module, inputs)) or hf:ModelClass (transformers, "
-                   "built on meta from its config, no weights).")
-@click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="With --against hf:ModelClass: a Hugging Face config.json (default: the class's default config).")
-@click.option("--config-set", "config_sets", multiple=True, callback=_config_sets, metavar="KEY=VALUE",
-              help="With --against hf:ModelClass: set a config key, or a constructor argument such as "
-                   "add_pooling_layer=false (repeatable).")
-@click.option("--output-field", "output_field", metavar="NAME", default=None,
-              help="With --against: the output of the real model that the spec's output is (a field of a "
-                   "transformers output such as pooler_output, or a tuple index); default: its first tensor.")
-def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, against, config, config_sets,
-                     output_field):
+@against_options
+def validate_command(spec: str, dims: Bindings, counting: Counting, display: Display, force: bool, target: Against):
     """Build SPEC's torch module (or, with --against, your real model), count it, and compare per layer;
     exit 1 on any mismatch. Without --against this checks the engine against itself, not your model."""
     from costspec.core.progress import status
@@ -48,15 +80,15 @@ def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, 
     from costspec.model import load
 
     model = load(spec)
-    values = model.bind(batch, sets)
-    if against is None:
-        options.require(config is None and not config_sets, "--config and --config-set need --against hf:ModelClass")
-        options.require(output_field is None, "--output-field needs --against")
+    values = dims.bind(model)
+    pass_, device = counting.pass_, counting.device
+    if target.against is None:
+        target.check_unused()
         from costspec.runtime.validate import check, to_result, validate
 
-        with status(f"validate: building and counting {model.name} ({pass_}, {device})", quiet):
-            result = validate(model, values, pass_, device, rtol, force)
-        click.echo(render(to_result(result), fmt))
+        with status(f"validate: building and counting {model.name} ({pass_}, {device})", display.quiet):
+            result = validate(model, values, pass_, device, counting.rtol, force)
+        click.echo(render(to_result(result), display.fmt))
         check(result)
         return
     from costspec.against.check import check as check_against
@@ -64,8 +96,9 @@ def validate_command(spec, batch, sets, pass_, device, rtol, fmt, quiet, force, 
     from costspec.against.report import to_result as against_result
     from costspec.against.target import load_target
 
-    with status(f"validate: counting {against} against {model.name} ({pass_}, {device})", quiet):
-        target = load_target(against, model, values, device, config, config_sets, output_field)
-        outcome = validate_against(model, values, target, pass_, device, rtol)
-    click.echo(render(against_result(outcome), fmt))
+    with status(f"validate: counting {target.against} against {model.name} ({pass_}, {device})", display.quiet):
+        real = load_target(target.against, model, values, device, target.config, target.config_sets,
+                           target.output_field)
+        outcome = validate_against(model, values, real, pass_, device, counting.rtol)
+    click.echo(render(against_result(outcome), display.fmt))
     check_against(outcome)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from costspec.analysis.alignment import check
-from costspec.tree.build import OpNode
+from costspec.tree.nodes import OpNode
 from costspec.tree.walk import slot_of
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import sympy
 
 from costspec.core.expr import evaluator
 from costspec.core.vocab import Device, FusedRun, Phase
-from costspec.tree.build import OpNode
+from costspec.tree.nodes import OpNode
 from costspec.tree.walk import GradState, Step, own_slot, slot_of
 
 

@@ -25,7 +25,7 @@ from costspec.core.errors import CostspecError
 from costspec.core.render import render
 from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import RUNNABLE_PASSES, Pass
-from costspec.tree.build import RepeatNode
+from costspec.tree.nodes import RepeatNode
 from costspec.tree.walk import row_name, walk
 
 if TYPE_CHECKING:

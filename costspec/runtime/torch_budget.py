@@ -11,7 +11,7 @@ from costspec.analysis.roofline import total_bytes
 from costspec.core.budget import MAX_TORCH_MODULES, TORCH_INT_LIMIT, check_torch_modules
 from costspec.core.errors import UsageError
 from costspec.core.vocab import Fusion
-from costspec.tree.build import OpNode
+from costspec.tree.nodes import OpNode
 from costspec.tree.walk import NO_GRAD, walk
 
 

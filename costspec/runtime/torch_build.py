@@ -17,7 +17,7 @@ import sympy
 from costspec.core.errors import MissingExtraError, SpecError
 from costspec.core.expr import evaluator
 from costspec.core.results import Column, Result, Row, Table
-from costspec.tree.build import Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
+from costspec.tree.nodes import Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 from costspec.tree.walk import group_of, row_name
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from costspec.core.vocab import RUNNABLE_PASSES, Device, Pass, Phase
 from costspec.ops.opdef import layer_notes
 from costspec.runtime.reconcile import Amount, Applied, ints, nonzero, reconciliations, runtime_facts
 from costspec.runtime.torch_build import build_module, import_torch
-from costspec.tree.build import OpNode
+from costspec.tree.nodes import OpNode
 from costspec.tree.walk import (
     MODEL_SLOT,
     RowLayout,

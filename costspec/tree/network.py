@@ -19,8 +19,9 @@ from costspec.core.yaml_marks import MarkedDoc
 from costspec.core.zoo import resolve
 from costspec.ops.opdef import Constraint
 from costspec.spec.load import read_spec
-from costspec.tree.build import Node, OpNode, TreeBuilder
+from costspec.tree.build import TreeBuilder
 from costspec.tree.cost import Cost
+from costspec.tree.nodes import Node, OpNode
 from costspec.tree.walk import NO_GRAD, Step, node_cost, walk
 
 

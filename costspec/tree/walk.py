@@ -29,8 +29,9 @@ import sympy
 
 from costspec.core.errors import SpecError
 from costspec.core.vocab import Pass
-from costspec.tree.build import GroupNode, Node, OpNode, ParallelNode, PartNode, RepeatNode, ResidualNode, scope_members
 from costspec.tree.cost import Cost
+from costspec.tree.naming import scope_members
+from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, PartNode, RepeatNode, ResidualNode
 
 MODEL_SLOT = "(model)"  # work measured in the model's root module, outside every layer
 

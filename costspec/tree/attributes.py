@@ -1,0 +1,132 @@
+"""What a layer writes, read as sympy in the scope of its place in the spec (`Env`): sizes, counts
+and op attributes.
+
+A size that is not a number yet (it depends on dims) adds a `Constraint`, checked once the dims are
+bound (and at their defaults, by `costspec check`). Every value is written in derived dims (`dims.canonical`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import sympy
+
+from costspec.core.conventions import Precision
+from costspec.core.dims import Dims
+from costspec.core.errors import Location, SpecError
+from costspec.core.expr import parse_expr
+from costspec.ops.attrs import REQUIRED, Attr, Attrs
+from costspec.ops.opdef import Constraint, OpDef
+
+
+@dataclass
+class Env:
+    """What expressions in one place of the spec can see."""
+
+    names: dict[str, sympy.Expr]  # dims and block parameters, as sympy values
+    raw_params: dict[str, object]  # block parameters as written (for bool / choice attributes)
+    precision: Precision
+    blocks_stack: tuple[str, ...] = ()
+    depth: int = 0
+
+    def deeper(self) -> Env:
+        """The same scope, one level of nesting further down."""
+        return Env(self.names, self.raw_params, self.precision, self.blocks_stack, self.depth + 1)
+
+    def with_precision(self, precision: Precision) -> Env:
+        return Env(self.names, self.raw_params, precision, self.blocks_stack, self.depth)
+
+
+class AttributeReader:
+    """Reads sizes, counts and op attributes; the constraints that sizes need go to `constraints`."""
+
+    def __init__(self, locate: Callable[[tuple], Location], dims: Dims, constraints: list[Constraint]):
+        self.locate, self.dims, self.constraints = locate, dims, constraints
+
+    def size(self, raw, env: Env, path: tuple, what: str = "size") -> sympy.Expr:
+        where = self.locate(path)
+        value = parse_expr(raw, env.names, where)
+        if not isinstance(value, sympy.Expr):
+            raise SpecError(f"{raw!r} is a condition, not a size", where, "a size")
+        if value.is_number and (value < 1 or not value.is_integer):
+            raise SpecError(f"{what} {raw!r} = {value} is not a positive integer", where, "a positive integer")
+        if not value.is_number:  # checked once the dims are bound (and at their defaults, by check)
+            shown = str(raw).replace("{", "{{").replace("}", "}}")
+            self.constraints.append(Constraint(sympy.And(sympy.Eq(sympy.floor(value), value), value >= 1),
+                                               f"{what} {shown!r} = {{value}} is not a positive integer", where,
+                                               {"value": value}, "a positive integer"))
+        return self.dims.canonical(value)
+
+    def count(self, raw, env: Env, path: tuple) -> sympy.Expr:
+        where = self.locate(path)
+        value = parse_expr(raw, env.names, where)
+        if not isinstance(value, sympy.Expr) or (value.is_number and (value < 0 or not value.is_integer)):
+            raise SpecError(f"{raw!r} is not a non-negative integer", where, "a non-negative integer")
+        return self.dims.canonical(value)
+
+    def attrs(self, op: OpDef, given: dict, env: Env, path: tuple, in_shape: tuple) -> Attrs:
+        """The op's attributes: those given, read by kind; the others at their defaults."""
+        values: dict[str, object] = {}
+        for attr in op.attrs:
+            apath = path + (attr.name,)
+            if attr.name in given:
+                values[attr.name] = self.attr_value(attr, given[attr.name], env, apath)
+            elif attr.default is REQUIRED:
+                raise SpecError(f"{op.name} needs '{attr.name}'", self.locate(path), attr.doc)
+            elif callable(attr.default):
+                values[attr.name] = self.dims.canonical(sympy.sympify(attr.default(in_shape, values)))
+            else:
+                values[attr.name] = sympy.Integer(attr.default) if attr.kind in ("size", "count", "pair", "triple") \
+                    else attr.default
+        return Attrs(values, self.locate(path))
+
+    def attr_value(self, attr: Attr, raw, env: Env, path: tuple):
+        where = self.locate(path)
+        if attr.kind in ("bool", "choice", "number", "axis") and isinstance(raw, str) and raw in env.raw_params:
+            raw = env.raw_params[raw]  # a block parameter passed through
+        if attr.kind == "bool":
+            if not isinstance(raw, bool):
+                raise SpecError(f"bad value {raw!r}", where, "true or false, or the name of a block parameter "
+                                "that is true or false")
+            return raw
+        if attr.kind == "choice":
+            if raw not in attr.choices:
+                raise SpecError(f"bad value {raw!r}", where, "one of " + ", ".join(attr.choices))
+            return raw
+        if attr.kind == "number":
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                raise SpecError(f"{attr.name} must be a number, got {raw!r}", where, "a number")
+            return raw
+        if attr.kind == "axis":
+            if isinstance(raw, bool) or not isinstance(raw, int):
+                raise SpecError(f"{attr.name} must be an integer axis, got {raw!r}", where, "an integer")
+            return raw
+        if attr.kind == "shape":
+            return tuple(-1 if item == -1 else self.size(item, env, path + (i,)) for i, item in enumerate(raw))
+        if attr.kind == "axes":
+            if not isinstance(raw, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in raw):
+                raise SpecError(f"{attr.name} must be a list of integer axes, got {raw!r}", where, "a list of integers")
+            return tuple(raw)
+        if attr.kind in ("values", "value"):  # names of values, resolved by the dataflow (Dataflow.read_values)
+            return raw
+        if attr.kind == "expr":  # any value of the dims (a constant factor such as sqrt(C)), not only integers
+            value = parse_expr(raw, env.names, where)
+            if not isinstance(value, sympy.Expr) or value.has(sympy.zoo, sympy.nan):
+                raise SpecError(f"{raw!r} is not a number or an expression of the dims", where, "an expression")
+            return self.dims.canonical(value)
+        if attr.kind == "counts":
+            return tuple(self.count(item, env, path + (i,)) for i, item in enumerate(raw))
+        if attr.kind in ("pair", "triple") and isinstance(raw, list):
+            return tuple(self.count(item, env, path + (i,)) for i, item in enumerate(raw))
+        if attr.kind in ("pair", "triple", "count"):
+            return self.count(raw, env, path)
+        return self.size(raw, env, path)
+
+
+def looks_numeric(raw: str, scope) -> bool:
+    """Whether `raw` reads as an expression in `scope` (else a string block parameter, e.g. an activation)."""
+    try:
+        parse_expr(raw, scope)
+        return True
+    except SpecError:
+        return False
