@@ -104,8 +104,10 @@ class CausalConv:
 
 
 def state_note(call: OpCall, ssm: Expr, ssm_what: str, conv: Expr, conv_what: str) -> str:
-    """The inference state one layer keeps between decoding steps, in elements and bytes at the layer's dtype."""
+    """The inference state one layer keeps between decoding steps, in elements and bytes at the layer's dtype
+    (transformers' cache keeps it in the model's dtype)."""
     size = call.precision.bytes_per_element
     return (f"inference state per layer (what a decoding step reads and updates in place of a KV cache, constant "
             f"in the sequence length): ssm state {ssm_what} = {ssm} elements, conv state {conv_what} = {conv} "
-            f"elements; {(ssm + conv) * size} bytes at {call.precision.dtype}")
+            f"elements (the last K conv inputs, as transformers' cache and mamba_ssm keep them); "
+            f"{(ssm + conv) * size} bytes at {call.precision.dtype}")

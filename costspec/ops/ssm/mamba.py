@@ -178,7 +178,7 @@ class Mamba(OpDef):
                 "FlopCounterMode, charged like any matmul); the recurrence h = exp(A dt) h + dt B x is CUDA-core work; "
                 "its backward adds every step's full-size slice gradient (quadratic in S). A fused selective-scan "
                 "kernel runs the contraction as FMAs on CUDA cores and none of those adds (docs/conventions.md)",
-                state_note(call, b * e * n, "B*E*N", b * e * (k - 1), "B*E*(K-1)")]
+                state_note(call, b * e * n, "B*E*N", b * e * k, "B*E*K")]
 
     def build(self, call: OpCall, ev):
         from costspec.nn.ssm import Mamba as TorchMamba

@@ -230,8 +230,8 @@ class Mamba2(OpDef):
                 f"({sympy.sympify(self._ssd_flops(call))} FLOPs, matmul class `ssd`, counted by FlopCounterMode, "
                 "charged like any matmul); the segment sums, decays and products around them are CUDA-core work; "
                 "the Triton SSD kernels run the same chunk products on Tensor Cores (docs/conventions.md)",
-                state_note(call, b * h * p * n, "B*H*P*N", b * conv.channels * (call.attrs.d_conv - 1),
-                           "B*(E+2*G*N)*(K-1)")]
+                state_note(call, b * h * p * n, "B*H*P*N", b * conv.channels * call.attrs.d_conv,
+                           "B*(E+2*G*N)*K")]
 
     def build(self, call: OpCall, ev):
         from costspec.nn.ssm import Mamba2 as TorchMamba2
