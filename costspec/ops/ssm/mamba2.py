@@ -97,20 +97,22 @@ class Mamba2(OpDef):
         return call.in_shape
 
     def constraints(self, call: OpCall):
-        """E = expand * C must be heads * head_dim (transformers views the scan's input as H x P), a whole
-        number of heads, and the heads must split into the groups."""
+        """E = expand * C must be a whole number of heads of head_dim (transformers views the scan's input as
+        H x P), the heads must split into the groups, and d_state and chunk must be 2 or more."""
         a = call.attrs
         e = a.expand * call.in_shape[-1]
-        return [Constraint(sympy.Eq(sympy.Mod(e, a.head_dim), 0), "inner width expand*C = {e} is not a multiple of "
-                           "head_dim {p}", a.where("head_dim"), {"e": e, "p": a.head_dim},
-                           "head_dim dividing expand*C"),
-                Constraint(sympy.Eq(e, a.heads * a.head_dim), "heads {h} x head_dim {p} is not the inner width "
-                           "expand*C = {e}", a.where("heads"), {"e": e, "h": a.heads, "p": a.head_dim},
-                           "heads * head_dim = expand * C"),
-                Constraint(sympy.Eq(sympy.Mod(a.heads, a.groups), 0), "heads {h} not divisible by groups {g}",
-                           a.where("groups"), {"h": a.heads, "g": a.groups}, "groups dividing heads")] + [
-            Constraint(sympy.Ge(getattr(a, attr), 2), attr + " {v}: " + _CONTRACTION, a.where(attr),
-                       {"v": getattr(a, attr)}, "2 or more") for attr in ("d_state", "chunk")]
+        out = [Constraint(sympy.Eq(sympy.Mod(e, a.head_dim), 0), "inner width expand*C = {e} is not a multiple of "
+                          "head_dim {p}", a.where("head_dim"), {"e": e, "p": a.head_dim}, "head_dim dividing expand*C"),
+               Constraint(sympy.Eq(e, a.heads * a.head_dim), "heads {h} x head_dim {p} is not the inner width "
+                          "expand*C = {e}", a.where("heads"), {"e": e, "h": a.heads, "p": a.head_dim},
+                          "heads * head_dim = expand * C"),
+               Constraint(sympy.Eq(sympy.Mod(a.heads, a.groups), 0), "heads {h} not divisible by groups {g}",
+                          a.where("groups"), {"h": a.heads, "g": a.groups}, "groups dividing heads")]
+        for attr in ("d_state", "chunk"):
+            value = getattr(a, attr)
+            out.append(Constraint(sympy.Ge(value, 2), attr + " {v}: " + _CONTRACTION, a.where(attr), {"v": value},
+                                  "2 or more"))
+        return out
 
     # -- sizes ----------------------------------------------------------------------------------
     def _sizes(self, call: OpCall):
