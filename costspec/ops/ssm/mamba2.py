@@ -212,7 +212,7 @@ class Mamba2(OpDef):
         a = call.attrs
         b, s, c, e, h, p, g, n, q, nc, sp = self._sizes(call)
         x, bc, states = b * s * e, 2 * b * s * g * n, b * nc * h * p * n
-        inputs = 2 * x + b * s * h + bc + 3 * h  # x, z read by the norm aside: x, y, dt, B, C, params
+        inputs = 2 * x + b * s * h + bc + 3 * h  # the backward's reads: x and dy, dt, B and C, the parameters
         unfused = 2 * b * h * nc * q * q + 2 * b * sp * h * n if fusion == Fusion.NONE else 0
         if pass_ == Phase.FORWARD:
             scan = Traffic("scan", x + b * s * h + bc + 3 * h + states + unfused, x + states + unfused)
