@@ -472,6 +472,34 @@ def _lm_head(draw):
     return dims, ["B", draw(small), c], with_grad(draw, [{"lm_head": {"vocab": vocab, "bias": bias}}])
 
 
+def _ssm_common(draw) -> dict:
+    return {"d_state": draw(st.integers(1, 3)), "d_conv": draw(st.integers(1, 3)), "bias": draw(st.booleans()),
+            "conv_bias": draw(st.booleans())}
+
+
+@case("mamba")  # the scan's python loop runs S steps: S up to 4
+def _mamba(draw):
+    attrs = {**_ssm_common(draw), "expand": draw(st.integers(1, 2))}
+    if draw(st.booleans()):
+        attrs["dt_rank"] = draw(st.integers(1, 3))
+    return {"B": draw(st.integers(1, 2))}, ["B", draw(st.integers(1, 4)), draw(small)], with_grad(
+        draw, [{"mamba": attrs}])
+
+
+@case("mamba2")  # chunks that divide S or pad it; groups sharing B and C across 1-2 heads each; the
+# einsums contract over d_state and chunk, which the op requires to be 2 or more
+def _mamba2(draw):
+    groups = draw(st.integers(1, 2))
+    heads, head_dim = groups * draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    expand = 2 if heads * head_dim % 2 == 0 and draw(st.booleans()) else 1
+    attrs = {**_ssm_common(draw), "d_state": draw(st.integers(2, 3)), "expand": expand, "head_dim": head_dim,
+             "groups": groups, "chunk": draw(st.integers(2, 4))}
+    if draw(st.booleans()):
+        attrs["heads"] = heads
+    return {"B": draw(st.integers(1, 2))}, ["B", draw(st.integers(1, 6)), heads * head_dim // expand], with_grad(
+        draw, [{"mamba2": attrs}])
+
+
 def test_every_op_has_a_case():
     missing = sorted(set(OPS) - set(CASES))
     assert not missing, f"registered ops without a torch case: {missing}"

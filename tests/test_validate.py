@@ -48,11 +48,16 @@ def run(model, pass_="train", device="meta", batch=None, rtol=0.0):
     return validate(model, model.bind(batch), pass_, device, rtol)
 
 
+# Specs whose module runs a python loop over the sequence (Mamba's scan: S steps per layer, forward and backward),
+# validated at a shorter S; tests/against/test_ssm.py checks them against transformers
+SHORTER = {"mamba_130m": {"S": 16}}
+
+
 @pytest.mark.parametrize("pass_", ["forward", "train"])
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_zoo_validates_exactly(spec, pass_):
     model = costspec.load(spec)
-    result = run(model, pass_, batch=2 if "B" in model.dims.dims else None)
+    result = validate(model, model.bind(2 if "B" in model.dims.dims else None, SHORTER.get(spec.stem)), pass_, "meta")
     assert result.ok, render_table(result)
     for phase, rows in result.rows.items():
         assert all(r.rel_diff == 0 for r in rows)

@@ -108,6 +108,8 @@ FRAGMENT_CONTEXTS = {
     "conv1d": "dims: {B: 1, mels: 80, frames: 300, C: 64}\n",
     "conv3d": "dims: {B: 1, T: 4, img: 32, C: 64}\n",
     "shared_experts: 2": "dims: {B: 1, S: 16, C: 64, E: 16, F: 32}\ninput: [B, S, C]\n",
+    "mamba_block": "dims: {B: 1, S: 8, C: 32, L: 2, V: 100}\n",
+    "mamba2:": "dims: {B: 1, S: 12, C: 32}\ninput: [B, S, C]\n",
 }
 
 

@@ -81,7 +81,7 @@ def build_bert(cfg: HFConfig, roberta: bool = False) -> str:
     if roberta:
         spec.ignore("""\
 - module: embeddings
-  kinds: [unknown:aten.ne, unknown:aten.cumsum, unknown:aten.gather, mul]
+  kinds: [unknown:aten.ne, cumsum, unknown:aten.gather, mul]
   pass: forward
   reason: >-
     RoBERTa computes the position ids from the input ids (mask = ids != pad; cumsum(mask) * mask +
