@@ -14,6 +14,7 @@ import sympy
 
 from costspec.core.budget import check_op_instances
 from costspec.core.conventions import Precision
+from costspec.core.cost_table import declared_activations
 from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
 from costspec.core.expr import parse_expr
@@ -318,6 +319,8 @@ class TreeBuilder:
     def __init__(self, data: dict, locate: Callable[[tuple], Location], dims: Dims,
                  table: Mapping[str, sympy.Expr], collect: list[SpecError] | None = None):
         self.data, self.locate, self.dims, self.table = data, locate, dims, table
+        self.declared = declared_activations(table)  # activations the spec's costs: declares
+        self.declared_used: set[str] = set()
         self.collect = collect  # not None: a bad layer is recorded and the build goes on (costspec check)
         self.blocks = data.get("blocks", {})
         self.constraints: list[Constraint] = []
@@ -444,8 +447,13 @@ class TreeBuilder:
                                 "that is true or false")
             return raw
         if attr.kind == "choice":
+            if attr.extensible and raw not in attr.choices and raw in self.declared:
+                self.declared_used.add(raw)  # an activation the spec's costs: declares
+                return raw
             if raw not in attr.choices:
-                raise SpecError(f"bad value {raw!r}", where, "one of " + ", ".join(attr.choices))
+                raise SpecError(f"bad value {raw!r}", where, "one of " + ", ".join(attr.choices)
+                                + (", or an activation the spec's costs: declares (fn: name with costs: "
+                                   "{name: F, name_backward: G})" if attr.extensible else ""))
             return raw
         if attr.kind == "number":
             if isinstance(raw, bool) or not isinstance(raw, (int, float)):
