@@ -312,6 +312,11 @@ class Moe(OpDef):
                f"experts charged under balanced routing, T*top_k/experts tokens each{cap}"]
         if a.score_bias:
             out.append(f"the score-correction bias is a buffer of {a.experts} values (not a parameter)")
+        if routing.is_variant(call):
+            out.append(routing.note(call))
+        if a.swiglu_limit:
+            out.append(f"clamped SwiGLU experts (limit {a.swiglu_limit}): per routed row and hidden unit a one-sided "
+                       "clamp (clamp_bound), a two-sided one (clamp) and up + 1 (add) forward, 6 selects backward")
         return out
 
     # -- memory ---------------------------------------------------------------------------------

@@ -157,6 +157,25 @@ def extra_traffic(call: OpCall, t, e, k) -> tuple:
     return reads + passes * slots + eps, writes + passes * slots + eps
 
 
+def is_variant(call: OpCall) -> bool:
+    """Whether the router differs from softmax, top-k (and renorm), the router of Mixtral and Qwen."""
+    a = call.attrs
+    return (a.scoring != "softmax" or a.score_bias or not is_zero(a.n_group) or a.renorm_eps
+            or bool(a.routed_scaling_factor) or a.router_bias)
+
+
+def note(call: OpCall) -> str:
+    """The routing work per token, forward and backward, by kind (the op's note for a router variant)."""
+    a = call.attrs
+    t = sympy.Integer(1)
+
+    def listed(work: Work) -> str:
+        return ", ".join(f"{kind} {sympy.sympify(n)}" for kind, n in sorted(work.pointwise.items()))
+
+    return (f"router ({a.scoring} scores): per token, forward {listed(forward(call, t, a.experts, a.top_k))}; "
+            f"backward {listed(backward(call, t, a.experts, a.top_k))}")
+
+
 def params(call: OpCall) -> sympy.Expr:
     """The router's parameters: the C -> E weight and, under router_bias, its E biases."""
     a = call.attrs

@@ -148,3 +148,12 @@ def test_router_bias_and_score_bias_parameters():
     plain = params("experts: 8, top_k: 2")
     assert params("experts: 8, top_k: 2, router_bias: true") == plain + 8
     assert params("experts: 8, top_k: 2, scoring: sigmoid, score_bias: true") == plain
+
+
+def test_a_router_variant_states_its_routing_work_per_token():
+    model = costspec.loads(moe_spec("experts: 8, top_k: 2, scoring: topk_softmax, renorm: false, router_bias: true"))
+    notes = " ".join(model.report("forward", model.bind()).notes)
+    assert ("router (topk_softmax scores): per token, forward softmax 2, topk 8; backward softmax_backward 2"
+            in notes)
+    plain = costspec.loads(moe_spec("experts: 8, top_k: 2"))
+    assert not any("router (" in n for n in plain.report("forward", plain.bind()).notes)
