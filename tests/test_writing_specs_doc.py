@@ -110,7 +110,17 @@ FRAGMENT_CONTEXTS = {
     "shared_experts: 2": "dims: {B: 1, S: 16, C: 64, E: 16, F: 32}\ninput: [B, S, C]\n",
     "mamba_block": "dims: {B: 1, S: 8, C: 32, L: 2, V: 100}\n",
     "mamba2:": "dims: {B: 1, S: 12, C: 32}\ninput: [B, S, C]\n",
+    # Mixture-of-experts routers and activations
+    "score_bias: true": "dims: {B: 1, S: 8, C: 32, E: 16, F: 16}\ninput: [B, S, C]\n",
+    "renorm: false}   # OLMoE": "dims: {B: 1, S: 8, C: 32, E: 16, F: 16}\ninput: [B, S, C]\n",
+    "swiglu_limit: 7.0": "dims: {B: 1, S: 8, C: 32, E: 8, F: 16}\ninput: [B, S, C]\n",
+    "fn: relu6": "dims: {B: 1, C: 16, H: 15}\ninput: [B, C, H, H]\n",
+    "fn: squared_relu": "dims: {B: 1, S: 8, C: 32, F: 64}\ninput: [B, S, C]\n",
+    "fn: gelu_new": "dims: {B: 1, S: 8, C: 32}\ninput: [B, S, C]\n",
+    "fn: my_act": "dims: {B: 1, S: 8, C: 32, F: 64}\ninput: [B, S, C]\n",
 }
+# fragments the torch build refuses (an activation the spec's costs: declare has no torch module): the message
+REFUSED_BY_TORCH = {"fn: my_act": "has no torch module"}
 
 
 def _fragments() -> list[str]:
@@ -138,5 +148,12 @@ def test_every_cookbook_fragment_checks_and_validates(fragment, pass_):
     from costspec.runtime.validate import validate
 
     model = costspec.loads(_in_context(fragment), file="writing-specs.md")
+    refused = [message for key, message in REFUSED_BY_TORCH.items() if key in fragment]
+    if refused:
+        from costspec.core.errors import SpecError
+
+        with pytest.raises(SpecError, match=refused[0]):
+            validate(model, model.bind(), pass_)
+        return
     result = validate(model, model.bind(), pass_)
     assert result.ok, result.failures()

@@ -55,6 +55,7 @@ class Attr:
     doc: str
     default: Any = REQUIRED
     choices: tuple = ()
+    extensible: bool = False  # a choice that also takes an activation the spec's `costs:` declares (`fn`)
 
     def schema(self) -> dict:
         # bool and choice attributes also take the name of a block parameter (`bias: b`), resolved

@@ -1,70 +1,15 @@
 """Pointwise ops: `activation`, `softmax`, `dropout` (the joins `add` / `mul` / `concat` are in join.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from costspec.core.vocab import Phase
+from costspec.ops.activations import ACT_ATTR, ACTIVATIONS, activation_work, build_activation, runtime_aten
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import OpCall, OpDef, Runtime
 from costspec.ops.registry import register_op
 from costspec.ops.work import Part, Work, numel, pointwise
 
-
-@dataclass(frozen=True)
-class Activation:
-    """The cost-table kinds one activation executes per element, forward and backward.
-
-    Kinds follow the aten ops PyTorch runs (QuickGELU is three ops: x * sigmoid(1.702 * x)),
-    so the runtime counter can match them one to one.
-    """
-
-    forward: tuple[str, ...]
-    backward: tuple[str, ...]
-    torch_name: str  # nn module class, or a costspec.nn.activation class
-    aten: tuple[tuple[str, str], ...] = ()  # aten ops its module runs -> cost-table kind
-
-
-ACTIVATIONS: dict[str, Activation] = {
-    "relu": Activation(("relu",), ("relu_backward",), "ReLU",
-                       (("aten.relu", "relu"), ("aten.threshold_backward", "relu_backward"))),
-    # aten.gelu with approximate='tanh' is counted as gelu_tanh (runtime_count reads the argument)
-    "gelu": Activation(("gelu",), ("gelu_backward",), "GELU",
-                       (("aten.gelu", "gelu"), ("aten.gelu_backward", "gelu_backward"))),
-    "gelu_tanh": Activation(("gelu_tanh",), ("gelu_tanh_backward",), "GELUTanh"),
-    # y = x * s, s = sigmoid(1.702 x). Backward: g*s, g*x, sigmoid_backward, *1.702, and the add of
-    # the two paths into dx.
-    "quick_gelu": Activation(("scale", "sigmoid", "mul"), ("mul", "mul", "sigmoid_backward", "scale", "add"),
-                             "QuickGELU"),
-    "silu": Activation(("silu",), ("silu_backward",), "SiLU",
-                       (("aten.silu", "silu"), ("aten.silu_backward", "silu_backward"))),
-    "sigmoid": Activation(("sigmoid",), ("sigmoid_backward",), "Sigmoid",
-                          (("aten.sigmoid", "sigmoid"), ("aten.sigmoid_backward", "sigmoid_backward"))),
-    "tanh": Activation(("tanh",), ("tanh_backward",), "Tanh",
-                       (("aten.tanh", "tanh"), ("aten.tanh_backward", "tanh_backward"))),
-}
-
-
-def activation_work(fn: str, elements, pass_: Phase) -> Work:
-    """Work of activation `fn` on `elements` elements in one phase."""
-    act = ACTIVATIONS[fn]
-    kinds = act.forward if pass_ == Phase.FORWARD else act.backward
-    work = Work()
-    for kind in kinds:
-        work = work + pointwise(kind, elements)
-    return work
-
-
-def build_activation(fn: str):
-    """A torch module for activation `fn`."""
-    import torch.nn as nn
-
-    from costspec.nn import activation
-
-    name = ACTIVATIONS[fn].torch_name
-    return getattr(activation, name)() if hasattr(activation, name) else getattr(nn, name)()
-
-
-ACT_ATTR = Attr("fn", "choice", "activation function", default="gelu", choices=tuple(ACTIVATIONS))
+# the activation op's attributes that only one function reads, with their defaults (torch's)
+OPTIONS = {"min_val": ("hardtanh", -1.0), "max_val": ("hardtanh", 1.0), "negative_slope": ("leaky_relu", 0.01)}
 
 
 @register_op
@@ -72,11 +17,28 @@ class ActivationOp(OpDef):
     """An elementwise activation (CUDA-core FLOPs per element from the cost table)."""
 
     fusable = True
-    runtime = Runtime(aten=dict(pair for act in ACTIVATIONS.values() for pair in act.aten))
+    runtime = Runtime(aten=runtime_aten())
     name = "activation"
-    doc = "Elementwise activation: " + ", ".join(ACTIVATIONS) + " (gelu = exact erf form)."
+    doc = ("Elementwise activation: " + ", ".join(ACTIVATIONS) + " (gelu = exact erf form; gelu_tanh = the tanh "
+           "form as one op; gelu_new / gelu_fast = the tanh form as transformers' python-level ops; relu6 = "
+           "hardtanh(0, 6); squared_relu = relu(x)^2), or an activation the spec's costs: declares.")
     default_name = "act"
-    attrs = (ACT_ATTR,)
+    attrs = (ACT_ATTR,
+             Attr("min_val", "number", "hardtanh's lower bound (fn: hardtanh only)", default=OPTIONS["min_val"][1]),
+             Attr("max_val", "number", "hardtanh's upper bound (fn: hardtanh only)", default=OPTIONS["max_val"][1]),
+             Attr("negative_slope", "number", "leaky_relu's slope for x < 0 (fn: leaky_relu only)",
+                  default=OPTIONS["negative_slope"][1]))
+
+    def output_shape(self, call: OpCall):
+        a = call.attrs
+        for option, (fn, default) in OPTIONS.items():
+            if getattr(a, option) != default and a.fn != fn:
+                raise call.fail(f"{option} is an option of fn: {fn}, and this activation is {a.fn}", option,
+                                f"fn: {fn} with it, or no {option}")
+        if a.fn == "hardtanh" and a.min_val >= a.max_val:
+            raise call.fail(f"hardtanh's bounds are empty: min_val {a.min_val} >= max_val {a.max_val}", "max_val",
+                            "max_val > min_val")
+        return call.in_shape
 
     def forward(self, call: OpCall):
         return [Part("", activation_work(call.attrs.fn, numel(call.in_shape), Phase.FORWARD))]
@@ -86,7 +48,8 @@ class ActivationOp(OpDef):
         return [Part("", work)]
 
     def build(self, call: OpCall, ev):
-        return build_activation(call.attrs.fn)
+        return build_activation(call.attrs.fn, {name: getattr(call.attrs, name) for name in OPTIONS},
+                                lambda message, expected: call.fail(message, "fn", expected))
 
 
 @register_op

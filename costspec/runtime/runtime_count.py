@@ -40,6 +40,8 @@ IGNORED: dict[str, str] = {name: _IGNORED_REASON for name in (
 )}
 IGNORED.update({name: _IGNORED_REASON for name in ("aten.constant_pad_nd", "aten.flip", "aten.repeat")})
 IGNORED.update({"aten.scatter": "writes values at indices (top-k's backward), no arithmetic",
+                "aten.scatter_": "writes values at indices (a group mask), no arithmetic",
+                "aten.gather": "gathers values at indices (the routing weights of the chosen experts), no arithmetic",
                 "aten.upsample_nearest2d": "gathers rows of a table, no arithmetic",
                 "aten.roll": _IGNORED_REASON})
 IGNORED.update({name: "gathers rows of a table, no arithmetic" for name in ("aten.embedding", "aten.index")})
@@ -123,7 +125,38 @@ def _issue14(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] 
         return [("topk", _numel(args[0]))]
     if name == "aten.sum" and phase == "forward":  # (in the backward, a broadcast gradient's sum: bias_grad)
         return [("sum", _numel(args[0]))]
+    if name == "aten.pow":
+        return _pow(args, out)
+    if name == "aten.clamp":  # one compare/select per bound given
+        given = list(args[1:3]) + [kwargs.get("min"), kwargs.get("max")]
+        bounds = sum(1 for a in given if a is not None)
+        return [("clamp" if bounds == 2 else "clamp_bound", _numel(out))] if bounds else []
+    if name in ("aten.clamp_min", "aten.clamp_max"):
+        return [("clamp_bound", _numel(out))]
+    if name in SELECTS:
+        return [("select", _numel(out))]
+    if name in ("aten.scatter_add", "aten.scatter_add_"):  # a gather's backward: one add per source element
+        return [("scatter_add", _numel(args[3]))]
     return None
+
+
+# comparisons and logical ops on masks: one compare/select per output element (clamp's backward keeps the
+# gradient inside the bounds: ge, le, logical_and, where; a router's group mask: bitwise_not, masked_fill)
+SELECTS = frozenset({"aten.ge", "aten.le", "aten.logical_and", "aten.logical_and_", "aten.bitwise_not",
+                     "aten.masked_fill"})
+
+
+# pow(x, e) with a scalar e, as its kernel computes it: 0 and 1 fill or copy; 2 and 3 multiply; -2 is 1/(x*x)
+_POW_KINDS: dict[float, list[str]] = {0.0: [], 1.0: [], 2.0: ["square"], 3.0: ["cube"], -2.0: ["square", "pow"]}
+
+
+def _pow(args, out) -> list[tuple[str, int]]:
+    exponent = args[1] if len(args) > 1 else None
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and isinstance(args[0], torch.Tensor):
+        kinds = _POW_KINDS.get(float(exponent), ["pow"])
+    else:  # a tensor exponent, or a scalar base (aten.pow.Scalar): one libm call per element
+        kinds = ["pow"]
+    return [(kind, _numel(out)) for kind in kinds]
 
 
 

@@ -131,9 +131,11 @@ def build_schema() -> dict:
             "dims": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
                      "additionalProperties": dim, "description": "named sizes; each is a sympy symbol"},
             "precision": _PRECISION,
-            "costs": {"type": "object", "additionalProperties": False,
+            "costs": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN},
                       "properties": {kind: {"type": "number", "minimum": 0} for kind in sorted(default_table())},
-                      "description": "override CUDA-core FLOPs per element of cost-table kinds"},
+                      "additionalProperties": {"type": "number", "minimum": 0},
+                      "description": "override CUDA-core FLOPs per element of cost-table kinds; a new kind with "
+                                     "its _backward declares an activation (fn: name)"},
             "input": {"type": "array", "minItems": 1, "items": _SIZE, "description": "input shape"},
             "inputs": {"type": "object", "propertyNames": {"pattern": NAME_PATTERN}, "minProperties": 1,
                        "additionalProperties": {"type": "array", "minItems": 1, "items": _SIZE},

@@ -40,8 +40,11 @@ class Env:
 class AttributeReader:
     """Reads sizes, counts and op attributes; the constraints that sizes need go to `constraints`."""
 
-    def __init__(self, locate: Callable[[tuple], Location], dims: Dims, constraints: list[Constraint]):
+    def __init__(self, locate: Callable[[tuple], Location], dims: Dims, constraints: list[Constraint],
+                 declared: frozenset[str] | set[str] = frozenset()):
         self.locate, self.dims, self.constraints = locate, dims, constraints
+        self.declared = set(declared)  # activations the spec's costs: declares
+        self.declared_used: set[str] = set()
 
     def size(self, raw, env: Env, path: tuple, what: str = "size") -> sympy.Expr:
         where = self.locate(path)
@@ -90,8 +93,13 @@ class AttributeReader:
                                 "that is true or false")
             return raw
         if attr.kind == "choice":
+            if attr.extensible and raw not in attr.choices and raw in self.declared:
+                self.declared_used.add(raw)  # an activation the spec's costs: declares
+                return raw
             if raw not in attr.choices:
-                raise SpecError(f"bad value {raw!r}", where, "one of " + ", ".join(attr.choices))
+                raise SpecError(f"bad value {raw!r}", where, "one of " + ", ".join(attr.choices)
+                                + (", or an activation the spec's costs: declares (fn: name with costs: "
+                                   "{name: F, name_backward: G})" if attr.extensible else ""))
             return raw
         if attr.kind == "number":
             if isinstance(raw, bool) or not isinstance(raw, (int, float)):

@@ -13,6 +13,7 @@ import sympy
 
 from costspec.core.budget import check_op_instances
 from costspec.core.conventions import Precision
+from costspec.core.cost_table import declared_activations
 from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
 from costspec.core.expr import parse_expr
@@ -38,7 +39,7 @@ class TreeBuilder:
         self.blocks = data.get("blocks", {})
         self.constraints: list[Constraint] = []
         self.op_count = 0
-        self.read = AttributeReader(locate, dims, self.constraints)
+        self.read = AttributeReader(locate, dims, self.constraints, declared_activations(table))
         self.flow = Dataflow(locate)
 
     def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:

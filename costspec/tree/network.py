@@ -46,9 +46,16 @@ class Network:
         self.source = data.get("source")
         self.dims: Dims = parse_dims(data.get("dims"), doc.locate)
         self.precision = Precision.of_spec(data.get("precision", {}), Precision(), doc.locate(("precision",)))
-        self.table = flops_per_element(data.get("costs"), doc.locate(("costs",)))
+        self.table = flops_per_element(data.get("costs"), lambda kind: doc.locate(("costs", kind)))
         builder = TreeBuilder(data, doc.locate, self.dims, self.table, collect)
         self.root, self.out_shape = builder.build(self.precision)
+        for kind in sorted(builder.read.declared - builder.read.declared_used):  # a typo of a kind, most likely
+            unused = SpecError(f"cost kind '{kind}' declares an activation that no layer uses",
+                               doc.locate(("costs", kind)), f"fn: {kind} on an activation, mlp or moe layer, or "
+                               "a kind of the cost table (docs/ops.md)")
+            if collect is None:
+                raise unused
+            collect.append(unused)
         self.in_shape = tuple(self.dims.canonical(parse_expr(v, self.dims.symbols, doc.locate(("input", i))))
                               for i, v in enumerate(data["input"]))
         self.constraints: list[Constraint] = builder.constraints
