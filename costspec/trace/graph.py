@@ -1,0 +1,267 @@
+"""One recorded module call -> the layers of its scope (`Seq`), following the dataflow.
+
+Inside a scope the values computed from its input form a graph whose nodes are the calls of its
+own code and its submodules' calls. `Compiler.scope` walks it back from the output: a node with
+one data input continues a chain; a join (add, mul, cat of two data values) closes the branches
+that start at the nearest value all of them pass through (their common dominator): an add with
+one branch empty is a `residual`, two non-empty ones a residual with a shortcut, mul and cat a
+`parallel` join. A graph that is not built of chains, forks and joins (a value read by two
+branches, a second data input) makes the whole scope one gap, with the reason.
+
+Submodules map by their own rules (`leaf`, the patterns of `patterns`), or become scopes in
+turn; `nn.Sequential` containers are transparent (their children join the enclosing scope with
+paths through the container: `layer1.0`), so that a run of identical children can become a
+repeat whose source is the container (`repeats`).
+"""
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from torch import nn
+
+from costspec.trace import functions
+from costspec.trace.ir import Gap, Layer, Op, Parallel, Residual, Seq
+from costspec.trace.leaf import Unmappable, map_leaf
+from costspec.trace.record import DATA, Call, Entry, Scope, Value
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class Unmapped:
+    """Something the importer could not map: where (a module path), what, and why."""
+
+    where: str
+    what: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.where or '(model)'}: {self.what}: {self.why}"
+
+
+class NotSeriesParallel(Exception):
+    """The scope's dataflow is not chains, forks and joins."""
+
+
+def relative(path: str, base: str) -> str:
+    return path[len(base) + 1:] if base else path
+
+
+def layer_name(rel: str) -> str | None:
+    """A module's layer name from its path relative to the scope: `conv`, `layers.0` -> `layers_0`."""
+    name = rel.replace(".", "_")
+    if not _IDENT.match(name) or keyword.iskeyword(name) or name[0].isdigit():
+        return None
+    return name
+
+
+def transparent(module: nn.Module) -> bool:
+    """A container whose forward only chains its children (nn.Sequential)."""
+    return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
+
+
+def params_of(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+Pattern = Callable[["Compiler", Scope, str], "Layer | None"]
+
+
+@dataclass
+class Compiler:
+    """Compiles recorded scopes into layers; collects what it could not map."""
+
+    patterns: list[Pattern] = field(default_factory=list)
+    unmapped: list[Unmapped] = field(default_factory=list)
+
+    # -- entries ---------------------------------------------------------------------------------
+    def gap(self, where: str, what: str, why: str, out: Value, params: int = 0, base: str = "") -> Gap:
+        self.unmapped.append(Unmapped(where, what, why))
+        return Gap(name=None, source=relative(where, base) if where and params else None, where=where, what=what,
+                   shape=list(out.shape), params=params)
+
+    def module(self, scope: Scope, base: str) -> list[Layer]:
+        """The layers of a submodule call (relative to the scope at `base`)."""
+        rel = relative(scope.path, base)
+        if scope.leaf:
+            try:
+                op = map_leaf(scope.module)
+            except Unmappable as exc:
+                return [self.gap(scope.path, scope.cls, str(exc), scope.outputs[0], params_of(scope.module), base)]
+            if op is None:
+                return []
+            op.name, op.source = layer_name(rel), rel
+            return [op]
+        for pattern in self.patterns:
+            layer = pattern(self, scope, base)
+            if layer is not None:
+                if layer.source is None:
+                    layer.name, layer.source = layer_name(rel), rel
+                return [layer]
+        seq = self.scope(scope)
+        if isinstance(seq, Gap):
+            seq.source = rel if seq.params else None
+            return [seq]
+        seq.name, seq.source = layer_name(rel), rel
+        if len(seq.layers) == 1 and isinstance(seq.layers[0], Op) and seq.layers[0].source is None:
+            op = seq.layers[0]  # a module whose code is one function call (an activation class): the op itself
+            op.name, op.source = seq.name, seq.source
+            return [op]
+        return [seq] if seq.layers else []
+
+    def call(self, call: Call, index: int, scope: Scope) -> list[Layer]:
+        try:
+            return list(functions.map_call(call, index))
+        except Unmappable as exc:
+            aten = f" ({', '.join(call.aten)})" if call.aten else ""
+            return [self.gap(scope.path, f"{call.fn}{aten}", str(exc), call.outputs[index])]
+
+    # -- a scope ---------------------------------------------------------------------------------
+    def scope(self, scope: Scope, output: Value | None = None) -> Seq | Gap:
+        """The layers of `scope`, from its first data input to `output` (default: its first data output)."""
+        start = next((v for v in scope.inputs if v.kind == DATA), None)
+        outs = [v for v in scope.outputs if v.kind == DATA]
+        end = output or (outs[0] if outs else None)
+        if start is None or end is None:
+            return self.gap(scope.path, scope.cls, "no data input or output", scope.outputs[0],
+                            params_of(scope.module))
+        flow = _Flow(self, scope)
+        try:
+            layers = flow.path(start, end)
+        except NotSeriesParallel as exc:
+            return self.gap(scope.path, scope.cls, str(exc), end, params_of(scope.module))
+        for entry in flow.unreached():
+            self.unmapped.append(Unmapped(getattr(entry, "path", "") or scope.path, _what(entry),
+                                          "runs, but its result does not reach the output"))
+        return Seq(layers=layers, cls=scope.cls, path=scope.path)
+
+
+def _what(entry: Entry) -> str:
+    return entry.cls if isinstance(entry, Scope) else f"{entry.fn}"
+
+
+class _Flow:
+    """The dataflow graph of one scope (its own calls and submodule calls; containers flattened)."""
+
+    def __init__(self, compiler: Compiler, scope: Scope):
+        self.compiler, self.scope = compiler, scope
+        self.entries: list[Entry] = []
+        self._flatten(scope)
+        self.index = {id(e): i for i, e in enumerate(self.entries)}
+        self.emitted: set = set()
+        self.dominators: dict[int, list[Value]] = {}
+
+    def _flatten(self, scope: Scope) -> None:
+        for entry in scope.entries:
+            if isinstance(entry, Scope) and not entry.leaf and transparent(entry.module):
+                self._flatten(entry)
+            else:
+                self.entries.append(entry)
+
+    def owner(self, value: Value) -> Entry | None:
+        """The entry of this scope that produced `value` (a submodule's, for a value made inside it)."""
+        entry = value.producer
+        while entry is not None and id(entry) not in self.index:
+            entry = entry.scope if entry.scope is not entry else None
+            if isinstance(entry, Scope) and entry is self.scope:
+                return None
+        return entry
+
+    def _output_index(self, entry: Entry, value: Value) -> int:
+        if isinstance(entry, Call):
+            return entry.outputs.index(value) if value in entry.outputs else 0
+        return 0
+
+    def dom(self, value: Value, start: Value) -> list[Value]:
+        """The values every path from `start` to `value` passes through (`value` last)."""
+        if value is start:
+            return [value]
+        if value.vid in self.dominators:
+            return self.dominators[value.vid]
+        entry = self.owner(value)
+        if entry is None:
+            raise NotSeriesParallel(f"{value} does not come from the module's input (a second data input)")
+        ins = entry.data_inputs
+        common = self.dom(ins[0], start)
+        for other in ins[1:]:
+            keep = {v.vid for v in self.dom(other, start)}
+            common = [v for v in common if v.vid in keep]
+        self.dominators[value.vid] = common + [value]
+        return self.dominators[value.vid]
+
+    def path(self, start: Value, end: Value) -> list[Layer]:
+        """The layers computing `end` from `start`."""
+        if end is start:
+            return []
+        entry = self.owner(end)
+        if entry is None:
+            raise NotSeriesParallel(f"{end} does not come from {start} (a second data input)")
+        index = self._output_index(entry, end)
+        key = (id(entry), index) if isinstance(entry, Call) else id(entry)
+        if key in self.emitted:
+            raise NotSeriesParallel(f"a value of {_what(entry)} is read by two branches that join later")
+        self.emitted.add(key)
+        ins = entry.data_inputs
+        if isinstance(entry, Call) and entry.fn in functions.JOINS and len(ins) >= 2:
+            fork = [v for v in self.dom(ins[0], start) if all(v in self.dom(o, start) for o in ins[1:])][-1]
+            branches = [self.path(fork, v) for v in ins]
+            return self.path(start, fork) + [join(entry, branches)]
+        if len(ins) != 1:
+            aten = f" ({', '.join(entry.aten)})" if isinstance(entry, Call) and entry.aten else ""
+            raise NotSeriesParallel(f"{_what(entry)}{aten} reads {len(ins)} data values and is not a join the "
+                                    "importer knows (add, mul, cat) or part of a recognised attention")
+        before = self.path(start, ins[0])
+        if isinstance(entry, Scope):
+            if entry.leaf or entry.outputs and entry.outputs[0] is end:
+                return before + self.compiler.module(entry, self.scope.path)
+            return before + self._inner(entry, end)
+        return before + self.compiler.call(entry, index, self.scope)
+
+    def _inner(self, entry: Scope, end: Value) -> list[Layer]:
+        """A submodule whose used output is not its first: its scope compiled to that output."""
+        seq = self.compiler.scope(entry, end)
+        rel = relative(entry.path, self.scope.path)
+        if isinstance(seq, Gap):
+            return [seq]
+        seq.name, seq.source = layer_name(rel), rel
+        return [seq]
+
+    def unreached(self) -> list[Entry]:
+        """Entries with data inputs whose results never reach the output (work the spec would miss)."""
+        done = {k if isinstance(k, int) else k[0] for k in self.emitted}
+        out = []
+        for entry in self.entries:
+            if id(entry) in done or not entry.data_inputs:
+                continue
+            if isinstance(entry, Call) and not any(v.kind == DATA for v in entry.outputs):
+                continue
+            if isinstance(entry, Call):
+                try:
+                    if not functions.map_call(entry, 0):
+                        continue  # a view or cast whose result is unused
+                except Unmappable:
+                    pass
+            out.append(entry)
+        return out
+
+
+def join(entry: Call, branches: list[list[Layer]]) -> Layer:
+    """add -> residual (with a shortcut when both branches compute); mul, cat -> parallel."""
+    if entry.fn == "add" and len(branches) == 2:
+        empty = [b for b in branches if not b]
+        full = [b for b in branches if b]
+        if len(empty) == 1:
+            return Residual(body=full[0])
+        if not empty:
+            body, shortcut = sorted(full, key=len, reverse=True)
+            return Residual(body=body, shortcut=shortcut)
+    if entry.fn == "cat":
+        axis = entry.kwargs.get("dim", entry.args[1] if len(entry.args) > 1 else 0)
+        rank = len(entry.outputs[0].shape)
+        return Parallel(branches=branches, join="concat", axis=int(axis) % rank)
+    if entry.fn == "mul":
+        return Parallel(branches=branches, join="mul")
+    return Parallel(branches=branches, join="add")

@@ -1,0 +1,97 @@
+"""The layers an import writes, before they are text: ops, module scopes, residuals, parallel
+branches and repeats, as plain data (sizes are ints in one run, sympy expressions once fitted).
+
+`Gap` is a piece of the model no op of the registry describes: it is listed, and written only with
+`--allow-unmapped` (as an `unmapped` layer that eval shows).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Layer:
+    name: str | None = None  # the layer's name in the spec (None: the op's default name)
+    source: str | None = None  # the real module, relative to the enclosing scope's module
+    comment: str = ""  # a YAML comment written after the layer
+
+
+@dataclass
+class Op(Layer):
+    op: str = ""
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Gap(Layer):
+    """Work the importer could not map: `where` (a module path), `what` (the module class or torch
+    function, with the aten ops it ran), the output shape and the parameters it holds."""
+
+    where: str = ""
+    what: str = ""
+    shape: list[Any] = field(default_factory=list)
+    params: int = 0
+
+
+@dataclass
+class Seq(Layer):
+    """A module's scope: its layers in order. `cls` is the module's class, `path` its full path."""
+
+    layers: list[Layer] = field(default_factory=list)
+    cls: str = ""
+    path: str = ""
+
+
+@dataclass
+class Residual(Layer):
+    """body(x) + x, or body(x) + shortcut(x)."""
+
+    body: list[Layer] = field(default_factory=list)
+    shortcut: list[Layer] | None = None
+
+
+@dataclass
+class Parallel(Layer):
+    """Branches from one value, joined (add, mul, concat along `axis`)."""
+
+    branches: list[list[Layer]] = field(default_factory=list)
+    join: str = "add"
+    axis: int | None = None
+
+
+@dataclass
+class Repeat(Layer):
+    """`count` consecutive instances of `body` (the first instance's scope)."""
+
+    count: Any = 1
+    body: "Seq | BlockUse" = field(default_factory=lambda: Seq())
+
+
+@dataclass
+class BlockUse(Layer):
+    """A use of a named block (a module class) with its arguments."""
+
+    block: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+def children(layer: Layer) -> list[list[Layer]]:
+    """The layer lists directly inside `layer`."""
+    if isinstance(layer, Seq):
+        return [layer.layers]
+    if isinstance(layer, Residual):
+        return [layer.body] + ([layer.shortcut] if layer.shortcut is not None else [])
+    if isinstance(layer, Parallel):
+        return list(layer.branches)
+    if isinstance(layer, Repeat) and isinstance(layer.body, Seq):
+        return [layer.body.layers]
+    return []
+
+
+def walk(layers: list[Layer]):
+    """Every layer of the list and of the lists inside it, depth first."""
+    for layer in layers:
+        yield layer
+        for inner in children(layer):
+            yield from walk(inner)
