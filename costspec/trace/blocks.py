@@ -114,7 +114,8 @@ def extract(layers: list[Layer], reserved: set[str] | None = None) -> Blocks:
         block, args = _block(name, key[0], members, names)
         blocks.append(block)
         for seq, arg in zip(members, args):
-            done[id(seq)] = BlockUse(name=seq.name, source=seq.source, comment=seq.comment, block=name, args=arg)
+            done[id(seq)] = BlockUse(name=seq.name, source=seq.source, comment=seq.comment, save=seq.save,
+                                     block=name, args=arg)
     top = _use_blocks(layers, done)
     return Blocks(_ordered(blocks, top), top)
 

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import sympy
 
 from costspec.core.errors import CostspecError
-from costspec.trace.ir import Layer
+from costspec.trace.ir import Layer, Repeat, Seq
 
 
 class FitError(CostspecError):
@@ -125,6 +125,9 @@ def align(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict[str, sym
             raise FitError(f"{where}: attributes {list(first)} in one run, {list(_odd(runs, first))} in another")
         return {k: align([r[k] for r in runs], samples, symbols, f"{where}.{k}") for k in first}
     if dataclasses.is_dataclass(first):
+        if any(isinstance(r, Repeat) for r in runs) and any(isinstance(r, Seq) for r in runs):
+            runs = [_single(r) for r in runs]  # one instance in one run, a repeat of them in another
+            first = runs[0]
         if any(type(r) is not type(first) for r in runs):
             raise FitError(f"{where}: {_describe(first)} in one run, {_describe(_odd(runs, first))} in another "
                            "(a dim changes the model's structure)")
@@ -133,6 +136,19 @@ def align(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict[str, sym
                    for f in dataclasses.fields(first)}
         return dataclasses.replace(first, **changes)
     raise FitError(f"{where}: cannot compare {type(first).__name__} across runs")
+
+
+def _single(layer: Any) -> Any:
+    """A module scope recorded as `container.i` as a repeat of one instance (as fold() writes two or more)."""
+    from costspec.trace.graph import layer_name
+
+    if not isinstance(layer, Seq) or not layer.source or "." not in layer.source:
+        return layer
+    container, _, index = layer.source.rpartition(".")
+    if not index.isdigit():
+        return layer
+    return Repeat(name=layer_name(container), source=container, count=1,
+                  body=dataclasses.replace(layer, name=None, source=None))
 
 
 def _odd(runs: Sequence[Any], first: Any) -> Any:

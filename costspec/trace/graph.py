@@ -76,6 +76,16 @@ class Compiler:
 
     patterns: list[Pattern] = field(default_factory=list)
     unmapped: list[Unmapped] = field(default_factory=list)
+    saved: set[str] = field(default_factory=set)  # value names given so far (model-wide)
+
+    def value_name(self, hint: str) -> str:
+        """A model-wide unique name for a saved value."""
+        base = layer_name(hint) or "value"
+        name, i = base, 2
+        while name in self.saved:
+            name, i = f"{base}{i}", i + 1
+        self.saved.add(name)
+        return name
 
     # -- entries ---------------------------------------------------------------------------------
     def gap(self, where: str, what: str, why: str, out: Value, params: int = 0, base: str = "") -> Gap:
@@ -83,8 +93,9 @@ class Compiler:
         return Gap(name=None, source=relative(where, base) if where and params else None, where=where, what=what,
                    shape=list(out.shape), params=params)
 
-    def module(self, scope: Scope, base: str) -> list[Layer]:
-        """The layers of a submodule call (relative to the scope at `base`)."""
+    def module(self, scope: Scope, base: str, named: dict[int, str] | None = None) -> list[Layer]:
+        """The layers of a submodule call (relative to the scope at `base`); `named`: its further data
+        inputs, saved by the enclosing scope under these names."""
         rel = relative(scope.path, base)
         if scope.leaf:
             try:
@@ -95,13 +106,13 @@ class Compiler:
                 return []
             op.name, op.source = layer_name(rel), rel
             return [op]
-        for pattern in self.patterns:
+        for pattern in self.patterns if not named else []:
             layer = pattern(self, scope, base)
             if layer is not None:
                 if layer.source is None:
                     layer.name, layer.source = layer_name(rel), rel
                 return [layer]
-        seq = self.scope(scope)
+        seq = self.scope(scope, named=named)
         if isinstance(seq, Gap):
             seq.source = rel if seq.params else None
             return [seq]
@@ -120,15 +131,16 @@ class Compiler:
             return [self.gap(scope.path, f"{call.fn}{aten}", str(exc), call.outputs[index])]
 
     # -- a scope ---------------------------------------------------------------------------------
-    def scope(self, scope: Scope, output: Value | None = None) -> Seq | Gap:
-        """The layers of `scope`, from its first data input to `output` (default: its first data output)."""
+    def scope(self, scope: Scope, output: Value | None = None, named: dict[int, str] | None = None) -> Seq | Gap:
+        """The layers of `scope`, from its first data input to `output` (default: its first data output);
+        `named`: its further data inputs (vid -> the name the enclosing scope saved them under)."""
         start = next((v for v in scope.inputs if v.kind == DATA), None)
         outs = [v for v in scope.outputs if v.kind == DATA]
         end = output or (outs[0] if outs else None)
         if start is None or end is None:
             return self.gap(scope.path, scope.cls, "no data input or output", scope.outputs[0],
                             params_of(scope.module))
-        flow = _Flow(self, scope)
+        flow = _Flow(self, scope, named or {})
         try:
             layers = flow.path(start, end)
         except NotSeriesParallel as exc:
@@ -146,8 +158,9 @@ def _what(entry: Entry) -> str:
 class _Flow:
     """The dataflow graph of one scope (its own calls and submodule calls; containers flattened)."""
 
-    def __init__(self, compiler: Compiler, scope: Scope):
-        self.compiler, self.scope = compiler, scope
+    def __init__(self, compiler: Compiler, scope: Scope, named: dict[int, str]):
+        self.compiler, self.scope, self.named = compiler, scope, named
+        self.produced: dict[int, Layer] = {}  # vid -> the layer whose output it is
         self.entries: list[Entry] = []
         self._flatten(scope)
         self.index = {id(e): i for i, e in enumerate(self.entries)}
@@ -193,7 +206,13 @@ class _Flow:
         return self.dominators[value.vid]
 
     def path(self, start: Value, end: Value) -> list[Layer]:
-        """The layers computing `end` from `start`."""
+        """The layers computing `end` from `start` (the last one's output is `end`)."""
+        layers = self._path(start, end)
+        if layers:
+            self.produced[end.vid] = layers[-1]
+        return layers
+
+    def _path(self, start: Value, end: Value) -> list[Layer]:
         if end is start:
             return []
         entry = self.owner(end)
@@ -204,21 +223,62 @@ class _Flow:
         if key in self.emitted:
             raise NotSeriesParallel(f"a value of {_what(entry)} is read by two branches that join later")
         self.emitted.add(key)
-        ins = entry.data_inputs
-        if isinstance(entry, Call) and entry.fn in functions.JOINS and len(ins) >= 2:
+        ins = [v for v in entry.data_inputs if v.vid not in self.named]
+        outside = [v for v in entry.data_inputs if v.vid in self.named]
+        if isinstance(entry, Call) and entry.fn in functions.JOINS and len(ins) + len(outside) >= 2:
+            if outside:  # a join with a value the enclosing scope saved: `with:` it
+                return self._joined(start, ins, entry, [self.named[v.vid] for v in outside])
             fork = [v for v in self.dom(ins[0], start) if all(v in self.dom(o, start) for o in ins[1:])][-1]
             branches = [self.path(fork, v) for v in ins]
             return self.path(start, fork) + [join(entry, branches)]
-        if len(ins) != 1:
+        if isinstance(entry, Scope) and len(ins) >= 2 and not outside:
+            return self._reads_saved(start, entry, ins, end)
+        if len(ins) != 1 or outside:
             aten = f" ({', '.join(entry.aten)})" if isinstance(entry, Call) and entry.aten else ""
-            raise NotSeriesParallel(f"{_what(entry)}{aten} reads {len(ins)} data values and is not a join the "
-                                    "importer knows (add, mul, cat) or part of a recognised attention")
+            raise NotSeriesParallel(f"{_what(entry)}{aten} reads {len(ins) + len(outside)} data values and is not a "
+                                    "join the importer knows (add, mul, cat) or part of a recognised attention")
         before = self.path(start, ins[0])
         if isinstance(entry, Scope):
             if entry.leaf or entry.outputs and entry.outputs[0] is end:
                 return before + self.compiler.module(entry, self.scope.path)
             return before + self._inner(entry, end)
         return before + self.compiler.call(entry, index, self.scope)
+
+    def _joined(self, start: Value, ins: list[Value], entry: Call, names: list[str]) -> list[Layer]:
+        """A join of the running value with values saved outside this scope: add/mul/concat `with:` them."""
+        if len(ins) != 1:
+            raise NotSeriesParallel(f"{entry.fn} of {len(ins)} values of this module and a value from outside")
+        attrs: dict = {"with": names[0] if len(names) == 1 else names}
+        if entry.fn == "cat":
+            axis = entry.kwargs.get("dim", entry.args[1] if len(entry.args) > 1 else 0)
+            attrs["axis"] = int(axis) % len(entry.outputs[0].shape)
+        return self.path(start, ins[0]) + [Op(op="concat" if entry.fn == "cat" else entry.fn, attrs=attrs)]
+
+    def _reads_saved(self, start: Value, entry: Scope, ins: list[Value], end: Value) -> list[Layer]:
+        """A submodule called with several data values (a U-Net up block's features and skip): the first
+        continues the chain; each other one must be computed earlier on it, and is saved by name."""
+        before = self.path(start, ins[0])
+        named: dict[int, str] = {}
+        for value in ins[1:]:
+            layer = self._layer_of(value, start)
+            if layer is None:
+                raise NotSeriesParallel(f"{entry.cls} reads {value}, which no layer before it computes")
+            if layer.save is None:
+                layer.save = self.compiler.value_name(f"{layer.name or layer.source or 'value'}_out")
+            named[value.vid] = layer.save
+        if entry.outputs and entry.outputs[0] is not end:
+            raise NotSeriesParallel(f"{entry.cls} reads several data values and returns more than one")
+        return before + self.compiler.module(entry, self.scope.path, named)
+
+    def _layer_of(self, value: Value, start: Value) -> Layer | None:
+        """The layer whose output `value` is (through layers that emit nothing: casts, dropout)."""
+        seen = 0
+        while value.vid not in self.produced and seen < 64:
+            entry = self.owner(value)
+            if entry is None or len(entry.data_inputs) != 1 or value is start:
+                return None
+            value, seen = entry.data_inputs[0], seen + 1
+        return self.produced.get(value.vid)
 
     def _inner(self, entry: Scope, end: Value) -> list[Layer]:
         """A submodule whose used output is not its first: its scope compiled to that output."""

@@ -15,6 +15,7 @@ class Layer:
     name: str | None = None  # the layer's name in the spec (None: the op's default name)
     source: str | None = None  # the real module, relative to the enclosing scope's module
     comment: str = ""  # a YAML comment written after the layer
+    save: str | None = None  # `save: NAME`: a later layer reads this layer's output by that name
 
 
 @dataclass

@@ -37,6 +37,8 @@ def _keys(layer: Layer, pad: str) -> list[str]:
         out.append(f"{pad}name: {layer.name}")
     if layer.source:
         out.append(f"{pad}source: {scalar(layer.source)}")
+    if layer.save:
+        out.append(f"{pad}save: {layer.save}")
     return out
 
 
