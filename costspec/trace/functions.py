@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from costspec.trace.ir import Op
-from costspec.trace.leaf import Unmappable, pair, upsample_op
+from costspec.trace.leaf import Unmappable, pair, pool_op, upsample_op
 from costspec.trace.record import DATA, PARAM, Call, Value
 
 ACTIVATION_FNS = {"relu": "relu", "silu": "silu", "sigmoid": "sigmoid", "tanh": "tanh"}
@@ -170,16 +170,10 @@ def _interpolate(call: Call, index: int) -> list[Op]:
 
 def _pool(op: str) -> Callable[[Call, int], list[Op]]:
     def pool(call: Call, index: int) -> list[Op]:
-        kernel = _arg(call, 1, "kernel_size")
-        stride = _arg(call, 2, "stride") or kernel
-        attrs = {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(_arg(call, 3, "padding", 0))}
         if _arg(call, 5 if op.startswith("max") else 4, "ceil_mode", False):
             raise Unmappable("ceil_mode=True (pooling ops round the output size down)")
-        if attrs["stride"] == attrs["kernel"]:
-            del attrs["stride"]
-        if attrs["padding"] == 0:
-            del attrs["padding"]
-        return [Op(op=op, attrs=attrs)]
+        kernel = _arg(call, 1, "kernel_size")
+        return [pool_op(op, kernel, _arg(call, 2, "stride") or kernel, _arg(call, 3, "padding", 0))]
     return pool
 
 
@@ -239,7 +233,10 @@ def _position_table(param: Value, x: Value) -> Op:
 
 
 def _cls_token(call: Call, index: int) -> list[Op]:
-    """cat([token.expand(B, -1, -1), x], dim=1) with a learned [1, 1, C] token: cls_token."""
+    """cat([token.expand(B, -1, -1), x], dim=1) with a learned [1, 1, C] token: cls_token. A
+    concatenation with empty tensors only (a key/value cache's first update) is no layer."""
+    if all(v.kind == DATA or not math.prod(v.shape) for v in call.inputs):
+        return []
     tensors = call.args[0] if call.args else call.kwargs.get("tensors")
     axis = int(_arg(call, 1, "dim", 0))
     x = _data(call)
@@ -267,7 +264,7 @@ def _linear(call: Call) -> dict:
     weight, bias = _arg(call, 1, "weight"), _arg(call, 2, "bias")
     if not isinstance(weight, Value) or weight.kind != PARAM:
         raise Unmappable("linear with a weight that is not a parameter")
-    return {"out": weight.shape[0], **({} if bias is not None else {"bias": False})}
+    return {"out": weight.shape[0], "bias": bias is not None}
 
 
 HANDLERS: dict[str, Callable[[Call, int], list[Op]]] = {
@@ -284,7 +281,7 @@ HANDLERS: dict[str, Callable[[Call, int], list[Op]]] = {
     "mul": _scale, "div": _scale, "neg": _scale, "add": _scale, "cat": _cls_token,
     "layer_norm": _functional("layernorm", _layer_norm),
     "rms_norm": _functional("rmsnorm", lambda c: {} if _arg(c, 2, "weight") is not None else {"affine": False}),
-    "linear": _functional("linear", _linear),
+    "linear": lambda call, index: [Op(op="linear", attrs=_linear(call), implied={"bias": True})],
 }
 
 

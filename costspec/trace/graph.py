@@ -296,7 +296,9 @@ class _Flow:
         for entry in self.entries:
             if id(entry) in done or not entry.data_inputs:
                 continue
-            if isinstance(entry, Call) and not any(v.kind == DATA for v in entry.outputs):
+            if not any(v.kind == DATA for v in entry.outputs):
+                continue  # computes constants (positions, rotary tables) from the data's shape only
+            if isinstance(entry, Call) and entry.identity:
                 continue
             if isinstance(entry, Call):
                 try:

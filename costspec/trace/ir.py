@@ -20,8 +20,31 @@ class Layer:
 
 @dataclass
 class Op(Layer):
+    """An op of the registry. `implied`: what an attribute is when it is left out (a default, or a
+    size the op derives from another: attention's kv_heads = heads); once the sizes are expressions
+    of the dims, an attribute equal to it is left out (`trim`)."""
+
     op: str = ""
     attrs: dict[str, Any] = field(default_factory=dict)
+    implied: dict[str, Any] = field(default_factory=dict)
+
+
+def trim(layers: list[Layer]) -> None:
+    """Leave out every attribute equal to what it would be without it (see Op)."""
+    for layer in walk(layers):
+        if isinstance(layer, Op):
+            layer.attrs = {k: v for k, v in layer.attrs.items()
+                           if not (k in layer.implied and _same(layer.implied[k], v))}
+            layer.implied = {}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) and \
+            all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b)
 
 
 @dataclass

@@ -49,16 +49,11 @@ def _conv(m: nn.Module, rank: int) -> Op:
              "bias": m.bias is not None}
     if isinstance(m, nn.ConvTranspose2d):
         attrs["output_padding"] = pair(m.output_padding)
-        return Op(op="conv_transpose2d", attrs=_trim(attrs))
-    return Op(op=f"conv{rank}d", attrs=_trim(attrs))
+        return Op(op="conv_transpose2d", attrs=attrs, implied=dict(_DEFAULTS))
+    return Op(op=f"conv{rank}d", attrs=attrs, implied=dict(_DEFAULTS))
 
 
-_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0}
-
-
-def _trim(attrs: dict) -> dict:
-    """Leave out attributes at the op's default (what a person leaves out)."""
-    return {k: v for k, v in attrs.items() if _DEFAULTS.get(k, object()) != v}
+_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0, "bias": True}
 
 
 def _pool(m: nn.Module, op: str) -> Op:
@@ -67,10 +62,14 @@ def _pool(m: nn.Module, op: str) -> Op:
     if pair(getattr(m, "dilation", 1)) != 1:
         raise Unmappable("a dilated pooling window")
     stride = m.stride if m.stride is not None else m.kernel_size
-    attrs = {"kernel": pair(m.kernel_size), "stride": pair(stride), "padding": pair(m.padding)}
-    if attrs["stride"] == attrs["kernel"]:
-        del attrs["stride"]
-    return Op(op=op, attrs=_trim(attrs))
+    return pool_op(op, m.kernel_size, stride, m.padding)
+
+
+def pool_op(op: str, kernel, stride, padding) -> Op:
+    """A pooling op: stride left out when it is the kernel, padding when 0."""
+    kernel = pair(kernel)
+    return Op(op=op, attrs={"kernel": kernel, "stride": pair(stride), "padding": pair(padding)},
+              implied={"stride": kernel, "padding": 0})
 
 
 def _layernorm(m: nn.LayerNorm) -> Op:
@@ -109,8 +108,8 @@ def upsample_op(size, scale, mode: str, align_corners) -> Op:
 
 
 LEAVES: dict[type, Callable[[Any], Op | None]] = {
-    nn.Linear: lambda m: Op(op="linear", attrs={"out": m.out_features, **({} if m.bias is not None else
-                                                                        {"bias": False})}),
+    nn.Linear: lambda m: Op(op="linear", attrs={"out": m.out_features, "bias": m.bias is not None},
+                            implied={"bias": True}),
     nn.Conv1d: lambda m: _conv(m, 1), nn.Conv2d: lambda m: _conv(m, 2), nn.Conv3d: lambda m: _conv(m, 3),
     nn.ConvTranspose2d: lambda m: _conv(m, 2),
     nn.BatchNorm1d: _batchnorm, nn.BatchNorm2d: _batchnorm, nn.BatchNorm3d: _batchnorm,

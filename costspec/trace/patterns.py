@@ -66,6 +66,10 @@ def _back(value: Value, inside: set[int], found: _Back, depth: int = 0) -> None:
         found.ok = False
         return
     assert isinstance(entry, Call)
+    if entry.fn == "cat" and all(v.kind == DATA or not math.prod(v.shape) for v in entry.inputs):
+        for v in entry.data_inputs:  # a concatenation with empty tensors (a key/value cache's first update)
+            _back(v, inside, found, depth + 1)
+        return
     if entry.fn in ROPE and not (entry.fn == "cat" and len(entry.data_inputs) < 2):
         consts = [v for v in entry.inputs if v.kind == CONST]
         if entry.fn == "mul" and consts:
@@ -114,7 +118,7 @@ def attention(compiler: "Compiler", scope: Scope, base: str) -> Layer | None:
         return None
     used = set(map(id, q.seen + k.seen + v.seen + after)) | {id(core), id(out_proj)}
     for entry in entries:
-        if id(entry) in used or not entry.data_inputs:
+        if id(entry) in used or not entry.data_inputs or (isinstance(entry, Call) and entry.identity):
             continue
         if isinstance(entry, Scope) and not entry.leaf:
             continue  # a container of the projections (their calls are checked themselves)
@@ -127,17 +131,16 @@ def attention(compiler: "Compiler", scope: Scope, base: str) -> Layer | None:
         return None  # an explicit mask: its values are not known on meta
     head_dim, heads = tensors[0].shape[-1], tensors[0].shape[-3] if len(tensors[0].shape) >= 3 else 1
     width = start.shape[-1]
-    attrs: dict[str, Any] = {"heads": heads}
-    if heads * head_dim != width:
-        attrs["head_dim"] = head_dim
     fused = len(projections) == 1
     if fused:
-        qkv = q.linears[0].module.out_features
-        kv_heads = (qkv // head_dim - heads) // 2
+        kv_heads = (q.linears[0].module.out_features // head_dim - heads) // 2
     else:
         kv_heads = k.linears[0].module.out_features // head_dim
-    if kv_heads != heads:
-        attrs["kv_heads"] = kv_heads
+    # head_dim and kv_heads are written unless they are what the op derives (C / heads, heads)
+    attrs: dict[str, Any] = {"heads": heads, "head_dim": head_dim, "kv_heads": kv_heads}
+    implied: dict[str, Any] = {"kv_heads": heads}
+    if width % heads == 0:
+        implied["head_dim"] = width // heads
     attrs.update(_biases([q.linears[0], k.linears[0], v.linears[0]], out_proj, fused))
     if not fused:
         attrs["fused_qkv"] = False
@@ -150,7 +153,7 @@ def attention(compiler: "Compiler", scope: Scope, base: str) -> Layer | None:
         attrs["rope"] = True
         if q.rope_dims:
             attrs["rope_dims"] = q.rope_dims
-    op = Op(op="attention", attrs=attrs)
+    op = Op(op="attention", attrs=attrs, implied=implied)
     scale = core.kwargs.get("scale")
     if scale is not None and not math.isclose(float(scale), head_dim ** -0.5, rel_tol=1e-6):
         op.comment = f"the module scales the scores by {float(scale):g} (the cost is that of any scale)"
@@ -193,7 +196,8 @@ def _forward(value: Value, entries: list[Entry], end: Value) -> tuple[Scope | No
     for _ in range(64):
         if current is end and proj is not None:
             return proj, after
-        users = [e for e in consumers.get(current.vid, []) if not (isinstance(e, Scope) and not e.leaf)]
+        users = [e for e in consumers.get(current.vid, []) if not (isinstance(e, Scope) and not e.leaf)
+                 and not (isinstance(e, Call) and e.identity)]
         if len(users) != 1:
             return None, after
         user = users[0]

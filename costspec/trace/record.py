@@ -69,10 +69,29 @@ class Call(Entry):
 
     fn: str = ""
     func: Any = None
-    aten: tuple[str, ...] = ()  # the aten ops it ran
+    raw: Any = None  # the call's own arguments (args, kwargs), to name its aten ops when it is unmapped
+
+    @property
+    def aten(self) -> tuple[str, ...]:
+        """The aten ops the call runs (run again on its arguments under a dispatch mode; not for in-place calls)."""
+        if self.raw is None or inplace(self.func):
+            return ()
+        names = _AtenNames()
+        names.names = []
+        try:
+            with names:
+                self.func(*self.raw[0], **self.raw[1])
+        except Exception:  # noqa: BLE001 - only a description is at stake
+            return ()
+        return tuple(dict.fromkeys(names.names))
 
     def __repr__(self) -> str:
         return f"{self.fn}({', '.join(map(repr, self.inputs))}) -> {self.outputs}"
+
+    @property
+    def identity(self) -> bool:
+        """It returned its input itself (a cast to the same dtype, `.contiguous()` of a contiguous tensor)."""
+        return bool(self.outputs) and all(any(o is v for v in self.inputs) for o in self.outputs)
 
 
 @dataclass(eq=False)
@@ -159,7 +178,6 @@ class Recorder(TorchFunctionMode):
         self.leaf_depth = 0  # > 0 while inside a leaf module
         self.counter = 0
         self.hooks: list[Any] = []
-        self.aten = _AtenNames()
 
     # -- values ----------------------------------------------------------------------------------
     def new_value(self, t: torch.Tensor, kind: str, producer: Entry | None = None, index: int = 0,
@@ -195,18 +213,18 @@ class Recorder(TorchFunctionMode):
 
         return tree_map(ref, tree), inputs
 
-    def _outputs(self, out, entry: Entry, kind: str) -> list[Value]:
+    def _outputs(self, out, entry: Entry, kind: str, inputs: list[Value] = ()) -> list[Value]:
+        """New values for the tensors `out` holds; a tensor that is one of the inputs (`x.to(x.dtype)`,
+        `x.contiguous()` of a contiguous x returns x itself) stays the value it was."""
         tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        return [self.new_value(t, kind, entry, i) for i, t in enumerate(tensors)]
+        given = {id(v) for v in inputs}
+        return [found if (found := self.values.get(id(t))) is not None and id(found) in given
+                else self.new_value(t, kind, entry, i) for i, t in enumerate(tensors)]
 
     # -- functions -------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        outer, self.aten.names = self.aten.names, []
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            names, self.aten.names = self.aten.names, outer
+        out = func(*args, **kwargs)
         if self.leaf_depth or not self.stack or fn_name(func) in _SKIP:
             return out
         if not any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
@@ -216,12 +234,12 @@ class Recorder(TorchFunctionMode):
         inputs += kw_inputs
         kind = max((v.kind for v in inputs), key=_RANK.__getitem__, default=CONST)
         call = Call(self.stack[-1], inputs, [], ref_args, ref_kwargs, fn=fn_name(func), func=func,
-                    aten=tuple(dict.fromkeys(names)))
+                    raw=(args, kwargs))
         if inplace(func) and inputs and isinstance(args[0], torch.Tensor):
             kind = max(kind, inputs[0].kind, key=_RANK.__getitem__)
             call.outputs = [self.new_value(args[0], kind, call)]  # a new version of the same tensor
         else:
-            call.outputs = self._outputs(out, call, kind)
+            call.outputs = self._outputs(out, call, kind, inputs)
         self.stack[-1].entries.append(call)
         return out
 
@@ -267,13 +285,9 @@ class Recorder(TorchFunctionMode):
         modules = list(self.model.modules())
         self.hooks = [m.register_forward_pre_hook(self._pre, with_kwargs=True) for m in modules]
         self.hooks += [m.register_forward_hook(self._post, with_kwargs=True, always_call=True) for m in modules]
-        self.aten.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc):
         for hook in self.hooks:
             hook.remove()
-        try:
-            return super().__exit__(*exc)
-        finally:
-            self.aten.__exit__(*exc)
+        return super().__exit__(*exc)

@@ -12,7 +12,7 @@ from costspec.against.target import first_tensor
 from costspec.core.errors import UsageError
 from costspec.trace.fit import FitError, Sample, align
 from costspec.trace.graph import Compiler, Unmapped
-from costspec.trace.ir import Gap, Layer, Seq
+from costspec.trace.ir import Gap, Layer, Seq, trim
 from costspec.trace.leaf import is_leaf
 from costspec.trace.patterns import PATTERNS
 from costspec.trace.record import CONST, Recorder
@@ -147,6 +147,7 @@ def runs(target: Target, named: dict[str, list[Axis]], output_field: str | None 
     symbols = symbols_of(free)
     samples = [Sample({d: s.dims[d] for d in free}) for s in samples]
     layers = align(results, samples, symbols, "")
+    trim(layers)
     input_shape = align(shapes, samples, symbols, "input")
     return Fitted(base, layers, input_shape, dims, axes, fixed, samples, time.monotonic() - started)
 
