@@ -21,7 +21,9 @@ from costspec.trace.record import DATA, PARAM, Call, Value
 ACTIVATION_FNS = {"relu": "relu", "silu": "silu", "sigmoid": "sigmoid", "tanh": "tanh"}
 NOTHING = {"contiguous", "clone", "float", "half", "bfloat16", "double", "to", "type", "type_as", "dropout",
            "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "requires_grad_",
-           "cpu", "cuda"}
+           "cpu", "cuda",
+           "roll", "flip"}  # a cyclic shift or reversal moves data (aten.roll / aten.flip: no arithmetic)
+FREE_OPS = {"reshape", "flatten", "transpose", "permute", "slice", "take_token", "chunk", "split", "pad"}
 JOINS = {"add", "mul", "cat"}
 
 

@@ -99,7 +99,8 @@ class Compiler:
         rel = relative(scope.path, base)
         if scope.leaf:
             try:
-                op = map_leaf(scope.module)
+                x = next((v.shape for v in scope.inputs if v.kind == DATA), ())
+                op = map_leaf(scope.module, (x, scope.outputs[0].shape if scope.outputs else ()))
             except Unmappable as exc:
                 return [self.gap(scope.path, scope.cls, str(exc), scope.outputs[0], params_of(scope.module), base)]
             if op is None:
@@ -168,11 +169,20 @@ class _Flow:
         self.dominators: dict[int, list[Value]] = {}
 
     def _flatten(self, scope: Scope) -> None:
+        start = next((v for v in self.scope.inputs if v.kind == DATA), None)
         for entry in scope.entries:
-            if isinstance(entry, Scope) and not entry.leaf and transparent(entry.module):
+            if isinstance(entry, Scope) and not entry.leaf and (transparent(entry.module) or self._joins_input(entry,
+                                                                                                        start)):
                 self._flatten(entry)
             else:
                 self.entries.append(entry)
+
+    @staticmethod
+    def _joins_input(entry: Scope, start: Value | None) -> bool:
+        """A submodule that reads this scope's input beside another data value (EfficientNet's last block layer
+        adds the block's input back): its layers join this scope's, so that the join is a residual here."""
+        data = entry.data_inputs
+        return start is not None and len(data) >= 2 and any(v is start for v in data)
 
     def owner(self, value: Value) -> Entry | None:
         """The entry of this scope that produced `value` (a submodule's, for a value made inside it)."""
@@ -228,6 +238,12 @@ class _Flow:
         if isinstance(entry, Call) and entry.fn in functions.JOINS and len(ins) + len(outside) >= 2:
             if outside:  # a join with a value the enclosing scope saved: `with:` it
                 return self._joined(start, ins, entry, [self.named[v.vid] for v in outside])
+            merged = space_to_depth(entry, [self.owner(v) for v in ins])
+            if merged is not None:  # strided slices of one value, concatenated (Swin's patch merging)
+                source, ops = merged
+                for v in ins:
+                    self.emitted.add((id(self.owner(v)), 0))
+                return self.path(start, source) + ops
             fork = [v for v in self.dom(ins[0], start) if all(v in self.dom(o, start) for o in ins[1:])][-1]
             branches = [self.path(fork, v) for v in ins]
             return self.path(start, fork) + [join(entry, branches)]
@@ -298,12 +314,12 @@ class _Flow:
                 continue
             if not any(v.kind == DATA for v in entry.outputs):
                 continue  # computes constants (positions, rotary tables) from the data's shape only
-            if isinstance(entry, Call) and entry.identity:
-                continue
+            if all(any(o is v for v in entry.inputs) for o in entry.outputs):
+                continue  # returns its input (a cast, a drop-path in eval mode)
             if isinstance(entry, Call):
                 try:
-                    if not functions.map_call(entry, 0):
-                        continue  # a view or cast whose result is unused
+                    if all(op.op in functions.FREE_OPS for op in functions.map_call(entry, 0)):
+                        continue  # a view whose result is unused costs nothing
                 except Unmappable:
                     pass
             out.append(entry)
@@ -327,3 +343,51 @@ def join(entry: Call, branches: list[list[Layer]]) -> Layer:
     if entry.fn == "mul":
         return Parallel(branches=branches, join="mul")
     return Parallel(branches=branches, join="add")
+
+
+def space_to_depth(entry: Call, owners: list[Entry | None]) -> tuple[Value, list[Layer]] | None:
+    """cat([x[:, 0::k, 0::k], x[:, 1::k, 0::k], ...], dim=-1) over every offset of the strided axes: the
+    k x k neighbourhoods moved into the last axis, as reshape, permute, reshape (no FLOPs)."""
+    if entry.fn != "cat" or any(not isinstance(o, Call) or o.fn != "getitem" for o in owners):
+        return None
+    calls = [o for o in owners if isinstance(o, Call)]
+    source = calls[0].data_inputs[0] if calls[0].data_inputs else None
+    rank = len(source.shape) if source is not None else 0
+    axis = entry.kwargs.get("dim", entry.args[1] if len(entry.args) > 1 else 0)
+    if source is None or int(axis) % rank != rank - 1:
+        return None
+    offsets, strided, step = set(), None, None
+    for call in calls:
+        key = call.args[1] if isinstance(call.args[1], tuple) else (call.args[1],)
+        if call.data_inputs != [source] or Ellipsis in key or len(key) > rank:
+            return None
+        axes = tuple(i for i, k in enumerate(key) if isinstance(k, slice) and k != slice(None))
+        if any(not isinstance(k, slice) for k in key) or (strided is not None and axes != strided):
+            return None
+        steps = {key[i].step for i in axes}
+        if len(steps) != 1 or (step is not None and steps != {step}) or not axes or rank - 1 in axes:
+            return None
+        strided, step = axes, steps.pop()
+        if not isinstance(step, int) or step < 2 or any(key[i].stop is not None for i in axes):
+            return None
+        offsets.add(tuple(key[i].start or 0 for i in axes))
+    assert strided is not None and step is not None
+    if len(offsets) != len(calls) or len(calls) != step ** len(strided) or \
+            any(source.shape[i] % step for i in strided):
+        return None
+    split: list[int] = []
+    outer: list[int] = []
+    inner: list[int] = []
+    for i, n in enumerate(source.shape[:-1]):
+        if i in strided:
+            outer.append(len(split))
+            inner.append(len(split) + 1)
+            split += [n // step, step]
+        else:
+            outer.append(len(split))
+            split.append(n)
+    order = outer + inner + [len(split)]
+    split.append(source.shape[-1])
+    return source, [Op(op="reshape", attrs={"shape": split}), Op(op="permute", attrs={"order": order}),
+                    Op(op="reshape", attrs={"shape": list(entry.outputs[0].shape)},
+                       comment="the strided slices concatenated: each neighbourhood moved into the last axis")]

@@ -56,13 +56,28 @@ def _conv(m: nn.Module, rank: int) -> Op:
 _DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0, "bias": True}
 
 
-def _pool(m: nn.Module, op: str) -> Op:
+def _pool(m: nn.Module, op: str, shapes: tuple[tuple, tuple]) -> Op:
+    (x, out) = shapes
     if getattr(m, "ceil_mode", False):
+        if op == "avg_pool2d" and out[2:] == (1, 1) and pair(m.padding) == 0 and all(
+                k >= n for k, n in zip(_two(m.kernel_size), x[2:])):
+            return Op(op="adaptive_avg_pool2d", attrs={"size": 1},
+                      comment=f"AvgPool2d({m.kernel_size}, ceil_mode=True): one window over the whole input")
         raise Unmappable("ceil_mode=True (pooling ops round the output size down)")
     if pair(getattr(m, "dilation", 1)) != 1:
         raise Unmappable("a dilated pooling window")
     stride = m.stride if m.stride is not None else m.kernel_size
     return pool_op(op, m.kernel_size, stride, m.padding)
+
+
+def _two(value) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+
+
+def _adaptive_1d(m: nn.AdaptiveAvgPool1d) -> Op:
+    if pair(m.output_size) != 1:
+        raise Unmappable(f"AdaptiveAvgPool1d to {m.output_size} (only to 1: a mean over the last axis)")
+    return Op(op="mean", attrs={"axes": [-1], "keepdim": True}, comment="AdaptiveAvgPool1d(1)")
 
 
 def pool_op(op: str, kernel, stride, padding) -> Op:
@@ -107,7 +122,7 @@ def upsample_op(size, scale, mode: str, align_corners) -> Op:
     return Op(op="upsample", attrs={"mode": mode, "scale": int(next(iter(factors)))})
 
 
-LEAVES: dict[type, Callable[[Any], Op | None]] = {
+LEAVES: dict[type, Callable[..., Op | None]] = {
     nn.Linear: lambda m: Op(op="linear", attrs={"out": m.out_features, "bias": m.bias is not None},
                             implied={"bias": True}),
     nn.Conv1d: lambda m: _conv(m, 1), nn.Conv2d: lambda m: _conv(m, 2), nn.Conv3d: lambda m: _conv(m, 3),
@@ -119,8 +134,9 @@ LEAVES: dict[type, Callable[[Any], Op | None]] = {
                                                       **({} if m.affine else {"affine": False})}),
     nn.Embedding: lambda m: Op(op="embedding", attrs={"vocab": m.num_embeddings, "dim": m.embedding_dim}),
     nn.Softmax: lambda m: Op(op="softmax", attrs={"axis": -1 if m.dim is None else m.dim}),
-    nn.MaxPool1d: lambda m: _pool(m, "max_pool1d"), nn.MaxPool2d: lambda m: _pool(m, "max_pool2d"),
-    nn.AvgPool1d: lambda m: _pool(m, "avg_pool1d"), nn.AvgPool2d: lambda m: _pool(m, "avg_pool2d"),
+    nn.MaxPool1d: lambda m, s: _pool(m, "max_pool1d", s), nn.MaxPool2d: lambda m, s: _pool(m, "max_pool2d", s),
+    nn.AvgPool1d: lambda m, s: _pool(m, "avg_pool1d", s), nn.AvgPool2d: lambda m, s: _pool(m, "avg_pool2d", s),
+    nn.AdaptiveAvgPool1d: _adaptive_1d,
     nn.AdaptiveAvgPool2d: lambda m: Op(op="adaptive_avg_pool2d", attrs={"size": pair(m.output_size)}),
     nn.Flatten: lambda m: Op(op="flatten", attrs={"start": m.start_dim, "end": m.end_dim}),
     nn.Upsample: _upsample,
@@ -135,7 +151,10 @@ OPAQUE = (nn.MultiheadAttention, nn.RNNBase, nn.Transformer, nn.TransformerEncod
           nn.TransformerDecoderLayer)
 
 
-def table_entry(module: nn.Module) -> Callable[[Any], Op | None] | None:
+_SHAPED = (nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d)  # entries that read the call's shapes
+
+
+def table_entry(module: nn.Module) -> Callable[..., Op | None] | None:
     """The table's mapping for `module`, if its class (or a base class it inherits `forward` from) has one."""
     for cls in type(module).__mro__:
         if cls in LEAVES:
@@ -148,9 +167,10 @@ def is_leaf(module: nn.Module) -> bool:
     return table_entry(module) is not None or isinstance(module, OPAQUE)
 
 
-def map_leaf(module: nn.Module) -> Op | None:
-    """The op of a leaf module (None: an identity, no layer); Unmappable when the table has none."""
+def map_leaf(module: nn.Module, shapes: tuple[tuple, tuple]) -> Op | None:
+    """The op of a leaf module called on an input of shape shapes[0] giving shapes[1] (None: an identity,
+    no layer); Unmappable when the table has none."""
     entry = table_entry(module)
     if entry is None:
         raise Unmappable(f"{type(module).__name__} (no op of the registry describes it)")
-    return entry(module)
+    return entry(module, shapes) if isinstance(module, _SHAPED) else entry(module)

@@ -124,11 +124,13 @@ def attention(compiler: "Compiler", scope: Scope, base: str) -> Layer | None:
             continue  # a container of the projections (their calls are checked themselves)
         return None  # work the attention op does not describe
     linears = list(projections.values()) + [out_proj]
-    if sum(p.numel() for p in scope.module.parameters()) != sum(_params(s) for s in linears):
-        return None  # parameters beyond the projections (a q/k norm, a bias table)
+    extra = sum(p.numel() for p in scope.module.parameters()) - sum(_params(s) for s in linears)
     mask = core.kwargs.get("attn_mask", core.args[3] if len(core.args) > 3 else None)
-    if isinstance(mask, Value):
-        return None  # an explicit mask: its values are not known on meta
+    window = _swin_window(mask, scope, tensors[0], extra, entries) if isinstance(mask, Value) else None
+    if isinstance(mask, Value) and window is None:
+        return None  # a mask the importer cannot read (its values are not known on meta)
+    if extra and window is None:
+        return None  # parameters beyond the projections (a q/k norm, a bias table)
     head_dim, heads = tensors[0].shape[-1], tensors[0].shape[-3] if len(tensors[0].shape) >= 3 else 1
     width = start.shape[-1]
     fused = len(projections) == 1
@@ -153,11 +155,43 @@ def attention(compiler: "Compiler", scope: Scope, base: str) -> Layer | None:
         attrs["rope"] = True
         if q.rope_dims:
             attrs["rope_dims"] = q.rope_dims
+    if window is not None:
+        attrs.update({"window": window[0], "rel_bias": "swin"})
+        if window[1]:
+            attrs["shift"] = window[0] // 2
     op = Op(op="attention", attrs=attrs, implied=implied)
+    if window is not None:
+        op.comment = (f"the module sees {window[0]}x{window[0]} windows its caller partitioned: one window per row"
+                      + ("; its shift mask is added (the shift itself does not change the cost)" if window[1] else ""))
     scale = core.kwargs.get("scale")
     if scale is not None and not math.isclose(float(scale), head_dim ** -0.5, rel_tol=1e-6):
         op.comment = f"the module scales the scores by {float(scale):g} (the cost is that of any scale)"
     return op
+
+
+def _swin_window(mask: Value, scope: Scope, q: Value, extra: int, entries: list[Entry]) -> tuple[int, bool] | None:
+    """(w, shifted) when the mask is Swin's: a (2w-1)^2 x heads table of parameters gathered into a bias over
+    the w*w tokens of a window, plus (shifted windows) a constant mask; else None."""
+    tokens, heads = q.shape[-2], q.shape[-3]
+    w = math.isqrt(tokens)
+    if mask.kind != PARAM or w * w != tokens or extra != (2 * w - 1) ** 2 * heads:
+        return None
+    tables = [p for p in scope.module.parameters() if tuple(p.shape) in (((2 * w - 1) ** 2, heads),)]
+    if len(tables) != 1:
+        return None
+    shifted = False
+    todo, seen = [mask], set()
+    while todo:
+        value = todo.pop()
+        if value.vid in seen or value.producer is None:
+            continue
+        seen.add(value.vid)
+        producer = value.producer
+        for v in producer.inputs:
+            if v.kind == CONST and math.prod(v.shape) > 1 and v.shape[-2:] == (tokens, tokens):
+                shifted = True
+            todo.append(v)
+    return w, shifted
 
 
 def _walk(value: Value, inside: set[int]) -> _Back:

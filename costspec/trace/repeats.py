@@ -44,6 +44,7 @@ def fold(layers: list[Layer]) -> list[Layer]:
         for inner in children(layer):
             inner[:] = fold(inner)
     out: list[Layer] = []
+    runs: dict[str, int] = {}  # container -> repeats made from it here (a second one is named by its first index)
     i = 0
     while i < len(layers):
         here = _instance(layers[i])
@@ -62,8 +63,14 @@ def fold(layers: list[Layer]) -> list[Layer]:
             assert isinstance(body, Seq)
             container = here[0]
             out.append(Repeat(name=layer_name(container), source=container, count=j - i,
-                              body=dataclasses.replace(body, name=None, source=None)))
+                              body=dataclasses.replace(body, name=None, source=None), comment=str(here[1])))
+            runs[container] = runs.get(container, 0) + 1
         else:
             out.extend(layers[i:j])
         i = j
+    for layer in out:  # several repeats of one container: each named by its first instance (blocks_4)
+        if isinstance(layer, Repeat) and layer.source is not None and runs.get(layer.source, 0) > 1:
+            layer.name = layer_name(f"{layer.source}.{layer.comment}")
+        if isinstance(layer, Repeat) and layer.comment.isdigit():
+            layer.comment = ""
     return out

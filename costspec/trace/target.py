@@ -207,7 +207,8 @@ def hf_target(class_name: str, config_file: str | None, sets: dict[str, Any]) ->
     data = _read_config(config_file) if config_file else {}
     defaults = config_cls()
     ctor: dict[str, Any] = {}
-    for key, value in sets.items():
+    for key, raw in sets.items():
+        value = setting(raw)
         if hasattr(defaults, key):
             data[key] = value
         elif key in inspect.signature(cls.__init__).parameters:
@@ -241,12 +242,30 @@ def hf_target(class_name: str, config_file: str | None, sets: dict[str, Any]) ->
 
     dtype = data.get("dtype") or data.get("torch_dtype")
     options = ([f"--config {config_file}"] if config_file else []) + \
-        [f"--config-set {k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in sets.items()]
+        [f"--config-set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sets.items()]
     axes = {"S": [Axis(main, 1)]} if text else {}
     base = {**dims, "B": 1, **({"S": base_s} if text else {})}
     return Target(f"hf:{class_name}", make, base, axes=axes, takes=set(dims) | {"B"} | ({"S"} if text else set()),
                   dtype=HF_DTYPES.get(str(dtype)) if dtype else None, check=f"hf:{class_name}",
                   check_options=options, doc=f"transformers {class_name}", key_of=key_of)
+
+
+def setting(raw: Any) -> Any:
+    """A --config-set value as YAML reads it (12 -> int, false -> bool, [2, 5] -> list, 1e-6 -> float)."""
+    if not isinstance(raw, str):
+        return raw
+    import yaml
+
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _read_config(path: str) -> dict:
