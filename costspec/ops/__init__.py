@@ -14,5 +14,6 @@ from costspec.ops import (  # noqa: F401
     resample,
     scale,
     shape_ops,
+    unmapped,
 )
 from costspec.ops.registry import OPS, register_op, spec_ops  # noqa: F401

@@ -38,7 +38,8 @@ def spec_text(target: Target, fitted: Fitted, dtype: str | None, output_field: s
     """The spec text of `fitted` (gaps written as `unmapped` layers; the caller decides whether to write it)."""
     run = fitted.run
     name = _NAME.sub("_", run.model).strip("_") or "imported"
-    blocks: Blocks = extract(fitted.layers)
+    used = _symbols(fitted.layers) | _symbols(fitted.input_shape)
+    blocks: Blocks = extract(fitted.layers, set(fitted.dims))
     check = [target.check, *target.check_options] + ([f"--output-field {output_field}"] if output_field else [])
     command = f"costspec validate {spec_name} --against " + " ".join(check) + " --pass train"
     spec = SpecText(name=name, doc=_doc(target, run.model), source=[f"imported by costspec import torch from "
@@ -46,12 +47,13 @@ def spec_text(target: Target, fitted: Fitted, dtype: str | None, output_field: s
     spec.header = [f"# Imported by `costspec import torch` from {target.name} (module class {run.model}),",
                    "# traced on meta (no weights, no data); `source:` names its modules. Check it with:",
                    f"#   {command}"]
-    for note in _notes(fitted):
+    for note in _notes(fitted, target):
         spec.note(note)
-    for dim, value in fitted.dims.items():
-        if dim in fitted.fixed:
-            continue
-        spec.dim(dim, value, _dim_doc(dim, target, fitted), target.key_of.get(dim))
+    inputs_first = sorted(fitted.dims, key=lambda d: (d not in fitted.axes, d != "B"))
+    for dim in inputs_first:
+        if dim in fitted.fixed or dim not in used:
+            continue  # a dim no size depends on (a config key this model does not read) is no dim of the spec
+        spec.dim(dim, fitted.dims[dim], _dim_doc(dim, target, fitted), target.key_of.get(dim))
     precision = dtype or target.dtype or run.dtype
     spec.precision(precision, "" if dtype else "the config's dtype" if target.dtype else "the parameters' dtype")
     spec.input([expr_text(s) for s in fitted.input_shape],
@@ -90,9 +92,28 @@ def _dim_doc(dim: str, target: Target, fitted: Fitted) -> str:
     return f"the {dim} argument of {target.name.rpartition(':')[2]}"
 
 
-def _notes(fitted: Fitted) -> list[str]:
+def _symbols(value) -> set[str]:
+    """The dims an imported value (layers, shapes) mentions."""
+    import dataclasses
+
+    import sympy
+
+    if isinstance(value, sympy.Basic):
+        return {str(s) for s in value.free_symbols}
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_symbols(v) for v in value)) if value else set()
+    if isinstance(value, dict):
+        return set().union(*(_symbols(v) for v in value.values())) if value else set()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return set().union(*(_symbols(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    return set()
+
+
+def _notes(fitted: Fitted, target: Target) -> list[str]:
     out = []
     for dim, why in fitted.fixed.items():
+        if dim in target.key_of:
+            continue  # a config key the fit could not vary: the model's sizes stay numbers, as in the config
         out.append(f"{dim} = {fitted.dims[dim]} is written as a number: the model does not run, or changes more "
                    f"than its sizes, at another value ({why[:200]})")
     return out

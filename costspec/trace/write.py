@@ -31,6 +31,27 @@ def mapping(attrs: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {expr_text(v)}" for k, v in attrs.items()) + "}"
 
 
+WIDTH = 110
+
+
+def flow_line(head: str, attrs: dict[str, Any], tail: str = "") -> list[str]:
+    """`head{k: v, ...}tail`, continued on lines aligned after the brace when longer than WIDTH."""
+    items = [f"{k}: {expr_text(v)}" for k, v in attrs.items()]
+    one = head + "{" + ", ".join(items) + "}" + tail
+    if len(one) <= WIDTH or len(items) < 2:
+        return [one]
+    out, line = [], head + "{"
+    for i, item in enumerate(items):
+        piece = item + ("}" if i == len(items) - 1 else ",")
+        if line.endswith(("{", ",")) and len(line) + len(piece) + 1 > WIDTH and not line.endswith("{"):
+            out.append(line)
+            line = " " * (len(head) + 1) + piece
+        else:
+            line += ("" if line.endswith("{") else " ") + piece
+    out.append(line + tail)
+    return out
+
+
 def _keys(layer: Layer, pad: str) -> list[str]:
     out = []
     if layer.name:
@@ -63,12 +84,12 @@ def _list_or_empty(layers: list[Layer], key: str, indent: str) -> list[str]:
 def _layer(layer: Layer, indent: str) -> list[str]:
     pad = indent + "  "
     if isinstance(layer, Op):
-        return [f"{indent}- {layer.op}: {mapping(layer.attrs)}{_comment(layer)}"] + _keys(layer, pad)
+        return flow_line(f"{indent}- {layer.op}: ", layer.attrs, _comment(layer)) + _keys(layer, pad)
     if isinstance(layer, Gap):
         attrs: dict[str, Any] = {"what": layer.what, "module": layer.where or "(model)", "shape": layer.shape}
         if layer.params:
             attrs["params"] = layer.params
-        return [f"{indent}- unmapped: {mapping(attrs)}{_comment(layer)}"] + _keys(layer, pad)
+        return flow_line(f"{indent}- unmapped: ", attrs, _comment(layer)) + _keys(layer, pad)
     if isinstance(layer, Seq):
         return [f"{indent}- sequence:{_comment(layer)}"] + lines(layer.layers, pad + "  ") + _keys(layer, pad)
     if isinstance(layer, Residual):
@@ -89,14 +110,14 @@ def _layer(layer: Layer, indent: str) -> list[str]:
         if isinstance(layer.body, BlockUse):
             out.append(f"{pad}body: {layer.body.block}")
             if layer.body.args:
-                out.append(f"{pad}args: {mapping(layer.body.args)}")
+                out += flow_line(f"{pad}args: ", layer.body.args)
         else:
             out += [f"{pad}body:"] + lines(layer.body.layers, pad + "  ")
         return out
     if isinstance(layer, BlockUse):
         out = [f"{indent}- block: {layer.block}{_comment(layer)}"] + _keys(layer, pad)
         if layer.args:
-            out.append(f"{pad}args: {mapping(layer.args)}")
+            out += flow_line(f"{pad}args: ", layer.args)
         return out
     raise TypeError(f"no YAML for {type(layer).__name__}")
 
