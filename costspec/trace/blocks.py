@@ -181,12 +181,21 @@ def _block(name: str, cls: str, seqs: list[Seq], names: set[str]) -> tuple[Block
     params: dict[str, Any] = {}
     vectors: dict[str, list[Any]] = {}
     taken: set[str] = set()
+    widths = [s.width for s in seqs]
+    width = {"width": widths} if all(isinstance(w, sympy.Basic) for w in widths) and \
+        any(w != widths[0] for w in widths) else {}
     for slot in range(len(per_use[0])):
         column = [values[slot] for values in per_use]
         if all(v == column[0] for v in column):
             fill.append(column[0])
             continue
         expr = _as_multiple(column, vectors)
+        if expr is None and width and "width" not in names | taken:  # a multiple of the input's channels
+            expr = _as_multiple(column, width)
+            if expr is not None:
+                taken.add("width")
+                params["width"], vectors["width"] = widths[0], widths
+                width = {}
         if expr is None:
             param = _param_name(keys[slot], taken | names)
             taken.add(param)

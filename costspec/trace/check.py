@@ -52,7 +52,8 @@ def check(text: str, name: str, target: str, config: str | None, config_sets: di
     values = model.bind()
     real = load_target(target, model, values, "meta", config, config_sets, output_field)
     result = validate_against(model, values, real, pass_, "meta")
-    structure, pointwise = [], []
+    structure: list[str] = []
+    pointwise: list[str] = []
     for phase, ph in result.phases.items():
         for row, kind, a, b in ph.failures:  # differences no rule explains (scope-boundary moves are not)
             line = f"{phase}: {row or 'total'}: {kind}: spec {a:,}, real {b:,} ({b - a:+,})"

@@ -8,8 +8,10 @@ every dim changed. The layers of the runs must be the same but for their sizes a
   c * d1**e1 * d2**e2 * ... (a product of powers of dims, each exponent read from the run that
   changed that dim alone: `4*C`, `C/heads`, `B*S`), or
   a1*d1 + a2*d2 + ... + b (linear: `L - 1`, `C + 64`),
+  either rounded down or up (`floor(C/4)`, as `C // 4` computes it),
 
-and kept only if it gives the size of every run, the one that changed all dims included. A size that
+and kept only if it gives the size of every run, the runs that changed all dims included (once to
+multiples of the base sizes, once off them, where the model runs there: a floor division shows). A size that
 follows none of these is an error naming the layer, never a guess.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Sequence
 import sympy
 
 from costspec.core.errors import CostspecError
-from costspec.trace.ir import Layer, Repeat, Seq
+from costspec.trace.ir import Gap, Layer, Repeat, Seq
 
 
 class FitError(CostspecError):
@@ -52,8 +54,11 @@ def fit(values: Sequence[int], samples: Sequence[Sample], symbols: dict[str, sym
         if len(changed) == 1:
             singles[changed[0]] = (sample.dims[changed[0]], q)
     for candidate in (_monomial(q0, base, singles, symbols), _linear(q0, base, singles, symbols)):
-        if candidate is not None and all(_value(candidate, s) == q for s, q in zip(samples, values)):
-            return candidate
+        if candidate is None:
+            continue
+        for expr in (candidate, sympy.floor(candidate), sympy.ceiling(candidate)):
+            if all(_value(expr, s) == q for s, q in zip(samples, values)):
+                return expr
     shown = ", ".join(f"{q} at {_dims_text(s)}" for s, q in zip(samples, values))
     raise FitError(f"{where}: the size {q0} changes with the dims as no product of powers or linear expression "
                    f"of them does ({shown})")
@@ -124,6 +129,8 @@ def align(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict[str, sym
         if any(not isinstance(r, dict) or list(r) != list(first) for r in runs):
             raise FitError(f"{where}: attributes {list(first)} in one run, {list(_odd(runs, first))} in another")
         return {k: align([r[k] for r in runs], samples, symbols, f"{where}.{k}") for k in first}
+    if isinstance(first, Gap):
+        return _gap(runs, samples, symbols, where)
     if dataclasses.is_dataclass(first):
         if any(isinstance(r, Repeat) for r in runs) and any(isinstance(r, Seq) for r in runs):
             runs = [_single(r) for r in runs]  # one instance in one run, a repeat of them in another
@@ -136,6 +143,24 @@ def align(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict[str, sym
                    for f in dataclasses.fields(first)}
         return dataclasses.replace(first, **changes)
     raise FitError(f"{where}: cannot compare {type(first).__name__} across runs")
+
+
+def _gap(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict, where: str) -> Gap:
+    """A gap's sizes fitted where they follow the dims; else the base run's, said in its comment (the gap is
+    reported as not counted anyway)."""
+    first = runs[0]
+    if any(not isinstance(r, Gap) for r in runs):
+        raise FitError(f"{where}: a gap in one run, a layer in another")
+    try:
+        shape = align([r.shape for r in runs], samples, symbols, f"{where} shape")
+    except FitError:
+        shape, first.comment = [sympy.Integer(n) for n in first.shape], "its shape at these sizes only"
+    try:
+        params = align([r.params for r in runs], samples, symbols, f"{where} params")
+    except FitError:
+        params = sympy.Integer(first.params)
+        first.comment = "; ".join(filter(None, [first.comment, f"{first.params:,} parameters at these sizes only"]))
+    return dataclasses.replace(first, shape=shape, params=params)
 
 
 def _single(layer: Any) -> Any:

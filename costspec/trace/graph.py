@@ -58,6 +58,12 @@ def layer_name(rel: str) -> str | None:
     return name
 
 
+def op_name(rel: str) -> str | None:
+    """An op's layer name: its attribute's (`conv`); none for a container's numbered child (`stem.0`: the op's
+    default name, numbered by costspec), whose `source:` says which it is."""
+    return None if rel.rpartition(".")[2].isdigit() else layer_name(rel)
+
+
 def transparent(module: nn.Module) -> bool:
     """A container whose forward only chains its children (nn.Sequential)."""
     return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
@@ -105,7 +111,7 @@ class Compiler:
                 return [self.gap(scope.path, scope.cls, str(exc), scope.outputs[0], params_of(scope.module), base)]
             if op is None:
                 return []
-            op.name, op.source = layer_name(rel), rel
+            op.name, op.source = op_name(rel), rel
             return [op]
         for pattern in self.patterns if not named else []:
             layer = pattern(self, scope, base)
@@ -149,11 +155,14 @@ class Compiler:
         for entry in flow.unreached():
             self.unmapped.append(Unmapped(getattr(entry, "path", "") or scope.path, _what(entry),
                                           "runs, but its result does not reach the output"))
-        return Seq(layers=layers, cls=scope.cls, path=scope.path)
+        rank = len(start.shape)
+        width = None if not rank or not start.dtype.is_floating_point else \
+            start.shape[1] if rank in (4, 5) else start.shape[-1]
+        return Seq(layers=layers, cls=scope.cls, path=scope.path, width=width)
 
 
 def _what(entry: Entry) -> str:
-    return entry.cls if isinstance(entry, Scope) else f"{entry.fn}"
+    return entry.cls if isinstance(entry, Scope) else entry.fn if isinstance(entry, Call) else "?"
 
 
 class _Flow:
@@ -258,6 +267,7 @@ class _Flow:
             if entry.leaf or entry.outputs and entry.outputs[0] is end:
                 return before + self.compiler.module(entry, self.scope.path)
             return before + self._inner(entry, end)
+        assert isinstance(entry, Call)
         return before + self.compiler.call(entry, index, self.scope)
 
     def _joined(self, start: Value, ins: list[Value], entry: Call, names: list[str]) -> list[Layer]:

@@ -65,6 +65,7 @@ class Seq(Layer):
     layers: list[Layer] = field(default_factory=list)
     cls: str = ""
     path: str = ""
+    width: Any = None  # its input's channels (axis 1 of an image, the last axis of tokens): a block's `width`
 
 
 @dataclass

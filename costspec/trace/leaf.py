@@ -33,7 +33,7 @@ ACTIVATIONS: dict[type, Callable[[Any], str]] = {
 IDENTITY = (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 
 
-def _conv(m: nn.Module, rank: int) -> Op:
+def _conv(m: Any, rank: int) -> Op:
     if m.padding_mode != "zeros":
         raise Unmappable(f"padding_mode={m.padding_mode!r} (conv layers pad with zeros)")
     padding = m.padding
@@ -158,7 +158,7 @@ def table_entry(module: nn.Module) -> Callable[..., Op | None] | None:
     """The table's mapping for `module`, if its class (or a base class it inherits `forward` from) has one."""
     for cls in type(module).__mro__:
         if cls in LEAVES:
-            return LEAVES[cls] if type(module).forward is cls.forward else None
+            return LEAVES[cls] if type(module).forward is getattr(cls, "forward", None) else None
     return None
 
 

@@ -239,7 +239,7 @@ def _forward(value: Value, entries: list[Entry], end: Value) -> tuple[Scope | No
             if proj is not None or type(user.module) is not nn.Linear:
                 return None, after
             proj = user
-        elif user.fn not in VIEWS or len(user.data_inputs) != 1:
+        elif not isinstance(user, Call) or user.fn not in VIEWS or len(user.data_inputs) != 1:
             return None, after
         else:
             after.append(user)

@@ -48,7 +48,7 @@ class Value:
 class Entry:
     """A function call or a submodule call inside a scope, in call order."""
 
-    scope: "Scope"
+    scope: "Scope | None"  # the scope it ran in (None: the model's own call)
     inputs: list[Value]  # tensor arguments in argument order (data, params and consts)
     outputs: list[Value]
     args: Any = ()  # the call's positional arguments, tensors replaced by their Values
@@ -213,7 +213,7 @@ class Recorder(TorchFunctionMode):
 
         return tree_map(ref, tree), inputs
 
-    def _outputs(self, out, entry: Entry, kind: str, inputs: list[Value] = ()) -> list[Value]:
+    def _outputs(self, out, entry: Entry, kind: str, inputs: tuple[Value, ...] | list[Value] = ()) -> list[Value]:
         """New values for the tensors `out` holds; a tensor that is one of the inputs (`x.to(x.dtype)`,
         `x.contiguous()` of a contiguous x returns x itself) stays the value it was."""
         tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]

@@ -28,7 +28,7 @@ def shape_of(layer: Any) -> Any:
     """`layer` with the fields that differ between identical instances (full paths) blanked."""
     if isinstance(layer, list):
         return [shape_of(x) for x in layer]
-    if not dataclasses.is_dataclass(layer):
+    if not dataclasses.is_dataclass(layer) or isinstance(layer, type):
         return layer
     changes = {f.name: shape_of(getattr(layer, f.name)) for f in dataclasses.fields(layer)}
     if isinstance(layer, Seq):

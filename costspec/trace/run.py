@@ -55,7 +55,7 @@ def record(built: Built, output_field: str | None = None) -> Run:
         raise UsageError("the model's output is not a tensor it computed from its input")
     compiler = Compiler(list(PATTERNS))
     seq = compiler.scope(root, end)
-    layers = [seq] if isinstance(seq, Gap) else fold(seq.layers)
+    layers: list[Layer] = [seq] if isinstance(seq, Gap) else fold(seq.layers)
     first = built.inputs[names[0]]
     params = [p for p in module.parameters() if p.is_floating_point()]
     dtype = TORCH_DTYPES.get(params[0].dtype if params else torch.get_default_dtype(), "fp32")
@@ -133,16 +133,21 @@ def runs(target: Target, named: dict[str, list[Axis]], output_field: str | None 
                 raise FitError(f"--dim {dim}: the model does not run, or changes more than its sizes, at any other "
                                f"value of {dim} than {value} ({why})")
             fixed[dim] = why
-    if len(varied) > 1:
-        trial = {**dims, **varied}
+    # every dim changed at once, each to another value than its own run's: once to a multiple (3v, which
+    # keeps divisibility), once off it (v + 1: a floor division shows) when the model runs there
+    for pick in (lambda v, used: 3 * v, lambda v, used: v + 1 if v + 1 != used else v + 2):
+        if not varied:
+            break
+        trial = {**dims, **{d: pick(dims[d], used) for d, used in varied.items()}}
         progress(f"tracing {target.name} at {_text(trial)}")
         try:
             run = record(target.build(trial), output_field)
-            samples.append(Sample(trial))
-            results.append(run.layers)
-            shapes.append(run.input_shape)
-        except Exception:  # noqa: BLE001 - a combination the model refuses: the single runs stand alone
-            pass
+            align([base.layers, run.layers], [Sample(dims), Sample(trial)], symbols)
+        except Exception:  # noqa: BLE001 - a combination the model refuses: the other runs stand
+            continue
+        samples.append(Sample(trial))
+        results.append(run.layers)
+        shapes.append(run.input_shape)
     free = {d: v for d, v in dims.items() if d not in fixed}
     symbols = symbols_of(free)
     samples = [Sample({d: s.dims[d] for d in free}) for s in samples]

@@ -200,9 +200,10 @@ def hf_target(class_name: str, config_file: str | None, sets: dict[str, Any]) ->
         import transformers
     except ImportError:
         raise MissingExtraError("transformers", "hf", "costspec import torch hf:...") from None
-    cls: Any = getattr(transformers, class_name, None)
-    if not (inspect.isclass(cls) and getattr(cls, "config_class", None) is not None):
+    found: Any = getattr(transformers, class_name, None)
+    if not (inspect.isclass(found) and getattr(found, "config_class", None) is not None):
         raise UsageError(f"hf:{class_name}: transformers {transformers.__version__} has no model class {class_name!r}")
+    cls: Any = found
     config_cls: Any = cls.config_class
     data = _read_config(config_file) if config_file else {}
     defaults = config_cls()
