@@ -208,7 +208,11 @@ def _block(name: str, cls: str, seqs: list[Seq], names: set[str]) -> tuple[Block
 
 
 def _as_multiple(column: list[Any], vectors: dict[str, list[Any]]) -> sympy.Expr | None:
-    """`k * param` when `column` is a fixed rational multiple of a parameter's values in every use."""
+    """`k * param` when `column` is a fixed rational multiple of a parameter's values in every use (or
+    `floor(k * param)` when it is that, rounded down, in every use)."""
+    if all(isinstance(c, sympy.floor) for c in column):
+        inner = _as_multiple([c.args[0] for c in column], vectors)
+        return sympy.floor(inner) if inner is not None else None
     for param, values in vectors.items():
         if values == column:
             return sympy.Symbol(param)

@@ -107,9 +107,15 @@ def _linear(q0: int, base: Sample, singles: dict, symbols: dict) -> sympy.Expr |
 # ----------------------------------------------------------------------------------------------
 # walking the runs' layers together
 # ----------------------------------------------------------------------------------------------
-def align(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict[str, sympy.Symbol], where: str = "") -> Any:
+def same_structure(a: Any, b: Any) -> None:
+    """FitError unless two runs' layers differ in ints only (sizes, repeat counts)."""
+    align([a, b], [], {}, "", fitting=False)
+
+
+def align(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict[str, sympy.Symbol], where: str = "",
+          fitting: bool = True) -> Any:
     """The base run's layers with every int replaced by its fitted expression; FitError when the runs
-    differ in anything but ints."""
+    differ in anything but ints (`fitting=False`: only that check)."""
     first = runs[0]
     if isinstance(first, bool) or first is None or isinstance(first, (str, float)):
         if any(r != first for r in runs):
@@ -119,17 +125,18 @@ def align(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict[str, sym
     if isinstance(first, int):
         if not all(isinstance(r, int) and not isinstance(r, bool) for r in runs):
             raise FitError(f"{where}: a size in one run, something else in another")
-        return fit(runs, samples, symbols, where)
+        return fit(runs, samples, symbols, where) if fitting else first
     if isinstance(first, (list, tuple)):
         if any(not isinstance(r, (list, tuple)) or len(r) != len(first) for r in runs):
             raise FitError(f"{where}: {_describe(first)} in one run, {_describe(_odd(runs, first))} in another "
                            "(a dim changes the model's structure)")
-        return type(first)(align([r[i] for r in runs], samples, symbols, f"{where}[{i}]") for i in range(len(first)))
+        return type(first)(align([r[i] for r in runs], samples, symbols, f"{where}[{i}]", fitting)
+                           for i in range(len(first)))
     if isinstance(first, dict):
         if any(not isinstance(r, dict) or list(r) != list(first) for r in runs):
             raise FitError(f"{where}: attributes {list(first)} in one run, {list(_odd(runs, first))} in another")
-        return {k: align([r[k] for r in runs], samples, symbols, f"{where}.{k}") for k in first}
-    if isinstance(first, Gap):
+        return {k: align([r[k] for r in runs], samples, symbols, f"{where}.{k}", fitting) for k in first}
+    if isinstance(first, Gap) and fitting:
         return _gap(runs, samples, symbols, where)
     if dataclasses.is_dataclass(first):
         if any(isinstance(r, Repeat) for r in runs) and any(isinstance(r, Seq) for r in runs):
@@ -139,7 +146,7 @@ def align(runs: Sequence[Any], samples: Sequence[Sample], symbols: dict[str, sym
             raise FitError(f"{where}: {_describe(first)} in one run, {_describe(_odd(runs, first))} in another "
                            "(a dim changes the model's structure)")
         here = _where(first, where)
-        changes = {f.name: align([getattr(r, f.name) for r in runs], samples, symbols, here)
+        changes = {f.name: align([getattr(r, f.name) for r in runs], samples, symbols, here, fitting)
                    for f in dataclasses.fields(first)}
         return dataclasses.replace(first, **changes)
     raise FitError(f"{where}: cannot compare {type(first).__name__} across runs")

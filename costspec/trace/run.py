@@ -10,7 +10,7 @@ import torch
 
 from costspec.against.target import first_tensor
 from costspec.core.errors import UsageError
-from costspec.trace.fit import FitError, Sample, align
+from costspec.trace.fit import FitError, Sample, align, same_structure
 from costspec.trace.graph import Compiler, Unmapped
 from costspec.trace.ir import Gap, Layer, Seq, trim
 from costspec.trace.leaf import is_leaf
@@ -116,7 +116,7 @@ def runs(target: Target, named: dict[str, list[Axis]], output_field: str | None 
             progress(f"tracing {target.name} at {dim}={candidate}")
             try:
                 run = record(target.build(trial), output_field)
-                align([base.layers, run.layers], [Sample(dims), Sample(trial)], symbols)
+                same_structure(base.layers, run.layers)
             except FitError as exc:
                 why = str(exc)
                 continue
@@ -139,10 +139,12 @@ def runs(target: Target, named: dict[str, list[Axis]], output_field: str | None 
         if not varied:
             break
         trial = {**dims, **{d: pick(dims[d], used) for d, used in varied.items()}}
+        if any(s.dims == trial for s in samples):
+            continue
         progress(f"tracing {target.name} at {_text(trial)}")
         try:
             run = record(target.build(trial), output_field)
-            align([base.layers, run.layers], [Sample(dims), Sample(trial)], symbols)
+            same_structure(base.layers, run.layers)
         except Exception:  # noqa: BLE001 - a combination the model refuses: the other runs stand
             continue
         samples.append(Sample(trial))

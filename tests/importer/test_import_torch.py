@@ -82,7 +82,8 @@ def test_the_cnn_keeps_its_first_block_apart_from_the_repeat():
     assert "- repeat: L - 1\n    name: stage2\n    source: stage2\n    body: InvertedResidual" in text
     assert "name: stage2_0\n    source: stage2.0" in text
     assert "join: mul" in text  # squeeze-excitation
-    assert "params: {width: C}" in text  # the blocks' sizes follow their input's channels
+    assert "params: {width: C" in text  # the blocks' sizes follow their input's channels
+    assert "floor(width/16)" in text  # max(1, cin // 4) of the 4x expanded width: a floor division
     assert 'groups: "4*width"' in text  # the depthwise conv
 
 

@@ -176,3 +176,25 @@ class UNet(nn.Module):
 def unet(B: int = 2, img: int = 32, C: int = 8, K: int = 3):
     """A two-level U-Net with concatenated skips."""
     return UNet(C, K), torch.zeros(B, 3, img, img)
+
+
+# -- what the importer cannot map: a torch function and a module no op describes --------------------------------
+class Gapped(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.rnn = nn.GRU(dim, dim, batch_first=True)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, _ = self.rnn(F.hardswish(self.fc(x)))
+        return self.out(h)
+
+
+def gapped(B: int = 2, S: int = 8, C: int = 16):
+    """A linear layer, hardswish and a GRU: two parts no op of the registry describes."""
+    return Gapped(C), torch.zeros(B, S, C)
+
+
+def module_only(C: int = 8):
+    return nn.Linear(C, C)
