@@ -1,4 +1,5 @@
-"""`costspec import hf CONFIG.json|DIR`: a readable spec from a Hugging Face config."""
+"""`costspec import hf CONFIG.json|DIR`: a readable spec from a Hugging Face config; `costspec import torch
+TARGET`: a spec from the user's own model, traced on meta (costspec.trace), checked with validate --against."""
 from __future__ import annotations
 
 import json
@@ -76,9 +77,7 @@ def _key_values(ctx, param, values) -> dict[str, str]:
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 def import_torch_command(target, dims, output, config, config_sets, output_field, dtype, allow_unmapped, no_check,
                          fmt, quiet):
-    """Write a spec from TARGET, your model traced on meta (no weights, no data): package.module:callable
-    (called with the dims it takes as keyword arguments; returns the module and its example inputs) or
-    hf:ModelClass; then check it with validate --against (docs/import.md)."""
+    """Write a spec from TARGET (package.module:callable or hf:ModelClass) traced on meta; check it (docs/import.md)."""
     from costspec.trace.command import run_import
 
     report = run_import(target, dims, output, config, config_sets, output_field, dtype, allow_unmapped,
