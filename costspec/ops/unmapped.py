@@ -29,7 +29,10 @@ class Unmapped(OpDef):
     )
 
     def output_shape(self, call: OpCall):
-        return tuple(call.attrs.shape)
+        shape = tuple(call.attrs.shape)
+        if any(d == -1 or (getattr(d, "is_number", False) and d < 1) for d in shape):
+            raise call.fail(f"shape {list(shape)} has a size below 1", "shape", "the output's sizes (positive)")
+        return shape
 
     def forward(self, call: OpCall):
         return [Part("", Work(), call.attrs.params)]
