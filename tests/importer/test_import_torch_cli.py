@@ -22,44 +22,48 @@ def test_writes_checks_and_states_the_verdict(cli, tmp_path):
     assert json.loads(ev.stdout)["dims"]["S"] == 32
 
 
-def test_an_unmapped_part_is_listed_and_nothing_written(cli, tmp_path):
-    out = tmp_path / "gapped.yaml"
-    run = cli("import", "torch", f"{MODELS}:gapped", "--dim", "S=x:1", "-o", out, "-q")
-    assert run.returncode == 2
-    assert "2 part(s) map to no op of the registry; the spec is not written" in run.stderr
-    assert "(model): hardswish (aten.hardswish)" in run.stderr and "rnn: GRU" in run.stderr
-    assert not out.exists()
-
-
-def test_allow_unmapped_writes_gaps_that_eval_shows(cli, tmp_path):
-    out = tmp_path / "gapped.yaml"
-    run = cli("import", "torch", f"{MODELS}:gapped", "--dim", "S=x:1", "-o", out, "--allow-unmapped", "-q")
-    assert run.returncode == 1  # the GRU's GEMMs are missing: the structure is not exact, and said so
-    assert "verdict: structure NOT exact" in run.stdout
-    assert "forward: unmapped2: matmul: spec 0" in run.stdout
-    text = out.read_text()
-    assert "- unmapped: {what: GRU, module: rnn, shape: [B, S, C], params: 1632}  # 1,632 parameters at these " \
-           "sizes only" in text
-    ev = cli("eval", out)
-    assert ev.returncode == 0, ev.stderr
-    assert "unmapped2: NOT COUNTED: GRU in rnn maps to no op" in ev.stdout
-
-
-def test_json_without_the_check(cli):
-    run = cli("import", "torch", f"{MODELS}:unet", "--dim", "img=x:2,3", "--no-check", "--format", "json", "-q")
-    assert run.returncode == 0, run.stderr
-    report = json.loads(run.stdout)
-    assert report["check"] is None and report["unmapped"] == [] and report["spec"].count("\n") == report["lines"]
-    assert report["check_command"] == f"costspec validate SPEC.yaml --against {MODELS}:unet --pass train"
-
-
-def run_main(args: list[str], capsys) -> tuple[int, str]:
+def run_main(args: list[str], capsys) -> tuple[int, str, str]:
+    """The CLI in this process (torch is imported once): exit code, stdout, stderr."""
     try:
-        main(args)
+        main([str(a) for a in args])
         code = 0
     except SystemExit as exc:
         code = int(exc.code or 0)
-    return code, capsys.readouterr().err
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_an_unmapped_part_is_listed_and_nothing_written(capsys, tmp_path):
+    out = tmp_path / "gapped.yaml"
+    code, _, err = run_main(["import", "torch", f"{MODELS}:gapped", "--dim", "S=x:1", "-o", out, "-q"], capsys)
+    assert code == 2
+    assert "2 part(s) map to no op of the registry; the spec is not written" in err
+    assert "(model): hardswish (aten.hardswish)" in err and "rnn: GRU" in err
+    assert not out.exists()
+
+
+def test_allow_unmapped_writes_gaps_that_eval_shows(capsys, tmp_path):
+    out = tmp_path / "gapped.yaml"
+    code, stdout, _ = run_main(["import", "torch", f"{MODELS}:gapped", "--dim", "S=x:1", "-o", out,
+                                "--allow-unmapped", "-q"], capsys)
+    assert code == 1  # the GRU's GEMMs are missing: the structure is not exact, and said so
+    assert "verdict: structure NOT exact" in stdout
+    assert "forward: unmapped2: matmul: spec 0" in stdout
+    text = out.read_text()
+    assert "- unmapped: {what: GRU, module: rnn, shape: [B, S, C], params: 1632}  # 1,632 parameters at these " \
+           "sizes only" in text
+    code, stdout, err = run_main(["eval", out], capsys)
+    assert code == 0, err
+    assert "unmapped2: NOT COUNTED: GRU in rnn maps to no op" in stdout
+
+
+def test_json_without_the_check(capsys):
+    code, stdout, err = run_main(["import", "torch", f"{MODELS}:unet", "--dim", "img=x:2,3", "--no-check",
+                                  "--format", "json", "-q"], capsys)
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["check"] is None and report["unmapped"] == [] and report["spec"].count("\n") == report["lines"]
+    assert report["check_command"] == f"costspec validate SPEC.yaml --against {MODELS}:unet --pass train"
 
 
 def test_bad_input_is_exit_2_with_a_message(capsys):
@@ -70,6 +74,6 @@ def test_bad_input_is_exit_2_with_a_message(capsys):
         ([f"{MODELS}:module_only"], "returned a module alone"),
     ]
     for args, message in cases:
-        code, err = run_main(["import", "torch", *args, "--no-check", "-q"], capsys)
+        code, _, err = run_main(["import", "torch", *args, "--no-check", "-q"], capsys)
         assert code == 2, (args, err)
         assert message in err and "Traceback" not in err and "internal error" not in err, (args, err)
