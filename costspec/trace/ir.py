@@ -19,6 +19,18 @@ class Layer:
 
 
 @dataclass
+class Extra:
+    """Work the real module runs beyond what its op counts, known from the pattern it was recognised by
+    (transformers' rotate-half RoPE: a neg of half of q and k): written as an `ignore:` rule with `extra:`.
+    `amounts` are per instance (summed once fitted); `phase` None means both passes."""
+
+    kind: str
+    phase: str | None
+    amounts: list[Any]
+    reason: str
+
+
+@dataclass
 class Op(Layer):
     """An op of the registry. `implied`: what an attribute is when it is left out (a default, or a
     size the op derives from another: attention's kv_heads = heads); once the sizes are expressions
@@ -27,6 +39,7 @@ class Op(Layer):
     op: str = ""
     attrs: dict[str, Any] = field(default_factory=dict)
     implied: dict[str, Any] = field(default_factory=dict)
+    extra: list[Extra] = field(default_factory=list)
 
 
 def trim(layers: list[Layer]) -> None:

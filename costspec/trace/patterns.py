@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from costspec.trace.ir import Layer, Op
+from costspec.trace.ir import Extra, Layer, Op
+from costspec.trace.leaf import IDENTITY
 from costspec.trace.record import CONST, DATA, PARAM, Call, Entry, Scope, Value
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class _Back:
     linears: list[Scope] = field(default_factory=list)
     rope: bool = False
     rope_dims: int | None = None
+    negated: int = 0  # elements rotate-half negates (-x2 of [-x2, x1])
     seen: list[Entry] = field(default_factory=list)
     ok: bool = True
 
@@ -79,6 +81,8 @@ def _back(value: Value, inside: set[int], found: _Back, depth: int = 0) -> None:
                 found.rope_dims = size
         elif entry.fn == "mul" and not consts and len(entry.data_inputs) < 2:
             pass  # a product by a number (a pre-scaled q) is not rotary
+        elif entry.fn == "neg":
+            found.negated += math.prod(entry.outputs[0].shape)
         for v in entry.data_inputs:
             _back(v, inside, found, depth + 1)
         return
@@ -159,7 +163,7 @@ def attention(compiler: "Compiler", scope: Scope, base: str) -> Layer | None:
         attrs.update({"window": window[0], "rel_bias": "swin"})
         if window[1]:
             attrs["shift"] = window[0] // 2
-    op = Op(op="attention", attrs=attrs, implied=implied)
+    op = Op(op="attention", attrs=attrs, implied=implied, extra=_rotate_half(q, k))
     if window is not None:
         op.comment = (f"the module sees {window[0]}x{window[0]} windows its caller partitioned: one window per row"
                       + ("; its shift mask is added (the shift itself does not change the cost)" if window[1] else ""))
@@ -192,6 +196,20 @@ def _swin_window(mask: Value, scope: Scope, q: Value, extra: int, entries: list[
                 shifted = True
             todo.append(v)
     return w, shifted
+
+
+ROTATE_HALF = ("rotate-half RoPE builds [-x2, x1] with a neg (a multiplication by -1: the `scale` kind) of half of "
+               "q and k, forward and backward; the spec's RoPE folds the sign into the sin table")
+ROTATE_HALF_BACKWARD = ("rotate-half's backward: the gradients of the two halves it slices from q and k are added "
+                        "back into one tensor, one add per element of q and k that the spec's RoPE does not run")
+
+
+def _rotate_half(q: _Back, k: _Back) -> list[Extra]:
+    """What a rotate-half RoPE runs beyond the op's (counted as transformers' runs it, see import hf's llama)."""
+    if not (q.rope and k.rope and q.negated and k.negated):
+        return []
+    return [Extra("scale", None, [q.negated, k.negated], ROTATE_HALF),
+            Extra("add", "backward", [2 * q.negated, 2 * k.negated], ROTATE_HALF_BACKWARD)]
 
 
 def _walk(value: Value, inside: set[int]) -> _Back:
@@ -258,4 +276,43 @@ def rmsnorm_by_name(compiler: "Compiler", scope: Scope, base: str) -> Layer | No
     return Op(op="rmsnorm", attrs={} if params else {"affine": False})
 
 
-PATTERNS = [attention, rmsnorm_by_name]
+def patch_embed(compiler: "Compiler", scope: Scope, base: str) -> Layer | None:
+    """A module that is ViT's patch embedding: a Conv2d with kernel = stride, its output flattened and
+    transposed to tokens, then optionally a learned class token prepended (cat with an expanded [1, 1, C]
+    parameter) and a learned [1, S, C] position table added: `patch_embed`."""
+    if scope.leaf:
+        return None
+    entries = [e for e in scope.walk() if e.data_inputs and not (isinstance(e, Scope) and not e.leaf)
+               and not (isinstance(e, Call) and (e.identity or e.fn in ("dropout", "contiguous")))
+               and not (isinstance(e, Scope) and isinstance(e.module, IDENTITY))]
+    convs = [e for e in entries if isinstance(e, Scope) and type(e.module) is nn.Conv2d]
+    if len(convs) != 1 or entries[0] is not convs[0]:
+        return None
+    conv = convs[0].module
+    kernel, stride = tuple(conv.kernel_size), tuple(conv.stride)
+    if kernel != stride or kernel[0] != kernel[1] or conv.padding not in ((0, 0), 0) or conv.groups != 1 \
+            or tuple(conv.dilation) != (1, 1) or conv.padding_mode != "zeros":
+        return None
+    steps = [e.fn if isinstance(e, Call) else "?" for e in entries[1:]]
+    if steps[:2] != ["flatten", "transpose"] or any(s not in ("cat", "add") for s in steps[2:]) or \
+            len(steps) != len(set(steps)):
+        return None
+    flat, swap = entries[1], entries[2]
+    if not isinstance(flat, Call) or not isinstance(swap, Call) or len(flat.outputs[0].shape) != 3 or \
+            swap.outputs[0].shape != (flat.outputs[0].shape[0], flat.outputs[0].shape[2], flat.outputs[0].shape[1]):
+        return None
+    attrs: dict[str, Any] = {"patch": kernel[0], "dim": conv.out_channels, "cls_token": "cat" in steps,
+                             "pos_embed": "add" in steps, "bias": conv.bias is not None}
+    tokens = entries[-1].outputs[0].shape
+    expected = sum(p.numel() for p in conv.parameters()) + (tokens[-1] if attrs["cls_token"] else 0) \
+        + (tokens[-2] * tokens[-1] if attrs["pos_embed"] else 0)
+    if sum(p.numel() for p in scope.module.parameters()) != expected:
+        return None
+    for entry in entries[3:]:
+        params = [v for v in entry.inputs if v.kind == PARAM]
+        if len(params) != 1 or len(entry.data_inputs) != 1:
+            return None
+    return Op(op="patch_embed", attrs=attrs, implied={"cls_token": False, "pos_embed": False, "bias": True})
+
+
+PATTERNS = [patch_embed, attention, rmsnorm_by_name]

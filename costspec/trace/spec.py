@@ -11,6 +11,7 @@ from costspec.spec.load import parse_spec
 from costspec.trace.blocks import Blocks, extract
 from costspec.trace.graph import Unmapped
 from costspec.trace.ir import Gap, walk
+from costspec.trace.rules import ignore_yaml
 from costspec.trace.run import Fitted
 from costspec.trace.target import Target
 from costspec.trace.write import expr_text, lines
@@ -39,6 +40,7 @@ def spec_text(target: Target, fitted: Fitted, dtype: str | None, output_field: s
     run = fitted.run
     name = _NAME.sub("_", run.model).strip("_") or "imported"
     used = _symbols(fitted.layers) | _symbols(fitted.input_shape)
+    rules = ignore_yaml(fitted.layers)  # before the blocks: it reads the full module paths of the scopes
     blocks: Blocks = extract(fitted.layers, set(fitted.dims))
     check = [target.check, *target.check_options] + ([f"--output-field {output_field}"] if output_field else [])
     command = f"costspec validate {spec_name} --against " + " ".join(check) + " --pass train"
@@ -60,6 +62,8 @@ def spec_text(target: Target, fitted: Fitted, dtype: str | None, output_field: s
                f"{run.input_name}" + (" (token ids)" if run.input_ids else ""))
     for block in blocks.order:
         spec.block(block.name, "\n".join(block.text()))
+    if rules:
+        spec.ignore(rules)
     spec.layers("\n".join(lines(blocks.layers)))
     text = spec.render()
     unmapped = _unmapped(run.unmapped, fitted)

@@ -65,10 +65,21 @@ def test_swin_reads_as_windowed_attention():
     assert "- permute: {order: [0, 1, 3, 2, 4, 5]}" in text  # patch merging's strided slices
 
 
+def test_vit_embeddings_are_a_patch_embedding_and_everything_agrees():
+    sets, field = SMALL["ViTModel"]
+    text = import_torch("hf:ViTModel", config_sets=sets, output_field=field).text
+    assert "- patch_embed: {patch: 8, dim: C, cls_token: true, pos_embed: true}\n    name: embeddings" in text
+    outcome = against(text, "hf:ViTModel", {"B": 1}, None, sets, field)
+    assert outcome.ok, outcome.failures()  # CUDA-core work too, at batch 1 (broadcast-grad-batch-1 applies)
+
+
 def same_totals(config: Path) -> None:
     hf = loads(import_hf(config).text)
     traced = import_torch("hf:LlamaModel", config=str(config))
     assert traced.unmapped == []
+    assert "  - module: layers.*.self_attn\n    extra: {scale: B*D*L*S*(KV + heads)/2}" in traced.text
+    outcome = against(traced.text, "hf:LlamaModel", {}, str(config))
+    assert outcome.ok, outcome.failures()  # rotate-half's extra work is written as ignore: rules
     torch_spec = loads(traced.text)
     assert {str(s) for s in torch_spec.dims.symbols} == {"B", "S", "C", "F", "heads", "KV", "D", "L", "V"}
     for sets in ({}, {"B": 2, "S": 256}):
