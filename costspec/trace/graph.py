@@ -16,6 +16,7 @@ repeat whose source is the container (`repeats`).
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -23,7 +24,7 @@ from typing import Callable
 from torch import nn
 
 from costspec.trace import functions
-from costspec.trace.ir import Gap, Layer, Op, Parallel, Residual, Seq
+from costspec.trace.ir import Extra, Gap, Layer, Op, Parallel, Residual, Seq
 from costspec.trace.leaf import Unmappable, map_leaf
 from costspec.trace.record import DATA, Call, Entry, Scope, Value
 
@@ -398,6 +399,10 @@ def space_to_depth(entry: Call, owners: list[Entry | None]) -> tuple[Value, list
             split.append(n)
     order = outer + inner + [len(split)]
     split.append(source.shape[-1])
+    sums = Extra("add", "backward", [(len(calls) - 1) * math.prod(source.shape)],
+                 f"the {len(calls)} strided slices' gradients, each zero-filled to the full input, are summed "
+                 f"({len(calls) - 1} adds per element of the input); the reshape and permute that stand for them "
+                 "run no arithmetic")
     return source, [Op(op="reshape", attrs={"shape": split}), Op(op="permute", attrs={"order": order}),
-                    Op(op="reshape", attrs={"shape": list(entry.outputs[0].shape)},
+                    Op(op="reshape", attrs={"shape": list(entry.outputs[0].shape)}, extra=[sums],
                        comment="the strided slices concatenated: each neighbourhood moved into the last axis")]

@@ -25,8 +25,8 @@ def collect(layers: list[Layer]) -> list[tuple[str, str, str | None, sympy.Expr,
 
     def visit(items: list[Layer], base: str, times: sympy.Expr, repeats: list[str]) -> None:
         for layer in items:
-            if isinstance(layer, Op) and layer.extra and layer.source:
-                path = _pattern(f"{base}.{layer.source}" if base else layer.source, repeats)
+            if isinstance(layer, Op) and layer.extra:  # an op without a source runs in the enclosing module
+                path = _pattern(f"{base}.{layer.source}" if base and layer.source else layer.source or base, repeats)
                 for extra in layer.extra:
                     key = (path, extra.kind, extra.phase, extra.reason)
                     found[key] = found.get(key, sympy.Integer(0)) + times * sympy.Add(*extra.amounts)

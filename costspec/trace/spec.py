@@ -3,14 +3,13 @@ blocks and layers, loaded back before it is returned (a spec that does not load 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from costspec.core.errors import CostspecError
-from costspec.importer.emit import SpecText, wrap_comment
+from costspec.importer.emit import SpecText
 from costspec.spec.load import parse_spec
 from costspec.trace.blocks import Blocks, extract
 from costspec.trace.graph import Unmapped
-from costspec.trace.ir import Gap, walk
 from costspec.trace.rules import ignore_yaml
 from costspec.trace.run import Fitted
 from costspec.trace.target import Target
@@ -27,11 +26,6 @@ class Imported:
     unmapped: list[Unmapped]
     check: list[str]  # the validate --against arguments after SPEC
     fitted: Fitted
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return not self.unmapped
 
 
 def spec_text(target: Target, fitted: Fitted, dtype: str | None, output_field: str | None,
@@ -48,7 +42,8 @@ def spec_text(target: Target, fitted: Fitted, dtype: str | None, output_field: s
                                                                       f"{target.name}"])
     spec.header = [f"# Imported by `costspec import torch` from {target.name} (module class {run.model}),",
                    "# traced on meta (no weights, no data); `source:` names its modules. Check it with:",
-                   f"#   {command}"]
+                   f"#   {command}" if target.check else "#   costspec validate SPEC --against package.module:callable "
+                   "(a callable that builds the module)"]
     for note in _notes(fitted, target):
         spec.note(note)
     inputs_first = sorted(fitted.dims, key=lambda d: (d not in fitted.axes, d != "B"))
@@ -66,7 +61,7 @@ def spec_text(target: Target, fitted: Fitted, dtype: str | None, output_field: s
         spec.ignore(rules)
     spec.layers("\n".join(lines(blocks.layers)))
     text = spec.render()
-    unmapped = _unmapped(run.unmapped, fitted)
+    unmapped = _unmapped(run.unmapped)
     try:
         parse_spec(text, spec_name)
     except CostspecError as exc:
@@ -74,11 +69,9 @@ def spec_text(target: Target, fitted: Fitted, dtype: str | None, output_field: s
     return Imported(text, unmapped, check, fitted)
 
 
-def _unmapped(found: list[Unmapped], fitted: Fitted) -> list[Unmapped]:
-    gaps = {(g.where, g.what) for g in walk(fitted.layers) if isinstance(g, Gap)}
-    out = list(dict.fromkeys((u.where, u.what, u.why) for u in found))
-    del gaps
-    return [Unmapped(*u) for u in out]
+def _unmapped(found: list[Unmapped]) -> list[Unmapped]:
+    """Each unmapped part once (a repeat's instances report the same module class and reason)."""
+    return [Unmapped(*u) for u in dict.fromkeys((u.where, u.what, u.why) for u in found)]
 
 
 def _doc(target: Target, model: str) -> str:
@@ -123,4 +116,4 @@ def _notes(fitted: Fitted, target: Target) -> list[str]:
     return out
 
 
-__all__ = ["Imported", "spec_text", "wrap_comment"]
+__all__ = ["Imported", "spec_text"]

@@ -57,7 +57,6 @@ class Target:
     make: Callable[[dict[str, int]], tuple[torch.nn.Module, Any]]
     model_dims: dict[str, int]
     axes: dict[str, list[Axis]] = field(default_factory=dict)
-    takes: set[str] = field(default_factory=set)  # the dims `make` passes to the model's builder
     dtype: str | None = None  # the spec's precision when the target says it (a config's dtype)
     check: str = ""  # the TARGET of the `validate --against` command that checks the spec
     check_options: list[str] = field(default_factory=list)
@@ -172,7 +171,7 @@ def callable_target(target: str) -> Target:
             isinstance(made[0], torch.nn.Module) else (made, None)
 
     doc = (inspect.getdoc(fn) or "").split("\n\n")[0].replace("\n", " ")
-    return Target(target, make, dims, takes=set(dims), check=target, doc=doc)
+    return Target(target, make, dims, check=target, doc=doc)
 
 
 def size_arguments(fn: Callable) -> dict[str, int]:
@@ -246,9 +245,8 @@ def hf_target(class_name: str, config_file: str | None, sets: dict[str, Any]) ->
         [f"--config-set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sets.items()]
     axes = {"S": [Axis(main, 1)]} if text else {}
     base = {**dims, "B": 1, **({"S": base_s} if text else {})}
-    return Target(f"hf:{class_name}", make, base, axes=axes, takes=set(dims) | {"B"} | ({"S"} if text else set()),
-                  dtype=HF_DTYPES.get(str(dtype)) if dtype else None, check=f"hf:{class_name}",
-                  check_options=options, doc=f"transformers {class_name}", key_of=key_of)
+    return Target(f"hf:{class_name}", make, base, axes=axes, dtype=HF_DTYPES.get(str(dtype)) if dtype else None,
+                  check=f"hf:{class_name}", check_options=options, doc=f"transformers {class_name}", key_of=key_of)
 
 
 def setting(raw: Any) -> Any:

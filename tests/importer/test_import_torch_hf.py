@@ -59,10 +59,14 @@ def test_vision_architectures_at_their_published_sizes(cls):
     check_vision(cls, *PUBLISHED[cls])
 
 
-def test_swin_reads_as_windowed_attention():
+def test_swin_reads_as_windowed_attention_and_everything_agrees():
     text = import_torch("hf:SwinModel", config_sets=SMALL["SwinModel"][0], output_field=POOLED).text
     assert "window: 7, rel_bias: swin" in text and "shift: 3" in text
     assert "- permute: {order: [0, 1, 3, 2, 4, 5]}" in text  # patch merging's strided slices
+    assert "  - module: encoder.layers.0.downsample\n    extra: {add: \"9408*B\"}\n    pass: backward" in text
+    sets, field = SMALL["SwinModel"]
+    outcome = against(text, "hf:SwinModel", {"B": 2}, None, sets, field)
+    assert outcome.ok, outcome.failures()  # the slices' gradient sums are the spec's named rule
 
 
 def test_vit_embeddings_are_a_patch_embedding_and_everything_agrees():

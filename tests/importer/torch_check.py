@@ -48,5 +48,8 @@ def assert_exact(result: AgainstResult) -> None:
     assert totals["backward"]["spec_matmul"] == totals["backward"]["real_reconciled"], totals
     for phase in totals.values():
         assert phase["spec_params"] == phase["real_params"], totals
-    assert {a.rule for a in result.reconciliations} <= RULES, [a.rule for a in result.reconciliations]
+    named = {a.rule for a in result.reconciliations if not a.rule.startswith("ignore: ")}
+    assert named <= RULES, named
+    # the spec's own ignore: rules (work a recognised module runs beyond its op) are CUDA-core work only
+    assert all(a.matmul == 0 for a in result.reconciliations if a.rule.startswith("ignore: "))
     assert not [f for f in result.failures() if ": matmul" in f or ": params" in f], result.failures()
