@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from costspec.against.target import first_tensor
-from costspec.core.errors import UsageError
+from costspec.core.errors import CostspecError, UsageError
 from costspec.trace.fit import FitError, Sample, align, same_structure
 from costspec.trace.graph import Compiler, Unmapped
 from costspec.trace.ir import Gap, Layer, Seq, trim
@@ -87,7 +87,7 @@ def runs(target: Target, named: dict[str, list[Axis]], output_field: str | None 
     """Run the model at its base sizes, once per dim changed alone and once with all changed; fit."""
     started = time.monotonic()
     base_model = dict(target.model_dims)
-    built = target.build(base_model)
+    built = _users(lambda: target.build(base_model), f"{target.name}: building the model")
     target.axes = {**target.axes, **named}
     axes = default_axes(built.inputs, target.axes)
     target.axes = axes
@@ -103,7 +103,7 @@ def runs(target: Target, named: dict[str, list[Axis]], output_field: str | None 
             raise UsageError(f"dim {dim} is {dims[dim]} as an argument and {size} as an input axis")
         dims[dim] = size
     progress(f"tracing {target.name} at {_text(dims)}")
-    base = record(target.build(dims), output_field)
+    base = _users(lambda: record(target.build(dims), output_field), f"{target.name}: running the model on meta")
     samples, results = [Sample(dict(dims))], [base.layers]
     shapes = [base.input_shape]
     fixed: dict[str, str] = {}
@@ -157,6 +157,17 @@ def runs(target: Target, named: dict[str, list[Axis]], output_field: str | None 
     trim(layers)
     input_shape = align(shapes, samples, symbols, "input")
     return Fitted(base, layers, input_shape, dims, axes, fixed, samples, time.monotonic() - started)
+
+
+def _users(step, what: str):
+    """`step()`, with an error of the user's code (or of the model on meta) as a UsageError naming it."""
+    try:
+        return step()
+    except CostspecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's code: any error is bad input here, not a costspec bug
+        raise UsageError(f"{what} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") \
+            from None
 
 
 def symbols_of(dims: dict[str, int]):

@@ -72,6 +72,7 @@ def test_bad_input_is_exit_2_with_a_message(capsys):
         ([f"{MODELS}:decoder", "--dim", "S=tokens"], "expected NAME=INPUT:AXIS"),
         ([f"{MODELS}:decoder", "--dim", "S=ids:1"], "the model's inputs are tokens"),
         ([f"{MODELS}:module_only"], "returned a module alone"),
+        ([f"{MODELS}:needs_config"], "building the model failed: TypeError"),
     ]
     for args, message in cases:
         code, _, err = run_main(["import", "torch", *args, "--no-check", "-q"], capsys)

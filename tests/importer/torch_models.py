@@ -198,3 +198,7 @@ def gapped(B: int = 2, S: int = 8, C: int = 16):
 
 def module_only(C: int = 8):
     return nn.Linear(C, C)
+
+
+def needs_config(config):
+    return nn.Linear(4, 4), torch.zeros(2, 4)
