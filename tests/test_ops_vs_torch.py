@@ -500,6 +500,14 @@ def _mamba2(draw):
         draw, [{"mamba2": attrs}])
 
 
+@case("unmapped")
+def _unmapped(draw):  # a gap: no work, its parameters, an output shape of more or fewer elements than its input
+    b, s, c = draw(small), draw(small), draw(small)
+    out = draw(st.sampled_from([[b, s, c], [b, c], [b, 2 * s, c]]))
+    gap = {"what": "roll (aten.roll)", "module": "blocks.0", "shape": out, "params": draw(st.integers(0, 4))}
+    return {}, [b, s, c], with_grad(draw, [{"unmapped": gap}, {"linear": {"out": 2}}])
+
+
 def test_every_op_has_a_case():
     missing = sorted(set(OPS) - set(CASES))
     assert not missing, f"registered ops without a torch case: {missing}"

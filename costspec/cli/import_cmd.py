@@ -1,4 +1,5 @@
-"""`costspec import hf CONFIG.json|DIR`: a readable spec from a Hugging Face config."""
+"""`costspec import hf CONFIG.json|DIR`: a readable spec from a Hugging Face config; `costspec import torch
+TARGET`: a spec from the user's own model, traced on meta (costspec.trace), checked with validate --against."""
 from __future__ import annotations
 
 import json
@@ -43,3 +44,49 @@ def import_hf_command(source, output, dtype, fmt):
         click.echo(f"wrote {output}; check it with: {check}", err=True)
     else:
         click.echo(imported.text, nl=False)
+
+
+def _key_values(ctx, param, values) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+@import_group.command("torch")
+@click.argument("target", metavar="TARGET")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=INPUT:AXIS",
+              help="Name an input axis as a dim (repeatable; S=input_ids:1, img=x:2,3). Axis 0 of every input is B.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Spec file to write (default: print the spec).")
+@click.option("--config", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="With hf:ModelClass: a Hugging Face config.json (default: the class's default config).")
+@click.option("--config-set", "config_sets", multiple=True, callback=_key_values, metavar="KEY=VALUE",
+              help="With hf:ModelClass: set a config key or a constructor argument (repeatable).")
+@click.option("--output-field", default=None, metavar="NAME",
+              help="The model output the spec ends at (pooler_output; a tuple index); default: its first tensor.")
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
+              help="The spec's precision (default: the config's dtype, else the parameters').")
+@click.option("--allow-unmapped", is_flag=True,
+              help="Write the spec even when parts cannot be mapped, as `unmapped` layers eval lists.")
+@click.option("--no-check", is_flag=True, help="Skip the validate --against check of the written spec.")
+@options.output_format("yaml", "json", default="yaml")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+def import_torch_command(target, dims, output, config, config_sets, output_field, dtype, allow_unmapped, no_check,
+                         fmt, quiet):
+    """Write a spec from TARGET (package.module:callable or hf:ModelClass) traced on meta; check it (docs/import.md)."""
+    from costspec.trace.command import run_import
+
+    report = run_import(target, dims, output, config, config_sets, output_field, dtype, allow_unmapped,
+                        not no_check, quiet)
+    if fmt == "json":
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        if not output:
+            click.echo(report.text, nl=False)
+        for line in report.lines():
+            click.echo(line, err=not output)
+    report.raise_if_failed()

@@ -15,5 +15,6 @@ from costspec.ops import (  # noqa: F401
     scale,
     shape_ops,
     ssm,
+    unmapped,
 )
 from costspec.ops.registry import OPS, register_op, spec_ops  # noqa: F401

@@ -34,6 +34,7 @@ ATTR_SCHEMAS: dict[str, tuple[dict, str]] = {
                "a list of non-negative integers or expressions"),
     "expr": ({"anyOf": [{"type": "number"}, {"type": "string"}]}, "a number or an expression of the dims"),
     "bool": ({"type": "boolean"}, "true or false"),
+    "text": ({"type": "string"}, "any text (a description, never an expression)"),
     "number": ({"type": "number"}, "a number"),
     "axis": ({"type": "integer"}, "an integer axis (negative counts from the end)"),
     "shape": ({"type": "array", "minItems": 1,

@@ -117,6 +117,8 @@ class AttributeReader:
             return tuple(raw)
         if attr.kind in ("values", "value"):  # names of values, resolved by the dataflow (Dataflow.read_values)
             return raw
+        if attr.kind == "text":  # a description, read as it is
+            return raw
         if attr.kind == "expr":  # any value of the dims (a constant factor such as sqrt(C)), not only integers
             value = parse_expr(raw, env.names, where)
             if not isinstance(value, sympy.Expr) or value.has(sympy.zoo, sympy.nan):
