@@ -162,7 +162,8 @@ def test_real_specs_are_far_inside_every_budget():
 
     for path in sorted((ROOT / "specs").glob("*.yaml")):
         model = costspec.load(path)
-        assert budget.count_op_instances(model.doc.data) < budget.MAX_OP_INSTANCES // 100
+        # 20x headroom: MobileNetV2 writes its 17 inverted residual blocks out (118 op instances)
+        assert budget.count_op_instances(model.doc.data) < budget.MAX_OP_INSTANCES // 20
         for expand in (False, True):
             symbols = choose_symbols(model, None, expand)
             cost = model.cost("train")
