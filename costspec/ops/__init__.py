@@ -6,6 +6,7 @@ from costspec.ops import (  # noqa: F401
     join,
     layout,
     linear,
+    mla,
     mlp,
     moe,
     norm,
