@@ -148,9 +148,9 @@ def sdpa_call(call: OpCall) -> Sdpa:
     return Sdpa(g.b, g.h, g.h, g.s, g.s, g.dn + g.dr, g.dv, causal=a.causal, useful=useful)
 
 
-def _heads_work(l: Linear, h: Expr, pass_: Phase) -> Work:
+def _heads_work(p: Linear, h: Expr, pass_: Phase) -> Work:
     """h GEMMs (rows x k) @ (k x n); backward dW and dX (the input always needs its gradient)."""
-    flops = FLOPS_PER_MAC * h * l.rows * l.k * l.n
+    flops = FLOPS_PER_MAC * h * p.rows * p.k * p.n
     return Work({"gemm": flops if pass_ == Phase.FORWARD else 2 * flops})
 
 
@@ -206,10 +206,10 @@ class MultiHeadLatentAttention(OpDef):
     def forward(self, call: OpCall):
         g = Geom.of(call)
         before, after = linears(call)
-        lin = {l.name: Part(l.name, linear_forward(l.rows, l.k, l.n, l.bias), l.k * l.n + (l.n if l.bias else 0))
-               for l in before + after}
-        heads = {l.name: Part(l.name, _heads_work(l, g.h, Phase.FORWARD), g.h * l.k * l.n)
-                 for l in heads_products(call)}
+        lin = {p.name: Part(p.name, linear_forward(p.rows, p.k, p.n, p.bias), p.k * p.n + (p.n if p.bias else 0))
+               for p in before + after}
+        heads = {p.name: Part(p.name, _heads_work(p, g.h, Phase.FORWARD), g.h * p.k * p.n)
+                 for p in heads_products(call)}
         parts = []
         if low_rank_q(call):
             parts += [lin["q_a"], Part("q_norm", pointwise("rmsnorm", g.m * g.rq), g.rq), lin["q_b"]]
@@ -230,9 +230,9 @@ class MultiHeadLatentAttention(OpDef):
         g = Geom.of(call)
         before, after = linears(call)
         first = {"q_a", "q", "kv_a"}  # these read the layer's input
-        lin = {l.name: Part(l.name, linear_backward(l.rows, l.k, l.n, l.bias, input_grad or l.name not in first))
-               for l in before + after}
-        heads = {l.name: Part(l.name, _heads_work(l, g.h, Phase.BACKWARD)) for l in heads_products(call)}
+        lin = {p.name: Part(p.name, linear_backward(p.rows, p.k, p.n, p.bias, input_grad or p.name not in first))
+               for p in before + after}
+        heads = {p.name: Part(p.name, _heads_work(p, g.h, Phase.BACKWARD)) for p in heads_products(call)}
         sdpa = sdpa_backward(sdpa_call(call), call.attrs.backend)
         if input_grad:  # x feeds the q path and kv_a: their dX summed
             sdpa = sdpa + pointwise("add", g.m * g.c)
@@ -255,22 +255,22 @@ class MultiHeadLatentAttention(OpDef):
         g = Geom.of(call)
         before, after = linears(call)
         first = {"q_a", "q", "kv_a"}
-        out = {l.name: linear_outputs(l.rows, l.k, l.n, pass_, input_grad or l.name not in first)
-               for l in before + after}
-        for l in heads_products(call):
-            out[l.name] = g.h * (l.rows * l.n if pass_ == Phase.FORWARD else l.k * l.n + l.rows * l.k)
+        out = {p.name: linear_outputs(p.rows, p.k, p.n, pass_, input_grad or p.name not in first)
+               for p in before + after}
+        for p in heads_products(call):
+            out[p.name] = g.h * (p.rows * p.n if pass_ == Phase.FORWARD else p.k * p.n + p.rows * p.k)
         return out
 
     def gemms(self, call: OpCall) -> list[Gemm]:
         """The projections on the B*S rows; uk and uv as h GEMMs; SDPA's QK^T and AV per (problem, head)."""
         before, after = linears(call)
         g = Geom.of(call)
-        out = [Gemm(l.name, l.rows, l.n, l.k) for l in before]
-        out += [Gemm(l.name, l.rows, l.n, l.k, g.h) for l in heads_products(call)]
+        out = [Gemm(p.name, p.rows, p.n, p.k) for p in before]
+        out += [Gemm(p.name, p.rows, p.n, p.k, g.h) for p in heads_products(call)]
         sd = sdpa_call(call)
         out += [Gemm("sdpa", sd.sq, sd.sk, sd.d, sd.b * sd.h, "sdpa", ("k",)),
                 Gemm("sdpa", sd.sq, sd.dv, sd.sk, sd.b * sd.h, "sdpa", ("n",))]
-        return out + [Gemm(l.name, l.rows, l.n, l.k) for l in after]
+        return out + [Gemm(p.name, p.rows, p.n, p.k) for p in after]
 
     # -- validation ---------------------------------------------------------------------------
     def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
@@ -287,13 +287,13 @@ class MultiHeadLatentAttention(OpDef):
         g = Geom.of(call)
         before, after = linears(call)
         first = {"q_a", "q", "kv_a"}
-        lin = {l.name: linear_traffic(l.name, l.rows, l.k, l.n, l.bias, pass_, input_grad or l.name not in first)
-               for l in before + after}
-        for l in heads_products(call):
-            lin[l.name] = linear_traffic(l.name, g.h * l.rows, l.k, l.n, False, pass_, True)
-            weights = g.h * l.k * l.n - l.k * l.n  # h weights, where linear_traffic reads (writes) one
-            lin[l.name] = Traffic(l.name, lin[l.name].reads + (weights if pass_ == Phase.FORWARD else 2 * weights),
-                                  lin[l.name].writes + (ZERO if pass_ == Phase.FORWARD else weights))
+        lin = {p.name: linear_traffic(p.name, p.rows, p.k, p.n, p.bias, pass_, input_grad or p.name not in first)
+               for p in before + after}
+        for p in heads_products(call):
+            lin[p.name] = linear_traffic(p.name, g.h * p.rows, p.k, p.n, False, pass_, True)
+            weights = g.h * p.k * p.n - p.k * p.n  # h weights, where linear_traffic reads (writes) one
+            lin[p.name] = Traffic(p.name, lin[p.name].reads + (weights if pass_ == Phase.FORWARD else 2 * weights),
+                                  lin[p.name].writes + (ZERO if pass_ == Phase.FORWARD else weights))
         fwd = pass_ == Phase.FORWARD
         norms = []
         for name, n, w in (("q_norm", g.m * g.rq, g.rq), ("kv_norm", g.m * g.r, g.r)):
