@@ -124,13 +124,16 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
         return first_tensor(out, target.output)
 
     def alias_inputs(m, args):
-        """A decomposed module (RMSNorm) reads its own alias of its input, as the spec's modules do
-        (costspec.nn.autograd.alias): the gradient sum at a residual fork then forms outside the norm's
-        backward scope instead of being folded into its one rmsnorm_backward record."""
+        """A decomposed module (RMSNorm) and a linear layer read their own alias of their input, as the spec's
+        modules do (costspec.nn.autograd.alias): the gradient sum at a residual fork then forms outside the
+        norm's backward scope instead of being folded into its one rmsnorm_backward record, and sibling
+        projections of one input (DeepSeek's q_a_proj and kv_a_proj_with_mqa) each close their backward scope
+        with their own input gradient, so one's scope does not stay open over the other's path (a decomposed
+        norm on it would be counted op by op in the wrong module)."""
         if id(m) not in names:
             return None
         called.append(names[id(m)])
-        if runtime_count.decomposed_kinds(m) is None:
+        if runtime_count.decomposed_kinds(m) is None and not isinstance(m, torch.nn.Linear):
             return None
         return tuple(a.view_as(a) if isinstance(a, torch.Tensor) and a.requires_grad else a for a in args)
 

@@ -167,8 +167,12 @@ class MultiHeadLatentAttention(OpDef):
            "inference form (attention over the latent).")
     default_name = "attn"
     attrs = ATTRS
-    runtime = Runtime(fused={"sdpa": ("scaled_dot_product", "flash_attention", "efficient_attention",
-                                      "cudnn_attention")}, kernels={"gemm": "gemm", "sdpa": "attention"})
+    runtime = Runtime(
+        # transformers' interleaved RoPE (DeepSeek-V3) rotates with x1*cos - x2*sin: a subtraction is an add
+        aten={"aten.sub": "add"},
+        fused={"sdpa": ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")},
+        kernels={"gemm": "gemm", "sdpa": "attention"},
+    )
 
     def output_shape(self, call: OpCall):
         requires(self, call, 3, "tokens [B, S, C]")
