@@ -136,6 +136,21 @@ def _mla(draw):
     return {"B": draw(st.integers(1, 3))}, ["B", draw(small), c], with_grad(draw, [{"mla": attrs}])
 
 
+def _disentangled(draw):  # DeBERTa: a shared relative-position table, then 1-3 disentangled attention layers
+    heads, span, layers = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    c = heads * draw(st.integers(1, 3))
+    attrs = {"heads": heads, "span": span, "share_att_key": draw(st.booleans()), "bias": draw(st.booleans())}
+    attrs.update(draw(st.sampled_from([{"c2p": True, "p2c": True}, {"c2p": False}, {"p2c": False}])))
+    table = {"rel_embeddings": {"rows": 2 * span + draw(st.integers(0, 2)), "readers": layers,
+                                "norm": draw(st.booleans())}}
+    body = [{"disentangled_attention": attrs}, {"linear": {"out": c}}]
+    return {"B": draw(st.integers(1, 3))}, ["B", draw(small), c], with_grad(draw, [table] + body * layers)
+
+
+CASES["disentangled_attention"] = _disentangled
+CASES["rel_embeddings"] = _disentangled
+
+
 def _image(draw, channels=None):  # at least 3x3: a 2x2 kernel with dilation 2 spans 3 pixels
     return {"B": draw(st.integers(1, 3))}, ["B", channels or draw(small), draw(st.integers(3, 7)),
                                              draw(st.integers(3, 7))]

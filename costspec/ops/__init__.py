@@ -2,6 +2,7 @@
 from costspec.ops import (  # noqa: F401
     attention,
     conv,
+    disentangled,
     embed,
     join,
     layout,
