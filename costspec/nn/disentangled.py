@@ -11,8 +11,8 @@ from costspec.nn.autograd import FanOut, alias
 
 
 class RelEmbeddingTable(nn.Module):
-    """The running value passes through; `table` makes the normalised table for `readers` attention layers
-    (each takes a slot of `shared` with `add_reader`)."""
+    """The running value passes through `table`, which makes the normalised table for `readers` attention
+    layers (each takes a slot of `shared` with `add_reader`)."""
 
     def __init__(self, rows: int, dim: int, norm: bool, readers: int):
         super().__init__()
@@ -27,13 +27,34 @@ class RelEmbeddingTable(nn.Module):
         return self.linked - 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.shared = self.table()
+        self.shared, x = self.table(x)
         return x
+
+
+class FanOutWith(torch.autograd.Function):
+    """One tensor handed to n + 1 readers (FanOut), and the running value passed through the same node: the
+    readers' gradients are summed once the running value's gradient has arrived too, so the sum runs after
+    every reader's backward, in the scope of the module that made the table."""
+
+    @staticmethod
+    def forward(ctx, table: torch.Tensor, x: torch.Tensor, n: int):
+        ctx.set_materialize_grads(False)
+        return (*(table.view_as(table) for _ in range(n + 1)), x.view_as(x))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        *readers, gx = grads
+        present = [g for g in readers if g is not None]
+        total = present[0] if present else None
+        for g in present[1:]:
+            total = total + g
+        return total, gx, None
 
 
 class SharedTable(nn.Module):
     """A learned (rows, C) table, LayerNorm-ed and handed out as one view per reader; the readers' gradients
-    are summed here (FanOut), in this module's backward scope whether or not the running value needs one."""
+    are summed here. A running value that needs a gradient passes through the same node (FanOutWith), else
+    beside it (FanOut): either way the sum and the norm's backward run in this module's backward scope."""
 
     def __init__(self, rows: int, dim: int, norm: bool, readers: int):
         super().__init__()
@@ -43,11 +64,14 @@ class SharedTable(nn.Module):
             self.norm_weight = nn.Parameter(torch.ones(dim))
             self.norm_bias = nn.Parameter(torch.zeros(dim))
 
-    def forward(self) -> tuple[torch.Tensor, ...]:
+    def forward(self, x: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         table = self.weight
         if self.norm:
             table = F.layer_norm(table, (table.shape[-1],), self.norm_weight, self.norm_bias)
-        return FanOut.apply(table, self.readers - 1)  # one view per reader
+        if not x.requires_grad:
+            return FanOut.apply(table, self.readers - 1), x  # one view per reader
+        *views, x = FanOutWith.apply(table, x, self.readers - 1)
+        return tuple(views), x
 
 
 class DisentangledSelfAttention(nn.Module):
@@ -82,6 +106,10 @@ class DisentangledSelfAttention(nn.Module):
     def _heads(self, t: torch.Tensor) -> torch.Tensor:  # (..., n, h*d) -> (..., h, n, d)
         return t.unflatten(-1, (self.heads, self.head_dim)).transpose(-3, -2)
 
+    @staticmethod
+    def _repeat(t: torch.Tensor, b: int) -> torch.Tensor:  # (h, 2K, d) -> (B, h, 2K, d), as (B*h, 2K, d)
+        return t.repeat(b, 1, 1).view(b, *t.shape)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, S, C)
         if self.source is None or not self.source[0].shared:
             raise RuntimeError("a disentangled attention layer ran before its relative-position table")
@@ -90,12 +118,13 @@ class DisentangledSelfAttention(nn.Module):
         q, k, v = (self._heads(lin(alias(x))) for lin in (self.q, self.k, self.v))  # (B, h, S, d)
         table = self.source[0].shared[self.source[1]][: 2 * self.span]  # (2K, C)
         scores = torch.matmul(q, (k / self.scale).transpose(-1, -2))  # (B, h, S, S)
+        # the projected table repeated over the batch, as DeBERTa does (its gradient summed back when B > 1)
         if self.c2p:  # q against the table projected by the key projection, at each pair's bucket
-            pos_k = self._heads((self.k if self.share else self.pos_k)(alias(table)))  # (h, 2K, d)
+            pos_k = self._repeat(self._heads((self.k if self.share else self.pos_k)(alias(table))), b)
             c2p = torch.matmul(q, pos_k.transpose(-1, -2))[:, :, self.rows, self.c2p_pos]  # (B, h, S, S)
             scores = scores + c2p / self.scale
         if self.p2c:  # k against the table projected by the query projection, transposed to (query, key)
-            pos_q = self._heads((self.q if self.share else self.pos_q)(alias(table)))  # (h, 2K, d)
+            pos_q = self._repeat(self._heads((self.q if self.share else self.pos_q)(alias(table))), b)
             p2c = torch.matmul(k, pos_q.transpose(-1, -2))[:, :, self.rows, self.p2c_pos].transpose(-1, -2)
             scores = scores + p2c / self.scale
         o = torch.matmul(F.softmax(scores, dim=-1), v)  # (B, h, S, d)

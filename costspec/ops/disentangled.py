@@ -31,6 +31,7 @@ from costspec.ops.work import (
     Part,
     Traffic,
     Work,
+    above_one,
     linear_backward,
     linear_forward,
     linear_outputs,
@@ -104,14 +105,13 @@ def _attention_forward(g: Geom) -> Work:
 def _attention_backward(call: OpCall, g: Geom, input_grad: bool) -> Work:
     """AV's and QK^T's two products each, softmax_backward, the k scale; per term its two products, the scale,
     the gathered scores' gradient added into their buckets (scatter_add, b*h*S*S) and the projected table's
-    gradient summed over the batch it was broadcast to (b*h*2K*d: autograd sums a broadcast operand even over a
-    batch of one, the operand having one dim less); q (k) read by QK^T and by
+    gradient summed over the batch it was repeated to (b*h*2K*d, none at b = 1); q (k) read by QK^T and by
     c2p (p2c): their gradients summed; the input read by q, k, v and the table read by two projections: theirs."""
     a = call.attrs
     work = Work({"sdpa": FLOPS_PER_MAC * 4 * g.scores * g.d}) + pointwise("softmax_backward", g.scores)
     work = work + pointwise("scale", g.nq) + Work({"gemm": FLOPS_PER_MAC * 2 * g.terms * g.b * g.h * g.s * g.k2 * g.d})
     work = work + pointwise("scale", g.terms * g.scores) + pointwise("scatter_add", g.terms * g.scores)
-    work = work + pointwise("bias_grad", g.terms * g.b * g.h * g.k2 * g.d)
+    work = work + pointwise("bias_grad", g.terms * above_one(g.b) * g.b * g.h * g.k2 * g.d)
     work = work + pointwise("add", g.terms * g.nq)  # q (c2p) and k (p2c): a second reader each
     if input_grad:
         work = work + pointwise("add", 2 * g.m * g.c)

@@ -185,3 +185,38 @@ def test_alternating_local_attention_matches_modernbert(pass_):
     if pass_ == "forward":  # the local layer's mask: flash selects per score; meta's math SDPA adds it
         applied = [a for a in result.reconciliations if a.rule == "sdpa-math-decomposition" and a.row == "local.attn.sdpa"]
         assert applied and applied[0].pointwise == {"add": 4 * 32 * 32, "select": -4 * 32 * 32}
+
+
+# -- DeBERTa-v2/v3's disentangled attention ----------------------------------------------------------------
+def deberta(pass_: str):
+    """transformers' DebertaV2Model as DeBERTa-v3 configures it (relative attention with log buckets, the table
+    normalised, share_att_key, c2p and p2c, no absolute positions), small, with an all-ones attention mask (its
+    relative-attention keys are not config attributes transformers declares: the config is built directly)."""
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    from costspec.against.target import spec_input
+
+    config = DebertaV2Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96,
+                             vocab_size=100, max_position_embeddings=64, relative_attention=True, position_buckets=4,
+                             norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type="p2c|c2p",
+                             position_biased_input=False, type_vocab_size=0)
+    with torch.device("meta"):
+        real = DebertaV2Model(config).eval()
+    model = load(SPECS / "deberta_v2_disentangled.yaml")
+    values = model.bind()
+    ids = spec_input(model, values, "meta")
+    mask = torch.ones(ids.shape, dtype=torch.long, device="meta")
+    return validate_against(model, values, Target("DebertaV2Model", real, (ids,), {"attention_mask": mask}), pass_)
+
+
+@pytest.mark.parametrize("pass_", PASSES)
+def test_disentangled_attention_matches_deberta_v2(pass_):
+    result = deberta(pass_)
+    assert_exact(result)
+    B, S, C, h, d, K2, L = 2, 16, 64, 4, 16, 8, 2
+    attn = row(result, "forward", "encoder.layers.attn")
+    # q, k, v on the B*S tokens; the table's 2K rows through k (c2p) and q (p2c); QK^T and AV; c2p and p2c
+    linears = 3 * 2 * B * S * C * C + 2 * 2 * K2 * C * C
+    assert attn.real_matmul == attn.spec_matmul == L * (linears + 2 * 2 * B * h * S * S * d + 2 * 2 * B * h * S * K2 * d)
+    table = row(result, "forward", "encoder.rel_embeddings")
+    assert table.real_params == table.spec_params == K2 * C + 2 * C  # the table and its LayerNorm
