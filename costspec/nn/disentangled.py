@@ -65,7 +65,7 @@ class SharedTable(nn.Module):
             self.norm_bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-        table = self.weight
+        table: torch.Tensor = self.weight
         if self.norm:
             table = F.layer_norm(table, (table.shape[-1],), self.norm_weight, self.norm_bias)
         if not x.requires_grad:

@@ -71,9 +71,12 @@ ATTRS = (
     Attr("backend", "choice", "attention kernel family the cost follows: flash (GPU default: the backward "
          "recomputes QK^T), math (PyTorch's SDPA decomposition, as on meta tensors) or eager (explicit matmul, "
          "softmax, matmul)", default="flash", choices=("flash", "math", "eager")),
-    Attr("absorb", "bool", "the weight-absorbed inference form: W_UK applied to q (uk), W_UV to the attention "
-         "output (uv), attention over the latent (one key/value head of r + d_r, values r). Same parameters; "
-         "see the op's notes for the cost difference", default=False),
+    Attr("absorb", "bool", "the weight-absorbed inference form: W_UK applied to q (uk: per head d_n -> r), W_UV to "
+         "the attention output (uv: per head r -> d_v), attention over the latent (one key/value head of r + d_r, "
+         "values r). Same parameters; the projections cost the same per token (uk + uv: 2*B*S*h*r*(d_n + d_v) "
+         "FLOPs, as kv_b); SDPA costs 2*B*h*S^2*(2r + d_r) instead of 2*B*h*S^2*(d_n + d_r + d_v) (DeepSeek-V3: "
+         "1088 against 320, 3.4x): worth it where keys are many and queries few (decoding from a cache)",
+         default=False),
     Attr("mscale", "number", "YaRN's attention factor on the softmax scale, scale = mscale^2 / sqrt(d_n + d_r) "
          "(transformers applies it for rope_type yarn with mscale_all_dim: mscale = 0.1*mscale_all_dim*ln(factor) "
          "+ 1). It multiplies the same scores: it changes no FLOPs. Default 1", default=1.0),
