@@ -1,7 +1,8 @@
 """The attention variants against the transformers modules that run them, on meta, forward and train: every
 row PASS (matmul FLOPs after the named rules, parameters, every pointwise kind), at two layers and small widths.
 
-DeepSeek-V3's multi-head latent attention (`mla`, dense MLPs so no router is involved), Gemma 2's soft-capped
+DeepSeek-V3's and DeepSeek-V2-Lite's multi-head latent attention (`mla`, dense MLPs so no router is
+involved), Gemma 2's soft-capped
 attention and post-norms (the zoo spec, shrunk), gpt-oss's attention sinks (GptOssAttention alone: its MoE
 block is not this file's), q/k norms (Qwen3: RMSNorm per head; OLMo-2: RMSNorm over the width, norms after the
 attention and the MLP; Cohere: LayerNorm per head with a weight per head), ModernBERT's alternating global and
@@ -63,6 +64,16 @@ def test_mla_matches_deepseek_v3_attention(pass_):
     assert attn.real_matmul == attn.spec_matmul == 2 * (linears + 2 * h * 16 * 16 * 20) == 532_480
     # q_a, q_a_layernorm, q_b, kv_a, kv_a_layernorm, kv_b, o (no biases)
     assert attn.real_params == 2 * (C * 24 + 24 + 24 * h * 12 + C * 20 + 16 + 16 * h * 16 + h * 8 * C) == 14_160
+
+
+@pytest.mark.parametrize("pass_", PASSES)
+def test_mla_with_one_q_projection_matches_deepseek_v2_lite_attention(pass_):
+    """q_lora_rank null (DeepSeek-V2-Lite): one q projection; DeepSeek-V2 rotates with complex numbers."""
+    config = {**DEEPSEEK, "q_lora_rank": "null"}
+    result = check(load(SPECS / "deepseek_v2_lite_dense.yaml"), "hf:DeepseekV2Model", pass_, config)
+    assert_exact(result)
+    attn = row(result, "forward", "layers.attn")
+    assert attn.real_params == attn.spec_params == 2 * (64 * 4 * 12 + 64 * 20 + 16 + 16 * 4 * 16 + 4 * 8 * 64)
 
 
 def test_absorbed_mla_costs_the_latent_attention_and_the_same_projections():
