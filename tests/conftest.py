@@ -149,6 +149,17 @@ SLOW_CASES = (
     "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[forward-mamba_130m]",
     "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[backward-mamba_130m]",
     "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[train-mamba_130m]",
+    # gemma2_2b: 3-13 s each (its 26 soft-capped layers at S = 8192 and a 256,000-word LM head)
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[forward-gemma2_2b]",
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[backward-gemma2_2b]",
+    "test_latex.py::test_every_spec_round_trips_through_parse_latex[train-gemma2_2b]",
+    "test_latex.py::test_round_trip_with_substituted_and_expanded_dims[gemma2_2b]",
+    "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[train-gemma2_2b]",
+    "test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[backward-gemma2_2b]",
+    "test_validate.py::test_zoo_validates_exactly[gemma2_2b-forward]",
+    "test_validate.py::test_zoo_validates_exactly[gemma2_2b-train]",
+    "test_roofline.py::test_every_spec_has_bytes_and_times_that_add_up[train-gemma2_2b]",
+    "test_roofline.py::test_every_spec_has_bytes_and_times_that_add_up[backward-gemma2_2b]",
 )
 
 

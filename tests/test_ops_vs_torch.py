@@ -64,7 +64,7 @@ def _attention(draw):
     c = heads * (head_dim if draw(st.booleans()) else draw(st.integers(1, 3)))  # the op needs heads | C
     attrs = {"heads": heads, "head_dim": head_dim, "fused_qkv": draw(st.booleans()),
              "qkv_bias": draw(st.booleans()), "proj_bias": draw(st.booleans()),
-             "backend": draw(st.sampled_from(["flash", "math"])), "rope": rope}
+             "backend": draw(st.sampled_from(["flash", "math", "eager"])), "rope": rope}
     if kv != heads or draw(st.booleans()):
         attrs["kv_heads"] = kv  # grouped-query when kv < heads
     if draw(st.booleans()):  # per-projection biases (fused_qkv needs q, k, v to agree)
@@ -76,8 +76,17 @@ def _attention(draw):
         attrs["rope_dims"] = draw(st.sampled_from([r for r in range(2, head_dim + 1, 2)]))
     if draw(st.booleans()):
         attrs["scale"] = "none"
+    if draw(st.booleans()):  # q/k norms: per head (shared or per-head weights) or over the whole width
+        attrs.update(qk_norm=draw(st.sampled_from(["rmsnorm", "layernorm"])),
+                     qk_norm_over=draw(st.sampled_from(["head", "all"])))
+        if attrs["qk_norm_over"] == "head":
+            attrs["qk_norm_weight"] = draw(st.sampled_from(["shared", "per_head"]))
+        if attrs["qk_norm"] == "layernorm":
+            attrs["qk_norm_bias"] = draw(st.booleans())
+    if attrs["backend"] != "math" and draw(st.booleans()):  # PyTorch's SDPA has neither: run eagerly
+        attrs.update(softcap=draw(st.sampled_from([0, 5.0, 50.0])), sinks=draw(st.booleans()))
     layout = draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal", "sliding", "queries",
-                                   "t5", "swin", "shifted"]))
+                                   "t5", "swin", "shifted", "local", "cross"]))
     grid = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
     s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos", "swin") else draw(small)
     if "window" in layout:  # windows that do not divide the grid pad it, as SAM does
@@ -89,6 +98,14 @@ def _attention(draw):
     if layout == "sliding":
         attrs.update(causal=True, sliding_window=draw(st.integers(1, 4)),
                      causal_flops=draw(st.sampled_from(["executed", "useful"])))
+    if layout == "local":  # ModernBERT's bidirectional band |i - j| <= w // 2
+        attrs.update(local_window=draw(st.integers(2, 6)), causal_flops=draw(st.sampled_from(["executed", "useful"])))
+    pre = []
+    if layout == "cross":  # keys and values from the first t tokens of a saved value (t <= s: causal is top-left)
+        t = draw(st.integers(1, s))
+        pre = [{"linear": {"out": c}, "save": "src"}, {"slice": {"axis": 1, "start": 0, "end": t}, "save": "enc"},
+               {"layernorm": {}, "input": "src"}]
+        attrs.update(kv="enc", causal=draw(st.booleans()), causal_flops=draw(st.sampled_from(["executed", "useful"])))
     if layout == "queries":
         attrs.update(queries=draw(st.integers(1, 3)), rope=False)
         attrs.pop("rope_dims", None)
@@ -104,7 +121,34 @@ def _attention(draw):
         attrs.update(window=w, grid=grid, shift=draw(st.integers(1, w - 1)))
         if draw(st.booleans()):
             attrs["rel_bias"] = "swin"
-    return {"B": draw(st.integers(1, 3))}, ["B", s, c], with_grad(draw, [{"attention": attrs}])
+    return {"B": draw(st.integers(1, 3))}, ["B", s, c], (pre or with_grad(draw, [])) + [{"attention": attrs}]
+
+
+@case("mla")
+def _mla(draw):
+    heads = draw(st.integers(1, 3))
+    attrs = {"heads": heads, "kv_lora_rank": draw(st.integers(1, 6)), "q_lora_rank": draw(st.integers(0, 4)),
+             "qk_nope_head_dim": draw(st.integers(1, 3)), "qk_rope_head_dim": 2 * draw(st.integers(1, 2)),
+             "v_head_dim": draw(st.integers(1, 3)), "bias": draw(st.booleans()), "causal": draw(st.booleans()),
+             "causal_flops": draw(st.sampled_from(["executed", "useful"])), "absorb": draw(st.booleans()),
+             "backend": draw(st.sampled_from(["flash", "math", "eager"]))}
+    c = draw(st.integers(1, 6))
+    return {"B": draw(st.integers(1, 3))}, ["B", draw(small), c], with_grad(draw, [{"mla": attrs}])
+
+
+def _disentangled(draw):  # DeBERTa: a shared relative-position table, then 1-3 disentangled attention layers
+    heads, span, layers = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    c = heads * draw(st.integers(1, 3))
+    attrs = {"heads": heads, "span": span, "share_att_key": draw(st.booleans()), "bias": draw(st.booleans())}
+    attrs.update(draw(st.sampled_from([{"c2p": True, "p2c": True}, {"c2p": False}, {"p2c": False}])))
+    table = {"rel_embeddings": {"rows": 2 * span + draw(st.integers(0, 2)), "readers": layers,
+                                "norm": draw(st.booleans())}}
+    body = [{"disentangled_attention": attrs}, {"linear": {"out": c}}]
+    return {"B": draw(st.integers(1, 3))}, ["B", draw(small), c], with_grad(draw, [table] + body * layers)
+
+
+CASES["disentangled_attention"] = _disentangled
+CASES["rel_embeddings"] = _disentangled
 
 
 def _image(draw, channels=None):  # at least 3x3: a 2x2 kernel with dilation 2 spans 3 pixels

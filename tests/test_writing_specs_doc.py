@@ -99,7 +99,7 @@ FRAGMENT_CONTEXTS = {
     "{layer_scale: {}}": "dims: {B: 1, S: 16, C: 32}\ninput: [B, S, C]\n",
     "{layer_scale: {axis: 1}}": "dims: {B: 1, C: 32, H: 8}\ninput: [B, C, H, H]\n",
     "queries: 1": "dims: {B: 1, S: 16, C: 32, heads: 4}\ninput: [B, S, C]\n",
-    "kv: enc": "dims: {B: 1, S: 16, T: 8, C: 32, heads: 4}\n",
+    "kv: enc, fused_qkv": "dims: {B: 1, S: 16, T: 8, C: 32, heads: 4}\n",
     "sliding_window: 16": "dims: {B: 1, S: 64, C: 32, heads: 4, KV: 2}\ninput: [B, S, C]\n",
     "rel_bias: t5": "dims: {B: 1, S: 16, C: 32, heads: 4}\ninput: [B, S, C]\n",
     "swin_block": "dims: {B: 1, G: 14, C: 32, heads: 4}\n",
@@ -118,6 +118,19 @@ FRAGMENT_CONTEXTS = {
     "fn: squared_relu": "dims: {B: 1, S: 8, C: 32, F: 64}\ninput: [B, S, C]\n",
     "fn: gelu_new": "dims: {B: 1, S: 8, C: 32}\ninput: [B, S, C]\n",
     "fn: my_act": "dims: {B: 1, S: 8, C: 32, F: 64}\ninput: [B, S, C]\n",
+    # the attention variants
+    "v_head_dim: DV, causal: true}": "dims: {B: 1, S: 16, C: 64, heads: 4, RQ: 24, R: 16, DN: 8, DR: 4, DV: 8}\n"
+                                     "input: [B, S, C]\n",
+    "absorb: true": "dims: {B: 1, S: 16, C: 64, heads: 4, RQ: 24, R: 16, DN: 8, DR: 4, DV: 8}\ninput: [B, S, C]\n",
+    "softcap: 50.0": "dims: {B: 1, S: 16, C: 64, heads: 4, KV: 2, F: 96}\ninput: [B, S, C]\n",
+    "scale: {by: 1/30}": "dims: {B: 1, S: 16, C: 32, V: 100}\ninput: [B, S]\n",
+    "sinks: true": "dims: {B: 1, S: 16, C: 64, heads: 4, KV: 2}\ninput: [B, S, C]\n",
+    "rope: true, causal: true, qk_norm: rmsnorm}": "dims: {B: 1, S: 16, C: 64, heads: 4, KV: 2}\ninput: [B, S, C]\n",
+    "qk_norm_over: all": "dims: {B: 1, S: 16, C: 64, heads: 4, KV: 2, F: 96}\ninput: [B, S, C]\n",
+    "qk_norm_weight: per_head": "dims: {B: 1, S: 16, C: 64, heads: 4, KV: 2}\ninput: [B, S, C]\n",
+    "kv: mem, rope": "dims: {B: 1, S: 16, T: 8, C: 32, heads: 4}\n",
+    "disentangled_attention": "dims: {B: 1, S: 16, C: 32, heads: 4, K: 8, L: 2}\ninput: [B, S, C]\n",
+    "local_window: local": "dims: {B: 1, S: 32, C: 32, heads: 4, F: 48, L: 22, LW: 8}\ninput: [B, S, C]\n",
 }
 # fragments the torch build refuses (an activation the spec's costs: declare has no torch module): the message
 REFUSED_BY_TORCH = {"fn: my_act": "has no torch module"}

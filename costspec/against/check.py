@@ -124,13 +124,16 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
         return first_tensor(out, target.output)
 
     def alias_inputs(m, args):
-        """A decomposed module (RMSNorm) reads its own alias of its input, as the spec's modules do
-        (costspec.nn.autograd.alias): the gradient sum at a residual fork then forms outside the norm's
-        backward scope instead of being folded into its one rmsnorm_backward record."""
+        """A decomposed module (RMSNorm) and a linear layer read their own alias of their input, as the spec's
+        modules do (costspec.nn.autograd.alias): the gradient sum at a residual fork then forms outside the
+        norm's backward scope instead of being folded into its one rmsnorm_backward record, and sibling
+        projections of one input (DeepSeek's q_a_proj and kv_a_proj_with_mqa) each close their backward scope
+        with their own input gradient, so one's scope does not stay open over the other's path (a decomposed
+        norm on it would be counted op by op in the wrong module)."""
         if id(m) not in names:
             return None
         called.append(names[id(m)])
-        if runtime_count.decomposed_kinds(m) is None:
+        if runtime_count.decomposed_kinds(m) is None and not isinstance(m, torch.nn.Linear):
             return None
         return tuple(a.view_as(a) if isinstance(a, torch.Tensor) and a.requires_grad else a for a in args)
 
@@ -151,8 +154,11 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
             hook.remove()
         for cls in decomposed:
             del runtime_count.DECOMPOSED[cls.__name__]
-    described = list(target.described) + [f"{cls.__name__}: counted as torch.nn.RMSNorm (one rmsnorm kind for its "
-                                           "pow / mean / add / rsqrt / mul ops)" for cls in decomposed]
+    described = list(target.described) + [
+        f"{cls.__name__}: counted as torch.nn.LayerNorm (one layernorm kind for its mean / sub / pow / rsqrt / mul ops)"
+        if cls.__name__ in LAYERNORMS_WRITTEN_OUT else
+        f"{cls.__name__}: counted as torch.nn.RMSNorm (one rmsnorm kind for its pow / mean / add / rsqrt / mul ops)"
+        for cls in decomposed]
     real = RealModules.of(module, called)
     rowmap = build_mapping(model, real, values)
     entries = _ignore_entries(model)
@@ -253,18 +259,25 @@ def _extra_rules(entries: list[Ignored], paths: list[str], rowmap: RowMap, phase
 # RMSNorm classes whose name does not say so: T5's "LayerNorm" scales by the root mean square (no mean
 # subtracted, no bias), as nn.RMSNorm does (T5 and its descendants: mT5, UMT5, LongT5, Pix2Struct)
 RMSNORM_BY_OTHER_NAMES = frozenset({"T5LayerNorm"})
+# LayerNorm classes written out op by op (mean, x - mean, pow, mean, rsqrt, * weight) instead of calling
+# F.layer_norm: Cohere's (its q/k norm normalises each head with a (heads, d) weight)
+LAYERNORMS_WRITTEN_OUT = frozenset({"CohereLayerNorm"})
 
 
 def _rmsnorm_classes(module) -> list[type]:
     """RMSNorm classes of the real model (LlamaRMSNorm, ...) counted as torch.nn.RMSNorm is: their
-    pow / mean / add / rsqrt / mul ops as one rmsnorm kind (registered for this run only)."""
+    pow / mean / add / rsqrt / mul ops as one rmsnorm kind; LayerNorms written out op by op as one
+    layernorm kind (registered for this run only)."""
     from costspec.runtime import runtime_count
 
     classes = sorted({type(m) for m in module.modules()
-                      if (type(m).__name__.endswith("RMSNorm") or type(m).__name__ in RMSNORM_BY_OTHER_NAMES)
+                      if (type(m).__name__.endswith("RMSNorm") or type(m).__name__ in RMSNORM_BY_OTHER_NAMES
+                          or type(m).__name__ in LAYERNORMS_WRITTEN_OUT)
                       and runtime_count.decomposed_kinds(m) is None}, key=str)
     for cls in classes:
-        runtime_count.DECOMPOSED[cls.__name__] = runtime_count.DECOMPOSED["RMSNorm"]
+        layernorm = cls.__name__ in LAYERNORMS_WRITTEN_OUT
+        runtime_count.DECOMPOSED[cls.__name__] = (("layernorm", "layernorm_backward") if layernorm
+                                                  else runtime_count.DECOMPOSED["RMSNorm"])
     return classes
 
 

@@ -76,6 +76,7 @@ class Backend(Word):
 
     FLASH = "flash"
     MATH = "math"
+    EAGER = "eager"
 
 
 class Device(Word):

@@ -1,6 +1,10 @@
-"""The `attention` module (`SelfAttention`: projections, positions, SDPA, output projection) and
-SAM's / Swin's windows on a token grid (partition, unpartition, the shifted windows' mask)."""
+"""The `attention` module (`SelfAttention`: projections, q/k norms, positions, SDPA or eager attention,
+output projection), eager attention with soft-capping and sinks (`eager_attention`), the score masks
+(`band_mask`), and SAM's / Swin's windows on a token grid (partition, unpartition, the shifted
+windows' mask)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -8,6 +12,59 @@ import torch.nn.functional as F
 
 from costspec.nn.autograd import alias
 from costspec.nn.positions import RelBiasTable, RelPosBias, Rotary
+from costspec.nn.qk_norm import QKNorm
+
+
+@dataclass(frozen=True)
+class Scores:
+    """How the scores are formed beyond SDPA's options: eagerly (explicit matmul / softmax / matmul),
+    soft-capped, with sinks; a bidirectional local window; the queries' length (cross-attention)."""
+
+    eager: bool = False
+    softcap: float = 0.0
+    sinks: bool = False
+    local_window: int = 0
+    q_len: int = 0  # 0: as many queries as keys
+
+
+def band_mask(q_len: int, k_len: int, causal: bool, sliding: int = 0, local: int = 0) -> torch.Tensor:
+    """An additive (q_len, k_len) mask, built once: 0 where query i may see key j, -inf elsewhere -- causal
+    (top-left aligned: j <= i), a causal sliding window (i - w < j <= i) or a local window
+    (|i - j| <= local // 2)."""
+    i = torch.arange(q_len)[:, None]
+    j = torch.arange(k_len)[None, :]
+    allowed = torch.ones(q_len, k_len, dtype=torch.bool)
+    if causal:
+        allowed &= j <= i
+    if sliding:
+        allowed &= i - j < sliding
+    if local:
+        allowed &= (i - j).abs() <= local // 2
+    return torch.zeros(q_len, k_len).masked_fill(~allowed, float("-inf"))
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
+                    softcap: float = 0.0, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention as transformers' eager_attention_forward runs it: k and v repeated to the query heads,
+    scores = q k^T * scale, soft-capped (cap * tanh(scores / cap)), the mask added, softmax (with a sink
+    logit per head appended to every row and dropped after it), times v. q: (B, h, Sq, d); k, v:
+    (B, kv, Sk, d)."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:  # repeat_kv: (B, kv, Sk, d) -> (B, h, Sk, d); its backward sums each group
+        k = k[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2)
+        v = v[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, h, Sq, Sk)
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    if mask is not None:
+        scores = scores + mask
+    if sinks is not None:
+        b, h, sq, _ = scores.shape
+        rows = torch.cat([scores, sinks.view(1, h, 1, 1).expand(b, h, sq, 1)], dim=-1)  # (B, h, Sq, Sk + 1)
+        probs = F.softmax(rows, dim=-1)[..., :-1]
+    else:
+        probs = F.softmax(scores, dim=-1)
+    return torch.matmul(probs, v)  # (B, h, Sq, d)
 
 
 def window_partition(x: torch.Tensor, window: int) -> tuple[torch.Tensor, tuple[int, int]]:
@@ -46,16 +103,20 @@ def shift_window_mask(grid: tuple[int, int], window: int, shift: int) -> torch.T
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention: q/k/v projections (fused `qkv` or `q`, `k`, `v`), optional `rope` and
-    `rel_pos`, SDPA (causal, grouped-query), `proj`; optionally within windows of a token grid."""
+    """Multi-head self-attention: q/k/v projections (fused `qkv` or `q`, `k`, `v`), optional `q_norm` and
+    `k_norm`, `rope` and `rel_pos`, SDPA (causal, grouped-query) or eager attention (soft-capping,
+    sinks), `proj`; optionally within windows of a token grid."""
 
     def __init__(self, dim: int, heads: int, head_dim: int, qkv_bias: bool = True, proj_bias: bool = True,
                  fused_qkv: bool = True, kv_heads: int | None = None, gqa: bool = False, window: int = 0,
                  grid: tuple[int, int] | None = None, rel_pos: bool = False, rope: bool = False,
                  rope_len: int = 0, causal: bool = False, qkv_biases: tuple[bool, bool, bool] | None = None,
                  rope_dims: int = 0, sliding_window: int = 0, queries: int = 0,
-                 rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0, cross: int = 0):
+                 rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0, cross: int = 0,
+                 scores: Scores = Scores(), qk_norm: QKNorm | None = None):
         super().__init__()
+        self.eager, self.softcap = scores.eager, scores.softcap
+        q_len = scores.q_len or rope_len
         self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
         self.kv_heads, self.gqa, self.causal = kv_heads or heads, gqa, causal
         self.window, self.grid = window, grid
@@ -80,8 +141,15 @@ class SelfAttention(nn.Module):
             self.q = nn.Linear(dim, inner, bias=qb)
             self.k = nn.Linear(dim, kv_inner, bias=kb)
             self.v = nn.Linear(dim, kv_inner, bias=vb)
-        if rope:
-            self.rope = Rotary(self.rope_dims, rope_len)
+        self.qk_norm_over = qk_norm.over if qk_norm is not None else ""
+        if qk_norm is not None:
+            self.q_norm = qk_norm.make(heads, head_dim)
+            self.k_norm = qk_norm.make(self.kv_heads, head_dim)
+        if rope:  # q and k rotated in one call; with fewer keys than queries (cross-attention), per position
+            positions = None
+            if q_len != rope_len:
+                positions = torch.cat([torch.arange(q_len).repeat(heads), torch.arange(rope_len).repeat(self.kv_heads)])
+            self.rope = Rotary(self.rope_dims, rope_len, positions=positions)
         if rel_pos:
             self.rel_pos = RelPosBias(head_dim, (window, window) if window else grid)
         # ("t5_shared", ...): the bias of an earlier layer's table, (table, slot) set by Attention.link
@@ -91,12 +159,11 @@ class SelfAttention(nn.Module):
             if rel_bias[0] == "t5":
                 self.rel_bias.set_tokens(rope_len)
         self.reads_bias = rel_bias is not None and rel_bias[0] == "t5_shared"
-        if sliding_window:  # additive mask, built once: 0 for keys i-w+1..i, -inf elsewhere
-            i = torch.arange(rope_len)[:, None]
-            j = torch.arange(rope_len)[None, :]
-            allowed = (j <= i) & (i - j < sliding_window)
-            self.register_buffer("window_mask", torch.zeros(rope_len, rope_len).masked_fill(~allowed, float("-inf")),
+        if sliding_window or scores.local_window or (causal and scores.eager):  # an additive mask, built once
+            self.register_buffer("window_mask", band_mask(q_len, rope_len, causal, sliding_window, scores.local_window),
                                  persistent=False)
+        if scores.sinks:
+            self.sinks = nn.Parameter(torch.zeros(heads))
         self.shift = shift
         if shift:  # Swin's mask: tokens of a shifted window see only those of their own region
             self.register_buffer("shift_mask", shift_window_mask(grid, window, shift), persistent=False)
@@ -105,6 +172,26 @@ class SelfAttention(nn.Module):
     def _heads(self, t: torch.Tensor, heads: int) -> torch.Tensor:  # (B, S, heads*d) -> (B, heads, S, d)
         b, s, _ = t.shape
         return t.view(b, s, heads, self.head_dim).transpose(1, 2)
+
+    def _rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k rotated in one call, as fused RoPE kernels do (and one tensor in and out gives the module
+        one backward scope; a two-output module's opens only once both gradients are ready): stacked on the
+        heads, or with fewer keys than queries (cross-attention) flattened to one row per (head, position)."""
+        b, r, d = q.shape[0], self.rope_dims, self.head_dim
+        (sq, sk), split = (q.shape[2], k.shape[2]), (self.heads, self.kv_heads)
+        rest = None
+        if r < d:  # partial rotary: the first rope_dims dims, the rest pass
+            (q, q_rest), (k, k_rest) = q.split((r, d - r), dim=-1), k.split((r, d - r), dim=-1)
+            rest = (q_rest, k_rest)
+        if sq == sk:
+            q, k = self.rope(torch.cat([q, k], dim=1)).split(split, dim=1)
+        else:
+            qk = self.rope(torch.cat([q.flatten(1, 2), k.flatten(1, 2)], dim=1))  # (B, h*Sq + kv*Sk, r)
+            q, k = qk.split((self.heads * sq, self.kv_heads * sk), dim=1)
+            q, k = q.view(b, self.heads, sq, r), k.view(b, self.kv_heads, sk, r)
+        if rest is not None:
+            q, k = torch.cat([q, rest[0]], dim=-1), torch.cat([k, rest[1]], dim=-1)
+        return q, k
 
     def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None) -> torch.Tensor:  # x: (B, S, C)
         b, s, c = x.shape
@@ -132,17 +219,15 @@ class SelfAttention(nn.Module):
             # x feeds three projections: each reads its own alias (see alias); autograd sums their
             # three input gradients in this module's scope (the `sdpa` part's 2 adds per element).
             q, k, v = (lin(alias(x)) for lin in (self.q, self.k, self.v))
+        # each norm reads its own alias: its backward scope closes with its own input gradient (q and k
+        # are siblings, split from one projection or both done by the SDPA's backward at once)
+        if self.qk_norm_over == "all":  # over the whole projected width (OLMo-2)
+            q, k = self.q_norm(alias(q)), self.k_norm(alias(k))
         q, k, v = self._heads(q, self.heads), self._heads(k, self.kv_heads), self._heads(v, self.kv_heads)
+        if self.qk_norm_over == "head":  # over each head's d dims (Qwen3, Cohere)
+            q, k = self.q_norm(alias(q)), self.k_norm(alias(k))
         if hasattr(self, "rope"):
-            # q and k rotated in one call, as fused RoPE kernels do (and one tensor in and out gives the
-            # module one backward scope; a two-output module's opens only once both gradients are ready)
-            qk = torch.cat([q, k], dim=1)
-            if self.rope_dims < self.head_dim:  # partial rotary: the first rope_dims dims, the rest pass
-                rot, rest = qk.split((self.rope_dims, self.head_dim - self.rope_dims), dim=-1)
-                qk = torch.cat([self.rope(rot), rest], dim=-1)
-            else:
-                qk = self.rope(qk)
-            q, k = qk.split((self.heads, self.kv_heads), dim=1)
+            q, k = self._rotate(q, k)
         mask = self.rel_pos(alias(q)) if hasattr(self, "rel_pos") else None  # (B, h, S, S)
         if hasattr(self, "rel_bias"):
             mask = self.rel_bias()  # (1, h, S, S), broadcast over the problems
@@ -157,9 +242,13 @@ class SelfAttention(nn.Module):
         causal = self.causal
         if hasattr(self, "window_mask"):
             mask, causal = self.window_mask, False
-        extra = {"enable_gqa": True} if self.gqa else {}
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
-                                           **extra)  # (B, h, S, d)
+        if self.eager:
+            scale = self.scale if self.scale is not None else self.head_dim ** -0.5
+            o = eager_attention(q, k, v, mask, scale, self.softcap, getattr(self, "sinks", None))
+        else:
+            extra = {"enable_gqa": True} if self.gqa else {}
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
+                                               **extra)  # (B, h, S, d)
         o = o.transpose(1, 2).reshape(o.shape[0], o.shape[2], self.heads * self.head_dim)  # (B, S, h*d)
         o = self.proj(o)  # (B, S, C)
         if self.window:

@@ -14,17 +14,19 @@ from costspec.nn.autograd import FanOut
 class Rotary(nn.Module):
     """Rotary position embedding (Su et al. 2021, as in Llama): x*cos + rotate_half(x)*sin on q and k,
     positions 0..S-1. rotate_half(x) = [-x2, x1] is computed as flip([x1, x2]) * [-1, 1], the sign
-    folded into the sin table: 2 mul + 1 add per element, forward and backward."""
+    folded into the sin table: 2 mul + 1 add per element, forward and backward. `positions`: the position
+    of each row when the rows are not 0..S-1 (cross-attention's q and k rows, flattened per head)."""
 
-    def __init__(self, head_dim: int, seq: int, base: float = 10000.0):
+    def __init__(self, head_dim: int, seq: int, base: float = 10000.0, positions: torch.Tensor | None = None):
         super().__init__()
         half = head_dim // 2
         inv_freq = 1.0 / (base ** (torch.arange(0, half, dtype=torch.float32) / half))
-        freqs = torch.outer(torch.arange(seq, dtype=torch.float32), inv_freq)  # (S, d/2)
+        rows = torch.arange(seq) if positions is None else positions
+        freqs = torch.outer(rows.to(torch.float32), inv_freq)  # (rows, d/2)
         self.register_buffer("cos", torch.cat([freqs.cos(), freqs.cos()], -1), persistent=False)  # (S, d)
         self.register_buffer("sin", torch.cat([-freqs.sin(), freqs.sin()], -1), persistent=False)  # (S, d)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, heads, S, d), q and k heads together
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, heads, S, d) or (B, rows, d): q and k together
         swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]
         return x * self.cos + swapped * self.sin
 

@@ -2,10 +2,12 @@
 from costspec.ops import (  # noqa: F401
     attention,
     conv,
+    disentangled,
     embed,
     join,
     layout,
     linear,
+    mla,
     mlp,
     moe,
     norm,

@@ -132,6 +132,9 @@ class OpDef:
     input_rank: ClassVar[tuple[int, ...] | None] = None  # allowed input ranks, None = any
     in_spec: ClassVar[bool] = True  # False: used by the engine (residual add), not written in specs
     fusable: ClassVar[bool] = False  # a pointwise op `--fusion aggressive` folds into its producer's epilogue
+    # the running value passes through unchanged (a table made for later layers): its output needs a gradient
+    # exactly when its input does, whatever the op's own parameters
+    pass_through: ClassVar[bool] = False
     runtime: ClassVar[Runtime] = Runtime()  # what its module emits at run time (see Runtime)
 
     def schema(self) -> dict:

@@ -118,8 +118,9 @@ class OpNode(Node):
     @property
     def makes_grad(self) -> bool:
         """Whether this op's output needs a gradient whatever its running input: it has parameters, or it
-        reads another value that needs one (`with:`, `kv:`; a join of branches with parameters)."""
-        return self.params != 0 or GRAD_YES in self.call.wiring.grads
+        reads another value that needs one (`with:`, `kv:`; a join of branches with parameters). An op the
+        running value passes through (`OpDef.pass_through`) leaves it as it was."""
+        return (self.params != 0 and not self.op.pass_through) or GRAD_YES in self.call.wiring.grads
 
     def part_forward(self, name: str) -> Cost:
         part = next(p for p in self.fwd_parts if p.name == name)
@@ -128,7 +129,7 @@ class OpNode(Node):
     def runs_backward(self, in_rg: bool) -> bool:
         """False when nothing before this op needs a gradient and it has no parameters of its own (an
         op reading other values runs when one of them needs a gradient)."""
-        return in_rg or self.makes_grad or GRAD_YES in self.call.wiring.grads
+        return in_rg or self.params != 0 or GRAD_YES in self.call.wiring.grads
 
     def backward_parts(self, in_rg: bool) -> dict[str, Part]:
         if in_rg not in self._bwd_parts:

@@ -42,7 +42,16 @@ CASES = {
         "causal: true)"),
     "sliding-window-needs-causal": Case(
         "heads: 2, sliding_window: 3",
-        "sliding_window is a causal sliding window (Mistral): set causal: true"),
+        "sliding_window is a causal sliding window (Mistral): set causal: true (a bidirectional window, ModernBERT's, "
+        "is local_window)"),
+    "local-window-is-bidirectional": Case(
+        "heads: 2, local_window: 8, causal: true",
+        "local_window is a bidirectional window (ModernBERT): for a causal window write sliding_window: 8 with "
+        "causal: true"),
+    "local-window-alone": Case(
+        "heads: 2, local_window: 8, rel_bias: t5",
+        "local_window is a band over one sequence of tokens: no window, sliding_window, queries, kv, rel_pos or "
+        "rel_bias with it"),
     "sliding-window-or-window": Case(
         "heads: 2, causal: true, sliding_window: 3, window: 3, grid: [6, 6]",
         "sliding_window (1-D, over the sequence) and window (2-D, on a grid) exclude each other"),
@@ -66,17 +75,10 @@ CASES = {
         "heads: 2, kv: enc",
         "kv=3 does not match the input's batch 2",
         inputs="{enc: [3, 5, 8]}", input="[2, 36, 8]"),
-    "kv-without-rope": Case(
-        "heads: 2, kv: enc, rope: true",
-        "cross-attention (kv) does not take rope here",
-        inputs="{enc: [B, 5, 8]}"),
     "kv-without-rel-pos": Case(
         "heads: 2, kv: enc, rel_pos: true",
-        "cross-attention (kv) does not take rel_pos here",
-        inputs="{enc: [B, 5, 8]}"),
-    "kv-without-causal": Case(
-        "heads: 2, kv: enc, causal: true",
-        "cross-attention (kv) does not take causal here",
+        "cross-attention (kv) does not take rel_pos (SAM's relative positions index one grid whose tokens are both "
+        "the queries and the keys)",
         inputs="{enc: [B, 5, 8]}"),
     "kv-alone": Case(
         "heads: 2, kv: enc, rel_bias: t5",
@@ -100,6 +102,17 @@ CASES = {
     "swin-bias-needs-window": Case(
         "heads: 2, rel_bias: swin",
         "rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)"),
+    "eager-options-not-in-sdpa": Case(
+        "heads: 2, backend: math, softcap: 50.0",
+        "backend math is PyTorch's SDPA decomposition, which has no soft-capping or sinks: use backend flash (a fused "
+        "kernel with them, flash-attn's) or eager (transformers' eager_attention_forward)"),
+    "qk-norm-weight-per-head": Case(
+        "heads: 2, qk_norm: rmsnorm, qk_norm_over: all, qk_norm_weight: per_head",
+        "qk_norm_weight: per_head gives a head norm (qk_norm with qk_norm_over: head) one weight per head; over the "
+        "whole width (qk_norm_over: all) the weight already spans every head"),
+    "qk-norm-bias-is-layernorm": Case(
+        "heads: 2, qk_norm: rmsnorm, qk_norm_bias: true",
+        "qk_norm_bias is a LayerNorm's bias: set qk_norm: layernorm (an RMSNorm has none)"),
     "fused-qkv-one-bias": Case(
         "heads: 2, k_bias: false",
         "fused_qkv is one projection with one bias: q_bias, k_bias and v_bias must agree (set fused_qkv: false for "
@@ -134,3 +147,21 @@ def test_a_spec_breaking_one_rule_gets_its_error(name, monkeypatch):
     assert err.value.message == case.message
     assert err.value.expected == rule.expected
     assert err.value.location is not None and err.value.location.path.endswith(f".attention.{rule.attr}")
+
+
+# Combinations the rules once refused and accept now (each validated against its module in
+# tests/test_ops_vs_torch.py's attention case): cross-attention with rope (q at positions 0..S-1, k at
+# 0..T-1) and with a causal mask (PyTorch's top-left alignment when T != S).
+ACCEPTED = {
+    "kv with rope": "heads: 2, kv: enc, rope: true",
+    "kv with causal": "heads: 2, kv: enc, causal: true",
+    "kv with causal and rope, fewer keys": "heads: 2, kv: enc, causal: true, rope: true, causal_flops: useful",
+}
+
+
+@pytest.mark.parametrize("name", list(ACCEPTED))
+def test_combinations_no_rule_refuses(name):
+    spec = (f"{HEAD}dims: {{B: 2}}\ninput: [B, 36, 8]\ninputs: {{enc: [B, 5, 8]}}\nlayers:\n"
+            f"  - attention: {{{ACCEPTED[name]}}}\n")
+    model = costspec.loads(spec)
+    assert model.evaluate("train").tc > 0

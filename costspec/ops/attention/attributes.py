@@ -1,5 +1,6 @@
-"""The attributes of `attention`: heads and dims, projection biases, the SDPA backend and causal
-counting, windows and grids, positions (rope, rel_pos, rel_bias), learned queries, cross-attention."""
+"""The attributes of `attention`: heads and dims, projection biases, the kernel backend and causal
+counting, windows and grids, positions (rope, rel_pos, rel_bias), learned queries, cross-attention,
+q/k normalisation, soft-capping and sinks."""
 from __future__ import annotations
 
 import sympy
@@ -24,9 +25,10 @@ ATTRS = (
     Attr("o_bias", "bool", "bias on the output projection (default: proj_bias)",
          default=lambda shape, a: a["proj_bias"]),
     Attr("fused_qkv", "bool", "one (C -> (h + 2*kv_heads)*d) projection instead of three", default=True),
-    Attr("backend", "choice", "SDPA kernel family the cost follows: flash (GPU default: the backward "
-         "recomputes QK^T) or math (PyTorch's decomposition, as on meta tensors)",
-         default="flash", choices=("flash", "math")),
+    Attr("backend", "choice", "attention kernel family the cost follows: flash (GPU default: the backward "
+         "recomputes QK^T), math (PyTorch's SDPA decomposition, as on meta tensors) or eager (explicit matmul, "
+         "softmax, matmul, as transformers' eager_attention_forward: every score scaled, a float mask added)",
+         default="flash", choices=("flash", "math", "eager")),
     Attr("window", "count", "window side w: attention within w x w windows of the token grid, the grid "
          "zero-padded at the bottom / right to a multiple of w as SAM does (the projections and SDPA are "
          "charged on the padded grid, as executed). 0 (default): global attention", default=0),
@@ -76,6 +78,27 @@ ATTRS = (
     Attr("scale", "choice", "score scale: default 1/sqrt(head_dim), or none (T5: no scaling). The kernels "
          "still multiply by the scale (1), so the cost is the same", default="default",
          choices=("default", "none")),
+    Attr("local_window", "count", "bidirectional local attention (ModernBERT's local_attention): query i attends "
+         "to keys j with |i - j| <= w // 2 (w // 2 on either side); not causal. Counted as causal is "
+         "(causal_flops: executed, the default: the full S x S scores a masked kernel computes; useful: the band's "
+         "pairs only). 0 (default): none", default=0),
+    Attr("softcap", "number", "attention-logit soft-capping (Gemma 2: 50): every score becomes cap * tanh(score / "
+         "cap) before the mask and softmax (2 scale + 1 tanh per score, backward tanh_backward + 2 scale). PyTorch's "
+         "SDPA has no soft-cap: the module runs eager attention. 0 (default): none", default=0),
+    Attr("sinks", "bool", "attention sinks (gpt-oss): a learned logit per head (heads parameters) joins every "
+         "softmax row and is dropped after it, so each row's softmax runs over S + 1 logits; its gradient sums the "
+         "sink column over batch and queries. PyTorch's SDPA takes no sink: the module runs eager attention",
+         default=False),
+    Attr("qk_norm", "choice", "normalise q and k after their projections, before rope: rmsnorm (Qwen3, OLMo-2, "
+         "Gemma 3) or layernorm (Cohere, no bias unless qk_norm_bias); none (default)", default="none",
+         choices=("none", "rmsnorm", "layernorm")),
+    Attr("qk_norm_over", "choice", "what the q/k norm normalises: head (each head's d dims: Qwen3, Gemma 3, Cohere) "
+         "or all (the whole projected width, h*d for q and kv_heads*d for k: OLMo-2)", default="head",
+         choices=("head", "all")),
+    Attr("qk_norm_weight", "choice", "qk_norm_over: head -- one d-wide weight shared by every head (shared: Qwen3, "
+         "Gemma 3) or one per head (per_head, a (heads, d) weight: Cohere)", default="shared",
+         choices=("shared", "per_head")),
+    Attr("qk_norm_bias", "bool", "qk_norm: layernorm -- a learned bias beside the weight", default=False),
     Attr("kv", "value", "cross-attention: keys and values projected from this value ([B, T, Ckv], a `save:`d "
          "value or an `inputs:` name, e.g. an encoder's output); q and the output projection run on the "
          "running value's B*S rows, k and v on B*T (fused_qkv fuses k and v)", default=None),

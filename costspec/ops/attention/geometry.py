@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import sympy
 
+from costspec.core.vocab import Backend
 from costspec.ops.attention.sdpa import Sdpa
 from costspec.ops.opdef import OpCall, same_size
 from costspec.ops.work import Expr, is_zero
@@ -101,12 +102,24 @@ def geometry(call: OpCall) -> Geom:
     return Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, s, b * s)
 
 
+def local(call: OpCall) -> bool:
+    return not is_zero(call.attrs.local_window)
+
+
+def eager(call: OpCall) -> bool:
+    """The module runs explicit matmul / softmax / matmul: `backend: eager`, or an option PyTorch's SDPA
+    cannot run (soft-capping, sinks)."""
+    a = call.attrs
+    return a.backend == Backend.EAGER or bool(a.softcap) or bool(a.sinks)
+
+
 def sdpa_call(call: OpCall) -> Sdpa:
     a, g = call.attrs, geometry(call)
     return Sdpa(g.nb, g.h, g.kv, g.tq, g.t, g.d, g.d, gqa=gqa(call), grouped=grouped(call),
-                causal=a.causal, window=a.sliding_window,
-                useful=a.causal and a.causal_flops == "useful",
-                bias=a.rel_pos or a.rel_bias != "none" or not is_zero(a.shift))
+                causal=a.causal, window=a.sliding_window, local=a.local_window,
+                useful=(a.causal or local(call)) and a.causal_flops == "useful",
+                bias=a.rel_pos or a.rel_bias != "none" or not is_zero(a.shift),
+                softcap=bool(a.softcap), sinks=bool(a.sinks))
 
 
 def projections(call: OpCall) -> tuple[list[Projection], Projection]:

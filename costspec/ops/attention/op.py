@@ -6,13 +6,15 @@ from __future__ import annotations
 import sympy
 
 from costspec.core.vocab import Backend, Fusion, Phase
-from costspec.ops.attention import positions, rules
+from costspec.ops.attention import positions, qk_norm, rules
 from costspec.ops.attention.attributes import ATTRS
 from costspec.ops.attention.geometry import (
     computes_dx,
+    eager,
     geometry,
     gqa,
     learned_queries,
+    local,
     pair,
     projections,
     sdpa_call,
@@ -41,15 +43,19 @@ from costspec.ops.work import (
 @register_op
 class Attention(OpDef):
     """Multi-head self-attention on [B, S, C]: q/k/v projections, SDPA, output projection; optional
-    windows, relative positions, grouped-query heads, causal mask and rotary embedding."""
+    windows, relative positions, grouped-query heads, causal mask, rotary embedding, q/k norms,
+    soft-capping and sinks."""
 
     name = "attention"
     doc = ("Multi-head self-attention on [B, S, C]: fused (or separate) q/k/v projections, "
            "scaled_dot_product_attention (QK^T, scale, softmax, AV), output projection. Options: "
            "windowed attention on a token grid (SAM's padding), SAM's decomposed relative position "
            "bias, grouped-query k/v heads (kv_heads from 1 up to heads), causal masking, a 1-D causal sliding "
-           "window, rotary position embedding (full or partial), learned queries, T5 / Swin relative-position "
-           "bias tables, per-projection biases, no score scale.")
+           "window, a bidirectional local window (ModernBERT), rotary position embedding (full or partial), learned "
+           "queries, T5 / Swin relative-position bias tables, per-projection biases, no score scale, cross-attention "
+           "(kv, with rope and causal), q/k normalisation (RMSNorm / LayerNorm, per head or over the width), "
+           "attention-logit soft-capping (Gemma 2), attention sinks (gpt-oss), and three kernel families: flash, "
+           "PyTorch's SDPA decomposition (math) and eager attention.")
     default_name = "attn"
     runtime = Runtime(
         # PyTorch's math SDPA builds a causal mask with tril + where (one select per element)
@@ -57,6 +63,8 @@ class Attention(OpDef):
         # F.scaled_dot_product_attention runs as one of these aten ops when it is not decomposed
         fused={"sdpa": ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")},
         kernels={"gemm": "gemm", "sdpa": "attention"},
+        # a q/k LayerNorm with a weight per head (costspec.nn.qk_norm): F.layer_norm, then the weight
+        decomposed=("HeadLayerNorm", "layernorm", "layernorm_backward"),
     )
     attrs = ATTRS
 
@@ -99,6 +107,12 @@ class Attention(OpDef):
             out.append(Constraint(sympy.Ge(a.buckets, 4) & sympy.Gt(a.max_distance, sympy.floor(a.buckets / 4)),
                                   "T5 buckets {n} and max_distance {m}: need buckets >= 4 and max_distance > buckets/4",
                                   a.where("buckets"), {"n": a.buckets, "m": a.max_distance}))
+        if local(call) and not sympy.sympify(a.local_window).is_number:
+            out.append(Constraint(sympy.Ge(a.local_window, 2), "local_window {w} must be at least 2 (0 means global "
+                                  "attention)", a.where("local_window"), {"w": a.local_window}))
+        if a.softcap < 0:
+            raise call.fail(f"softcap must be positive, got {a.softcap}", "softcap",
+                            "a positive cap (Gemma 2: 50), or 0 for none")
         if a.rope and same_size(a.rope_dims, a.head_dim):
             out.append(Constraint(sympy.Eq(sympy.Mod(a.head_dim, 2), 0), "rope needs an even head_dim, got {d}",
                                   a.where("rope"), {"d": a.head_dim}))
@@ -110,13 +124,26 @@ class Attention(OpDef):
 
     def notes(self, call: OpCall):
         a = call.attrs
-        if not a.causal:
-            return []
+        out = []
+        if a.softcap:
+            out.append(f"soft-capped scores (cap {a.softcap}): scores / cap, tanh, * cap on every score, 2 scale + "
+                       "1 tanh (backward 2 scale + 1 tanh_backward); no matmul FLOPs")
+        if a.sinks:
+            out.append("attention sinks: one learned logit per head joins every softmax row (S + 1 logits per row); "
+                       "heads parameters, no matmul FLOPs")
+        if eager(call) and a.backend == Backend.FLASH:
+            out.append("soft-capping / sinks counted as one fused flash kernel (flash-attn has both); PyTorch's SDPA "
+                       "has neither, so the generated module (and transformers) runs eager attention: validate names "
+                       "the difference (attention-eager)")
+        if not (a.causal or local(call)):
+            return out
         if a.causal_flops == "useful":
-            return ["causal attention counted as useful work: QK^T and AV over the S*(S+1)/2 unmasked pairs "
-                    "(FlopCounterMode and most kernels count the full S x S; validate names the difference)"]
-        return ["causal attention counted as executed: QK^T and AV over the full S x S scores, as FlopCounterMode "
-                "and PyTorch's math kernel count them (about 2x the useful S*(S+1)/2; set causal_flops: useful)"]
+            return out + ["masked attention counted as useful work: QK^T and AV over the unmasked pairs only (causal: "
+                          "S*(S+1)/2; FlopCounterMode and most kernels count the full S x S; validate names the "
+                          "difference)"]
+        return out + ["masked attention counted as executed: QK^T and AV over the full S x S scores, as "
+                      "FlopCounterMode and PyTorch's math kernel count them (causal: about 2x the useful S*(S+1)/2; "
+                      "set causal_flops: useful)"]
 
     # -- work ---------------------------------------------------------------------------------
     def forward(self, call: OpCall):
@@ -126,7 +153,10 @@ class Attention(OpDef):
         if learned_queries(call):  # the learned query tokens: parameters, no work
             parts.append(Part("queries", Work(), a.queries * g.c, own=True))
         parts += [Part(n, linear_forward(m, k, o, bias), k * o + (o if bias else 0)) for n, m, k, o, bias in qkv]
+        parts += qk_norm.forward_parts(call, g)
         parts += positions.forward_parts(call, g)
+        if a.sinks:  # one learned logit per head: parameters, its work is the softmax's
+            parts.append(Part("sinks", Work(), g.h, own=True))
         sdpa = sdpa_forward(sdpa_call(call), a.backend)
         if not is_zero(a.shift) and a.rel_bias != "none":  # shift mask + bias table: one mask for the SDPA
             sdpa = sdpa + pointwise("add", g.nb * g.h * g.t * g.t)
@@ -144,7 +174,10 @@ class Attention(OpDef):
             parts.append(Part("queries", pointwise("bias_grad", above_one(g.b) * g.mq * g.c), own=True))
         parts += [Part(n, linear_backward(m, k, o, bias, computes_dx(call, n, input_grad)))
                   for n, m, k, o, bias in qkv]
+        parts += qk_norm.backward_parts(call, g)
         parts += positions.backward_parts(call, g)
+        if a.sinks:  # the sinks' gradient is summed in the SDPA part
+            parts.append(Part("sinks", Work(), own=True))
         sdpa = sdpa_backward(sdpa_call(call), a.backend)
         readers = len([p for p in qkv if p.name != "q"]) if queries or g.ckv is not None else len(qkv)
         reads_grad = call.wiring.needs_grad(1, input_grad) if g.ckv is not None else input_grad
@@ -187,19 +220,20 @@ class Attention(OpDef):
         """Projections as GEMMs on the (padded) tokens; window padding and partitioning are folded into
         their loads and stores. SDPA, flash-style (default): reads q, k, v (and O, dO in backward),
         writes O (dq, dk, dv), never the S x S scores; a relative-position bias is read (and its
-        gradient written) once per score. With `backend: math` or `--fusion none` the scores, scaled
-        scores and probabilities are written and read back (b*h*S^2 each). GQA's backward writes dK
+        gradient written) once per score. With `backend: math` / `eager` or `--fusion none` the scores,
+        scaled scores and probabilities are written and read back (b*h*S^2 each; soft-capping three more:
+        the divided, tanh and multiplied scores). GQA's backward writes dK
         and dV per query head and reads them back for the group sum. RoPE reads and writes q and k
         (plus its cos/sin tables); the relative positions read q and the tables, write rel_h and rel_w
         and read them back into the bias; a rel_bias table is gathered into a bias per (query, key)
         pair of one problem (written once, read per score by the SDPA); with readers, their gradients are
-        read and added into it. Learned queries are read once."""
+        read and added into it. Learned queries and sinks are read once; q/k norms read and write q and k."""
         a, g = call.attrs, geometry(call)
         qkv, proj = projections(call)
         shape = sdpa_call(call)
         scores = shape.scores
-        unfused = fusion == Fusion.NONE or a.backend == Backend.MATH
-        extra = 3 * scores if unfused else ZERO
+        unfused = fusion == Fusion.NONE or a.backend != Backend.FLASH
+        extra = (6 if a.softcap else 3) * scores if unfused else ZERO
         bias = scores if a.rel_pos or a.rel_bias != "none" else ZERO
         if pass_ == Phase.FORWARD:
             sdpa = Traffic("sdpa", g.nq + 2 * g.nk + bias + extra, g.nq + extra)
@@ -212,13 +246,17 @@ class Attention(OpDef):
         if learned_queries(call):
             out.insert(0, Traffic("queries", ZERO, ZERO) if pass_ == Phase.FORWARD else
                        Traffic("queries", g.mq * g.c, a.queries * g.c))
+        out += qk_norm.traffic(call, g, pass_)
         out += positions.traffic(call, g, scores, pass_)
+        if a.sinks:
+            out.append(Traffic("sinks", g.h, ZERO) if pass_ == Phase.FORWARD else Traffic("sinks", ZERO, g.h))
         n, m, k, o, bias_ = proj
         return out + [sdpa, linear_traffic(n, m, k, o, bias_, pass_, True)]
 
     # -- torch --------------------------------------------------------------------------------
     def build(self, call: OpCall, ev):
-        from costspec.nn.attention import SelfAttention
+        from costspec.nn.attention import Scores, SelfAttention
+        from costspec.nn.qk_norm import QKNorm
 
         a, g = call.attrs, geometry(call)
         grid = tuple(ev(x) for x in pair(a.grid)) if (windowed(call) or a.rel_pos) else None
@@ -234,7 +272,10 @@ class Attention(OpDef):
                              qkv_biases=(bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)),
                              rope_dims=ev(a.rope_dims) if a.rope else 0, sliding_window=ev(a.sliding_window),
                              queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift),
-                             cross=ev(g.ckv) if g.ckv is not None else 0)
+                             cross=ev(g.ckv) if g.ckv is not None else 0,
+                             scores=Scores(eager(call), float(a.softcap), bool(a.sinks), ev(a.local_window), ev(g.tq)),
+                             qk_norm=QKNorm(a.qk_norm, a.qk_norm_over, a.qk_norm_weight == "per_head",
+                                            bool(a.qk_norm_bias)) if qk_norm.enabled(call) else None)
 
     def link(self, call: OpCall, module, earlier: list) -> None:
         """rel_bias_shared: read the bias of the nearest earlier attention layer with a T5 table."""

@@ -18,8 +18,9 @@ def has_table(call: OpCall) -> bool:
 
 def rope_work(call: OpCall, g: Geom) -> Work:
     """x*cos + rotate_half(x)*sin on the rotated dims of q and k (forward), g*cos + rotate_half^T(g*sin)
-    (backward): 2 mul + 1 add per rotated element either way (partial rotary: rope_dims of head_dim)."""
-    n = g.nb * (g.h + g.kv) * g.t * call.attrs.rope_dims
+    (backward): 2 mul + 1 add per rotated element either way (partial rotary: rope_dims of head_dim); q's
+    tq queries and k's t keys (cross-attention: positions 0..S-1 for q, 0..T-1 for k)."""
+    n = g.nb * (g.h * g.tq + g.kv * g.t) * call.attrs.rope_dims
     return pointwise("mul", 2 * n) + pointwise("add", n)
 
 
@@ -85,7 +86,8 @@ def traffic(call: OpCall, g: Geom, scores: Expr, pass_: Phase) -> list[Traffic]:
     a = call.attrs
     out = []
     if a.rope:
-        n, tables = (g.nq + g.nk) * a.rope_dims / g.d, 2 * g.t * a.rope_dims
+        rows = g.t if g.ckv is None else g.tq + g.t  # cos and sin rows: the positions of q and of k
+        n, tables = (g.nq + g.nk) * a.rope_dims / g.d, 2 * rows * a.rope_dims
         out.append(Traffic("rope", n + tables, n))
     if has_table(call):  # (a reader's bias is read by its SDPA only)
         table, pairs = table_rows(call, g) * g.h, g.h * g.t * g.t

@@ -1,16 +1,17 @@
 """The named differences between attention's analytic work and what the runtime counters measure:
-how F.scaled_dot_product_attention ran (decomposed, fused and counted, fused and not counted),
-causal_flops: useful, and autograd's skipped reductions over relative-position axes of length 1."""
+how the attention call ran (eagerly, or F.scaled_dot_product_attention decomposed, fused and counted,
+fused and not counted), causal_flops: useful, and autograd's skipped reductions over relative-position
+axes of length 1. `attention_rules` serves every op with an attention call (attention, mla)."""
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Callable, Mapping
 
 from costspec.core.vocab import Backend, FusedRun, Phase
-from costspec.ops.attention.geometry import geometry, sdpa_call
-from costspec.ops.attention.sdpa import sdpa_backward, sdpa_forward
+from costspec.ops.attention.geometry import eager, geometry, sdpa_call
+from costspec.ops.attention.sdpa import Sdpa, sdpa_backward, sdpa_forward
 from costspec.ops.opdef import OpCall, Reconcile
-from costspec.ops.work import Expr, Work, pointwise
+from costspec.ops.work import Expr, Work, is_zero, pointwise
 
 
 def rel_pos_rules(call: OpCall, pass_: Phase, ev: Callable[[Expr], int]) -> list[Reconcile]:
@@ -28,10 +29,47 @@ def rel_pos_rules(call: OpCall, pass_: Phase, ev: Callable[[Expr], int]) -> list
                       "axis only when it is longer than 1; costspec counts one addition per score for each axis")]
 
 
-def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, str]) -> list[Reconcile]:
-    backend = call.attrs.backend
+def _useful(shape: Sdpa, executed: Work, analytic: Work) -> list[Reconcile]:
+    if not shape.useful:
+        return []
+    masked = Work(executed.matmul) + Work(analytic.matmul).scaled(-1)
+    return [Reconcile("causal-useful-flops", "sdpa", masked,
+                      "FlopCounterMode counts masked attention over all S x S scores (no causal discount); "
+                      "causal_flops: useful counts the unmasked pairs (causal: S*(S+1)/2), so the counter also "
+                      "sees the matmul FLOPs of the masked ones")]
+
+
+def eager_rules(shape: Sdpa, backend: Backend, pass_: Phase) -> list[Reconcile]:
+    """NB: soft-capping and sinks are options PyTorch's SDPA does not have: the module (and transformers)
+    runs them eagerly, whatever the backend the cost follows."""
     sdpa = sdpa_forward if pass_ == Phase.FORWARD else sdpa_backward
-    shape = sdpa_call(call)
+    full = replace(shape, useful=False)
+    executed = sdpa(full, backend)
+    rules = _useful(shape, executed, sdpa(shape, backend))
+    if backend == Backend.EAGER:
+        return rules
+    text = ("soft-capping / sinks: PyTorch's SDPA runs neither, so attention ran eagerly (matmul, softmax, matmul, "
+            "as transformers' eager_attention_forward) where the flash backend is one fused kernel")
+    if shape.masked:
+        text += "; its mask is a float tensor added to the scores (B*h*S^2 adds) where flash selects in registers"
+    if pass_ == Phase.BACKWARD:
+        text += ("; its backward is 4 matmuls = 8*B*h*S^2*d, the flash backend's 10*B*h*S^2*d recomputes QK^T "
+                 "(difference 2*B*h*S^2*d)")
+    return rules + [Reconcile("attention-eager", "sdpa", sdpa(full, Backend.EAGER) + executed.scaled(-1), text)]
+
+
+def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, str]) -> list[Reconcile]:
+    return attention_rules(sdpa_call(call), call.attrs.backend, eager(call), pass_, runtime)
+
+
+def attention_rules(shape: Sdpa, backend: Backend, eagerly: bool, pass_: Phase,
+                    runtime: Mapping[str, str]) -> list[Reconcile]:
+    """How the counters see one attention call (`shape`, costed as `backend`), by the way it ran: eagerly
+    (the module runs explicit matmuls: eager_rules), or as F.scaled_dot_product_attention decomposed,
+    fused and counted, or fused and not counted (runtime["sdpa"])."""
+    if eagerly:
+        return eager_rules(shape, backend, pass_)
+    sdpa = sdpa_forward if pass_ == Phase.FORWARD else sdpa_backward
     analytic = sdpa(shape, backend)
     how = runtime.get("sdpa", FusedRun.DECOMPOSED)
     if how == FusedRun.UNCOUNTED:
@@ -44,21 +82,18 @@ def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, str]) -> list[R
                           f"analytic element counts")]
     full = replace(shape, useful=False)
     executed = sdpa(full, backend)
-    rules = []
-    if shape.useful:
-        masked = Work(executed.matmul) + Work(analytic.matmul).scaled(-1)
-        rules.append(Reconcile("causal-useful-flops", "sdpa", masked,
-                               "FlopCounterMode counts causal SDPA over all S x S scores (no causal discount); "
-                               "causal_flops: useful counts the S*(S+1)/2 unmasked pairs, so the counter also "
-                               "sees the matmul FLOPs of the S*(S-1)/2 masked ones"))
+    rules = _useful(shape, executed, analytic)
     if how == FusedRun.DECOMPOSED:
         if backend == Backend.MATH:
             return rules
         text = ("SDPA ran as PyTorch's math decomposition (always so on meta), which scales q and k "
                 "(B*h*(Sq+Sk)*d multiplies) where the flash backend scales every score (B*h*Sq*Sk)")
-        if shape.causal:
+        if shape.causal and is_zero(shape.window):
             text += ("; it builds the causal mask with tril + where (2*S^2 selects) and adds it to the scores, "
                      "where flash masks each score in registers (B*h*S^2 selects)")
+        elif shape.masked:
+            text += ("; it adds the window's float mask to the scores (B*h*S^2 adds) where flash masks each score in "
+                     "registers (B*h*S^2 selects)")
         if pass_ == Phase.BACKWARD:
             text += ("; its backward is 4 bmm = 8*B*h*S^2*d, the flash backend's 10*B*h*S^2*d recomputes "
                      "QK^T (difference 2*B*h*S^2*d)")

@@ -8,7 +8,8 @@ from typing import Callable
 
 import sympy
 
-from costspec.ops.attention.geometry import cross, learned_queries, pair, windowed
+from costspec.core.vocab import Backend
+from costspec.ops.attention.geometry import cross, learned_queries, local, pair, windowed
 from costspec.ops.attrs import Attrs
 from costspec.ops.opdef import OpCall, same_size
 from costspec.ops.work import Expr, Shape, is_zero
@@ -25,6 +26,7 @@ class Use:
     sliding: bool  # a causal sliding window
     shift: bool  # Swin's shifted windows
     rel_bias: bool  # a rel_bias table (t5 or swin)
+    local: bool  # a bidirectional local window
     grid: tuple[Expr, Expr]
     kv_shape: Shape  # the shape of the kv value, () without cross-attention
     batch: Expr
@@ -34,7 +36,7 @@ class Use:
         a = call.attrs
         kv_shape = tuple(call.wiring.extra[0]) if cross(call) else ()
         return cls(a, windowed(call), learned_queries(call), cross(call), not is_zero(a.sliding_window),
-                   not is_zero(a.shift), a.rel_bias != "none", pair(a.grid), kv_shape, call.in_shape[0])
+                   not is_zero(a.shift), a.rel_bias != "none", local(call), pair(a.grid), kv_shape, call.in_shape[0])
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,6 @@ def _flat_side(side: str) -> str:
 
 
 _NO_POSITIONS = "learned queries do not take {} (the queries have no positions)"
-_KV_ALONE = "cross-attention (kv) does not take {} here"
 _CAUSAL_BIAS = ("causal attention with a relative position bias is not supported (SDPA takes either is_causal or "
                 "an additive mask)")
 _SHARED = "{} shares a T5 bias between layers: set rel_bias: t5"
@@ -83,7 +84,15 @@ RULES: tuple[Rule, ...] = (
     Rule("window-on-flat-grid-width", "window", lambda u: _window_over_flat_side(u, 1),
          _flat_side("width"), "a window no larger than the grid, or sliding_window"),
     Rule("sliding-window-needs-causal", "sliding_window", lambda u: u.sliding and not u.a.causal,
-         "sliding_window is a causal sliding window (Mistral): set causal: true", "causal: true with it"),
+         "sliding_window is a causal sliding window (Mistral): set causal: true (a bidirectional window, ModernBERT's, "
+         "is local_window)", "causal: true with it"),
+    Rule("local-window-is-bidirectional", "local_window", lambda u: u.local and u.a.causal,
+         "local_window is a bidirectional window (ModernBERT): for a causal window write sliding_window: "
+         "{a.local_window} with causal: true", "causal: false, or sliding_window"),
+    Rule("local-window-alone", "local_window",
+         lambda u: u.local and (u.windowed or u.sliding or u.queries or u.cross or u.a.rel_pos or u.rel_bias),
+         "local_window is a band over one sequence of tokens: no window, sliding_window, queries, kv, rel_pos or "
+         "rel_bias with it", "local_window alone"),
     Rule("sliding-window-or-window", "sliding_window", lambda u: u.sliding and u.windowed,
          "sliding_window (1-D, over the sequence) and window (2-D, on a grid) exclude each other", "one of them"),
     Rule("queries-without-rope", "rope", lambda u: u.queries and u.a.rope,
@@ -98,11 +107,9 @@ RULES: tuple[Rule, ...] = (
          "kv: '{a.kv}' has shape {kv_shape}, not tokens [B, T, C]", "a value of rank 3"),
     Rule("kv-batch", "kv", lambda u: u.cross and same_size(u.kv_shape[0], u.batch) is False,
          "kv={kv_shape[0]} does not match the input's batch {batch}", "the input's batch"),
-    Rule("kv-without-rope", "rope", lambda u: u.cross and u.a.rope, _KV_ALONE.format("rope"), "kv without rope"),
     Rule("kv-without-rel-pos", "rel_pos", lambda u: u.cross and u.a.rel_pos,
-         _KV_ALONE.format("rel_pos"), "kv without rel_pos"),
-    Rule("kv-without-causal", "causal", lambda u: u.cross and u.a.causal,
-         _KV_ALONE.format("causal"), "kv without causal"),
+         "cross-attention (kv) does not take rel_pos (SAM's relative positions index one grid whose tokens are both "
+         "the queries and the keys)", "kv without rel_pos"),
     Rule("kv-alone", "kv", lambda u: u.cross and (u.windowed or u.rel_bias or u.queries or u.sliding),
          "cross-attention (kv) attends to all of the value's tokens: no window, sliding_window, rel_bias or queries",
          "kv alone"),
@@ -125,6 +132,16 @@ RULES: tuple[Rule, ...] = (
     Rule("swin-bias-needs-window", "rel_bias", lambda u: u.a.rel_bias == "swin" and not u.windowed,
          "rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)",
          "window: w with it"),
+    Rule("eager-options-not-in-sdpa", "backend",
+         lambda u: u.a.backend == Backend.MATH and (bool(u.a.softcap) or bool(u.a.sinks)),
+         "backend math is PyTorch's SDPA decomposition, which has no soft-capping or sinks: use backend flash (a fused "
+         "kernel with them, flash-attn's) or eager (transformers' eager_attention_forward)", "backend: flash or eager"),
+    Rule("qk-norm-weight-per-head", "qk_norm_weight",
+         lambda u: u.a.qk_norm_weight == "per_head" and (u.a.qk_norm == "none" or u.a.qk_norm_over == "all"),
+         "qk_norm_weight: per_head gives a head norm (qk_norm with qk_norm_over: head) one weight per head; over "
+         "the whole width (qk_norm_over: all) the weight already spans every head", "qk_norm with qk_norm_over: head"),
+    Rule("qk-norm-bias-is-layernorm", "qk_norm_bias", lambda u: u.a.qk_norm_bias and u.a.qk_norm != "layernorm",
+         "qk_norm_bias is a LayerNorm's bias: set qk_norm: layernorm (an RMSNorm has none)", "qk_norm: layernorm"),
     Rule("fused-qkv-one-bias", "fused_qkv",
          lambda u: u.a.fused_qkv and not u.queries and not u.cross
          and not bool(u.a.q_bias) == bool(u.a.k_bias) == bool(u.a.v_bias),

@@ -1,6 +1,7 @@
-"""One F.scaled_dot_product_attention call (`Sdpa`: problems, heads, queries, keys, masking) and its
-forward and backward work under the two kernel families: flash (fused, the GPU default) and math
-(PyTorch's decomposition)."""
+"""One attention call (`Sdpa`: problems, heads, queries, keys, masking, soft-capping, sinks) and its
+forward and backward work under the three kernel families: flash (fused, the GPU default), math
+(PyTorch's SDPA decomposition) and eager (the explicit matmul / softmax / matmul of transformers'
+eager_attention_forward)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,13 +10,13 @@ import sympy
 
 from costspec.core.conventions import FLOPS_PER_MAC
 from costspec.core.vocab import Backend
-from costspec.ops.work import Expr, Work, is_zero, pointwise
+from costspec.ops.work import Expr, Work, above_one, is_zero, pointwise
 
 
 @dataclass(frozen=True)
 class Sdpa:
-    """One F.scaled_dot_product_attention call: b problems x h query heads over sq queries and sk
-    keys (kv key/value heads; d and dv per head), and how it is masked and counted."""
+    """One attention call: b problems x h query heads over sq queries and sk keys (kv key/value heads;
+    d and dv per head), and how it is masked, capped and counted."""
 
     b: Expr
     h: Expr
@@ -30,42 +31,79 @@ class Sdpa:
     useful: bool = False  # causal_flops: useful -- matmuls over the unmasked pairs only
     bias: bool = False  # an additive float bias on every score (SAM's relative positions)
     window: Expr = sympy.Integer(0)  # causal sliding window (Mistral): query i sees keys i-w+1..i; 0 = none
+    local: Expr = sympy.Integer(0)  # bidirectional local window (ModernBERT): |i - j| <= local // 2; 0 = none
+    softcap: bool = False  # Gemma 2's tanh soft-capping of every score: cap * tanh(score / cap)
+    sinks: bool = False  # gpt-oss: a learned logit per head joins every row's softmax, then is dropped
 
     @property
     def scores(self) -> Expr:
         return self.b * self.h * self.sq * self.sk
 
     @property
+    def masked(self) -> bool:
+        """A mask on the scores: causal (with or without a sliding window) or a local window."""
+        return self.causal or not is_zero(self.local)
+
+    @property
+    def softmax_scores(self) -> Expr:
+        """Elements of the softmax: every score, and with sinks one more logit per row."""
+        return self.b * self.h * self.sq * (self.sk + 1) if self.sinks else self.scores
+
+    @property
     def pairs(self) -> Expr:
         """(query, key) pairs the matmuls are counted over, per problem and head: all sq*sk, or for
-        causal_flops: useful the sq*(sq+1)/2 of self-attention's lower triangle (diagonal included)."""
-        if self.causal and self.useful and not is_zero(self.window):
+        causal_flops: useful the unmasked ones -- the lower triangle (diagonal included; PyTorch's
+        top-left alignment when sq != sk: query i sees keys 0..min(i, sk-1)), the band of a sliding
+        window, or the |i - j| <= r band of a local window (r = local // 2)."""
+        if not self.useful:
+            return self.sq * self.sk
+        if self.causal and not is_zero(self.window):
             m = sympy.Min(self.sq, self.window)  # queries 0..m-1 see i+1 keys, the rest w each
             return m * (m + 1) / 2 + (self.sq - m) * self.window
-        if self.causal and self.useful:
-            return self.sq * (self.sq + 1) / 2
+        if self.causal:
+            m = sympy.Min(self.sq, self.sk)  # queries 0..m-1 see i+1 keys, the rest all sk
+            return m * (m + 1) / 2 + (self.sq - m) * self.sk
+        if not is_zero(self.local):
+            r = sympy.floor(self.local / 2)
+            m = sympy.Min(self.sq - 1, r)  # keys on one side: min(i, r) before query i, as many after
+            return self.sq + m * (m + 1) + 2 * (self.sq - 1 - m) * r
         return self.sq * self.sk
 
 
+def _scale(a: Sdpa, backend: Backend) -> Work:
+    """flash and eager scale every score (b*h*sq*sk multiplies); PyTorch's math decomposition scales q
+    and k by sqrt(scale) instead (b*h*(sq+sk)*d)."""
+    if backend == Backend.MATH:
+        return pointwise("scale", a.b * a.h * (a.sq + a.sk) * a.d)
+    return pointwise("scale", a.scores)
+
+
 def sdpa_forward(a: Sdpa, backend: Backend) -> Work:
-    """QK^T (2*b*h*pairs*d) + AV (2*b*h*pairs*dv) on Tensor Cores; scale, mask, bias and softmax on
-    CUDA cores.
+    """QK^T (2*b*h*pairs*d) + AV (2*b*h*pairs*dv) on Tensor Cores; scale, mask, bias, soft-cap and
+    softmax on CUDA cores.
 
     NB: flash-style kernels scale every score (b*h*sq*sk multiplies) and mask in registers (one
     select per score); PyTorch's math backend scales q and k by sqrt(scale) instead
     (b*h*(sq+sk)*d multiplies) and builds the causal mask once per call (tril + where, 2*sq*sk
-    selects) then adds it to the scores. GQA is counted at the query head count h (k and v are
-    expanded to h heads, as FlopCounterMode counts them). An additive bias (SAM's relative
-    positions) is one add per score in both backends (on a GPU PyTorch runs a biased SDPA with
-    the memory-efficient kernel, whose backward recomputes QK^T as flash does).
+    selects) then adds it to the scores; eager attention (transformers' eager_attention_forward)
+    scales every score and adds a float mask built once (one add per score). A window's mask
+    (sliding or local) is a float mask built once in math and eager (one add per score). GQA is
+    counted at the query head count h (k and v are expanded to h heads, as FlopCounterMode counts
+    them). An additive bias (relative positions) is one add per score in every backend (on a GPU
+    PyTorch runs a biased SDPA with the memory-efficient kernel, whose backward recomputes QK^T as
+    flash does). Soft-capping is scores / cap, tanh, * cap: 2 scale + 1 tanh per score. Sinks make
+    every softmax row one longer (sk + 1).
     """
-    work = Work({"sdpa": FLOPS_PER_MAC * a.b * a.h * a.pairs * (a.d + a.dv)}) + pointwise("softmax", a.scores)
-    work = work + pointwise("scale", a.scores if backend == Backend.FLASH else a.b * a.h * (a.sq + a.sk) * a.d)
-    if a.causal and not is_zero(a.window):  # flash masks in registers; math adds a mask built once (a buffer)
-        work = work + pointwise("select" if backend == Backend.FLASH else "add", a.scores)
-    elif a.causal:
-        work = work + (pointwise("select", a.scores) if backend == Backend.FLASH
-                       else pointwise("select", 2 * a.sq * a.sk) + pointwise("add", a.scores))
+    work = Work({"sdpa": FLOPS_PER_MAC * a.b * a.h * a.pairs * (a.d + a.dv)}) + pointwise("softmax", a.softmax_scores)
+    work = work + _scale(a, backend)
+    if a.softcap:
+        work = work + pointwise("scale", 2 * a.scores) + pointwise("tanh", a.scores)
+    if a.masked and backend == Backend.FLASH:  # masked in registers
+        work = work + pointwise("select", a.scores)
+    elif a.causal and is_zero(a.window) and backend == Backend.MATH:  # is_causal: tril + where, then added
+        work = work + pointwise("select", 2 * a.sq * a.sk) + pointwise("add", a.scores)
+    elif a.masked:  # a float mask built once, added to the scores
+        work = work + pointwise("add", a.scores)
     if a.bias:
         work = work + pointwise("add", a.scores)
     return work
@@ -75,16 +113,22 @@ def sdpa_backward(a: Sdpa, backend: Backend) -> Work:
     """dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: 4 matmuls (8*b*h*s^2*d for d = dv).
 
     NB: the fused flash / memory-efficient / cuDNN kernels also recompute S = QK^T (and re-mask
-    it when causal), which FlopCounterMode counts too (10*b*h*s^2*d): that is `backend: flash`,
-    the default, as a GPU runs it. `backend: math` is the decomposition that saves P (what meta
-    tensors execute). With GQA, dK and dV come out per query head and are summed over each
-    group (both backends: flash-attn sums its expanded dK/dV the same way).
+    it when masked), which FlopCounterMode counts too (10*b*h*s^2*d): that is `backend: flash`,
+    the default, as a GPU runs it. `backend: math` (the decomposition that saves P, what meta
+    tensors execute) and `backend: eager` do not recompute. With GQA, dK and dV come out per query
+    head and are summed over each group (every backend: flash-attn sums its expanded dK/dV the same
+    way). Soft-capping's backward is tanh_backward and the two scalings per score; the sinks'
+    gradient sums the sink column over the problems and queries (b*h*sq, none when b*sq = 1).
     """
     macs = a.b * a.h * a.pairs * (2 * a.dv + 2 * a.d) + (a.b * a.h * a.pairs * a.d if backend == Backend.FLASH else 0)
-    work = Work({"sdpa": FLOPS_PER_MAC * macs}) + pointwise("softmax_backward", a.scores)
-    work = work + pointwise("scale", a.scores if backend == Backend.FLASH else a.b * a.h * (a.sq + a.sk) * a.d)
-    if a.causal and backend == Backend.FLASH:
+    work = Work({"sdpa": FLOPS_PER_MAC * macs}) + pointwise("softmax_backward", a.softmax_scores)
+    work = work + _scale(a, backend)
+    if a.softcap:
+        work = work + pointwise("scale", 2 * a.scores) + pointwise("tanh_backward", a.scores)
+    if a.masked and backend == Backend.FLASH:
         work = work + pointwise("select", a.scores)
     if a.gqa:
         work = work + pointwise("bias_grad", a.grouped * a.b * a.h * a.sk * (a.d + a.dv))
+    if a.sinks:
+        work = work + pointwise("bias_grad", above_one(a.b * a.sq) * a.b * a.h * a.sq)
     return work
