@@ -1,6 +1,7 @@
 """The named differences between attention's analytic work and what the runtime counters measure:
-how F.scaled_dot_product_attention ran (decomposed, fused and counted, fused and not counted),
-causal_flops: useful, and autograd's skipped reductions over relative-position axes of length 1."""
+how F.scaled_dot_product_attention ran (decomposed, as recorded: `ran`; eager attention without an
+SDPA call; fused and counted, fused and not counted), causal_flops: useful, and autograd's skipped
+reductions over relative-position axes of length 1."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,6 +9,7 @@ from typing import Callable, Mapping
 
 from costspec.core.vocab import Backend, FusedRun, Phase
 from costspec.ops.attention.geometry import geometry, sdpa_call
+from costspec.ops.attention.ran import EAGER, Ran, derived_delta
 from costspec.ops.attention.sdpa import sdpa_backward, sdpa_forward
 from costspec.ops.opdef import OpCall, Reconcile
 from costspec.ops.work import Expr, Work, pointwise
@@ -28,7 +30,11 @@ def rel_pos_rules(call: OpCall, pass_: Phase, ev: Callable[[Expr], int]) -> list
                       "axis only when it is longer than 1; costspec counts one addition per score for each axis")]
 
 
-def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, str]) -> list[Reconcile]:
+def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, object],
+               ev: Callable[[Expr], int] | None = None) -> list[Reconcile]:
+    """runtime: how the SDPA ran ("sdpa": a FusedRun), the device, and "ran": the runs the counter
+    recorded for this layer's instances (`ran.Ran`; absent where nothing was recorded, as for an
+    analytic-only caller: the decomposition of costspec's own module is assumed then)."""
     backend = call.attrs.backend
     sdpa = sdpa_forward if pass_ == Phase.FORWARD else sdpa_backward
     shape = sdpa_call(call)
@@ -51,6 +57,8 @@ def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, str]) -> list[R
                                "FlopCounterMode counts causal SDPA over all S x S scores (no causal discount); "
                                "causal_flops: useful counts the S*(S+1)/2 unmasked pairs, so the counter also "
                                "sees the matmul FLOPs of the S*(S-1)/2 masked ones"))
+    if how == FusedRun.DECOMPOSED and "ran" in runtime and ev is not None:
+        return rules + _recorded_rule(full, backend, pass_, runtime["ran"], ev)  # type: ignore[arg-type]
     if how == FusedRun.DECOMPOSED:
         if backend == Backend.MATH:
             return rules
@@ -70,3 +78,24 @@ def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, str]) -> list[R
     return rules + [Reconcile("sdpa-fused-kernel", "sdpa", fused + executed.scaled(-1),
                               "SDPA ran as a fused kernel: FlopCounterMode counts it as flash does (backward "
                               "10*B*h*S^2*d), softmax, scaling and masking are not separate aten ops")]
+
+
+def _recorded_rule(full, backend: Backend, pass_: Phase, runs: tuple[Ran, ...],
+                   ev: Callable[[Expr], int]) -> list[Reconcile]:
+    """The decomposition rule derived from what the instances ran (all alike, else no rule: the
+    differences then show by kind)."""
+    if len(set(runs)) != 1:
+        return []
+    ran = runs[0]
+    delta, named = derived_delta(full, backend, pass_, ran, ev)
+    if not delta.matmul and not delta.pointwise:
+        return []
+    if ran.how == EAGER:
+        rule, what = "sdpa-eager", ("attention ran eagerly (its own matmuls, scale, mask and softmax; no "
+                                    "F.scaled_dot_product_attention call)")
+    else:
+        rule, what = "sdpa-math-decomposition", ("SDPA ran as PyTorch's math decomposition (always so on meta; "
+                                                 "the CPU fallback)")
+    spec = "the flash kernel" if backend == Backend.FLASH else "the spec's math decomposition"
+    return [Reconcile(rule, "sdpa", delta, f"{what}; as recorded: " + "; ".join(named)
+                      + f" (where {spec} is charged)")]
