@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,8 @@ from costspec.ncu.compare import compare, render_table
 from costspec.ncu.inputs import load_measured
 from costspec.ncu.kernels import flops_from_metrics
 from costspec.ncu.parse import NcuFormatError, parse_csv
+from tests.common import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "data" / "ncu" / "real"
 T = "sm__ops_path_tensor_"
 SOL = "GPU Speed Of Light Throughput :: "

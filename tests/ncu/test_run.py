@@ -4,14 +4,13 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from costspec.ncu.metrics import metrics_for
 from costspec.ncu.run import plan_run, resolve_arch, runner_argv
+from tests.common import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 T = "sm__ops_path_tensor_"
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from synth_ncu import raw_csv
 
 from costspec.ncu.metrics import metrics_for
 from costspec.ncu.show import render_json, render_table, show
+from tests.common import ROOT
+from tests.ncu.synth_ncu import raw_csv
 
-ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "data" / "ncu" / "real"
 T = "sm__ops_path_tensor_"
 
