@@ -1,6 +1,7 @@
 """Paths and helpers shared by the test packages (import as `from tests.common import ROOT, SPECS, run_cli`)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,3 +16,38 @@ def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run `python -m costspec ARGS` in a subprocess (real exit codes, real stderr)."""
     return subprocess.run([sys.executable, "-m", "costspec", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=120)
+
+
+# `bounded`: costspec's CLI in a subprocess, with its CPU time (user + system, the whole process from
+# interpreter start; wall time on shared CI cores is noise) and its peak RSS asserted
+SECONDS = 5.0
+
+
+MAX_RSS = 1 << 30
+
+
+# Runs costspec's CLI in-process and reports its exit code and peak RSS (bytes) on the last line of stderr.
+_BOUNDED = """
+import json, resource, sys
+from costspec.cli import main
+try:
+    main(sys.argv[1:])
+    code = 0
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else 1
+sys.stdout.flush()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"code": code, "rss": usage.ru_maxrss * 1024, "cpu": usage.ru_utime + usage.ru_stime}), file=sys.stderr)
+"""
+
+
+def bounded(*args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `costspec ARGS`, asserting 5 s and 1 GB."""
+    proc = subprocess.run([sys.executable, "-c", _BOUNDED, *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    *err, last = proc.stderr.rstrip("\n").split("\n")
+    stats = json.loads(last)
+    assert stats["cpu"] < SECONDS, f"costspec {' '.join(map(str, args))} took {stats['cpu']:.1f} s of CPU"
+    assert stats["rss"] < MAX_RSS, f"costspec {' '.join(map(str, args))} peaked at {stats['rss'] / 2**20:.0f} MiB"
+    assert "Traceback" not in proc.stderr
+    return stats["code"], proc.stdout, "\n".join(err)

@@ -1,7 +1,7 @@
 """`costspec validate --against`: a spec checked against a real model, not against its own module.
 
-The real models are small torch modules (tests/against_models.py) and, for the zoo, transformers
-classes built from their configs on `meta` (slow: marked so).
+The real models are small torch modules (tests/against/models.py): what a user's own code would build.
+The zoo against its transformers classes is tests/zoo/test_against_transformers.py.
 """
 from __future__ import annotations
 
@@ -9,26 +9,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from costspec.against.check import summary, validate_against  # noqa: E402
 from costspec.against.mapping import compact  # noqa: E402
 from costspec.against.report import to_result  # noqa: E402
-from costspec.against.target import load_target  # noqa: E402
 from costspec.core.errors import UsageError  # noqa: E402
 from costspec.core.render import render  # noqa: E402
-from costspec.model import load, loads  # noqa: E402
+from costspec.model import loads  # noqa: E402
 from costspec.runtime.validate import validate  # noqa: E402
+from tests.against.helpers import against, failures_text  # noqa: E402
 from tests.common import ROOT, run_cli  # noqa: E402
-
-
-def against(spec, target: str, pass_: str = "forward", sets: dict | None = None):
-    model = loads(spec) if isinstance(spec, str) and "\n" in spec else load(spec)
-    values = model.bind()
-    real = load_target(target, model, values, "meta", None, sets or {})
-    return model, validate_against(model, values, real, pass_)
-
-
-def failures_text(result) -> str:
-    return "\n".join(result.failures())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -209,24 +197,6 @@ def test_ignore_that_matches_nothing_is_a_problem():
     assert "ignore: pooler matches no module of the real model" in result.problems
 
 
-@pytest.mark.parametrize("target, message", [
-    ("no_colon", "expected package.module:callable"),
-    ("tests.against.models:missing", "has no attribute"),
-    ("tests.against.models:not_a_module", "expected an nn.Module"),
-    ("no_such_module_xyz:f", "cannot import"),
-])
-def test_bad_targets_are_usage_errors(target, message):
-    model = load(ROOT / "specs/toy_mlp.yaml")
-    with pytest.raises(UsageError, match=message):
-        load_target(target, model, model.bind(), "meta")
-
-
-def test_config_needs_an_hf_target():
-    model = load(ROOT / "specs/toy_mlp.yaml")
-    with pytest.raises(UsageError, match="configure hf:ModelClass"):
-        load_target("tests.against.models:toy_mlp", model, model.bind(), "meta", None, {"hidden_size": "8"})
-
-
 @pytest.mark.slow
 def test_cli_against_exit_codes(tmp_path):
     (tmp_path / "my_models.py").write_text((ROOT / "tests/against/models.py").read_text())
@@ -248,85 +218,3 @@ def test_cli_against_exit_codes(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # The zoo against transformers, built from configs on meta
 # ----------------------------------------------------------------------------------------------
-ZOO = {
-    "vit_b": ("hf:ViTModel", {"add_pooling_layer": "false"}),
-    "vit_l": ("hf:ViTModel", {"add_pooling_layer": "false", "hidden_size": "1024", "num_hidden_layers": "24",
-                              "num_attention_heads": "16", "intermediate_size": "4096"}),
-    "vit_h": ("hf:ViTModel", {"add_pooling_layer": "false", "hidden_size": "1280", "num_hidden_layers": "32",
-                              "num_attention_heads": "16", "intermediate_size": "5120", "patch_size": "14"}),
-    "clip_vit_l14": ("hf:CLIPVisionModelWithProjection", {
-        "hidden_size": "1024", "intermediate_size": "4096", "num_hidden_layers": "24", "num_attention_heads": "16",
-        "patch_size": "14", "projection_dim": "768", "image_size": "224"}),
-    "sam_vit_b": ("hf:SamVisionModel", {}),
-    "bert_base": ("hf:BertModel", {"add_pooling_layer": "false"}),
-    "gpt2_small": ("hf:GPT2LMHeadModel", {"activation_function": "gelu_pytorch_tanh"}),
-    "llama_1b": ("hf:LlamaModel", {"hidden_size": "2048", "intermediate_size": "5632", "num_hidden_layers": "16",
-                                   "num_attention_heads": "32", "num_key_value_heads": "8", "vocab_size": "32000",
-                                   "max_position_embeddings": "2048"}),
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("pass_", ["forward", "train"])
-@pytest.mark.parametrize("name", sorted(ZOO))
-def test_zoo_spec_matches_its_transformers_model(name, pass_):
-    pytest.importorskip("transformers")
-    target, sets = ZOO[name]
-    model, result = against(ROOT / f"specs/{name}.yaml", target, pass_, sets)
-    assert result.ok, failures_text(result)
-    totals = summary(result)
-    for phase in totals.values():  # matmul FLOPs (after the named rules) and parameters agree exactly
-        assert phase["real_reconciled"] == phase["spec_matmul"] and phase["real_params"] == phase["spec_params"]
-    # every layer with parameters found its real module (by source: or automatically)
-    assert not result.rowmap.unmatched_real
-    report = render(to_result(result))
-    assert "result: PASS" in report
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("pass_", ["forward", "train"])
-def test_deepencoder_matches_its_transformers_parts(pass_):
-    """DeepEncoder has no transformers class: tests/against_models.py wires SamVisionEncoder, the two
-    compressor convs and CLIP's embeddings and encoder as deepencoder.py does."""
-    pytest.importorskip("transformers")
-    _, result = against(ROOT / "specs/deepencoder.yaml", "tests.against.models:deepencoder", pass_)
-    assert result.ok, failures_text(result)
-    (unused,) = [e for e in result.ignored if e.pattern == "embeddings.patch_embedding"]
-    assert unused.params == 1024 * 3 * 14 * 14  # CLIP's patch conv (no bias), built but never run
-    assert unused.matmul.get("forward", 0) == 0
-
-
-@pytest.mark.slow
-def test_gpt2_default_activation_is_reported_by_name():
-    """HF's default gelu_new runs the tanh GELU as python-level ops: --against names each kind."""
-    pytest.importorskip("transformers")
-    _, result = against(ROOT / "specs/gpt2_small.yaml", "hf:GPT2LMHeadModel")
-    kinds = {kind for row, kind, _, _ in result.phases["forward"].failures if row == "h.mlp"}
-    assert {"gelu_tanh", "tanh", "unknown:aten.pow"} <= kinds
-
-
-@pytest.mark.slow
-def test_hf_config_file(tmp_path):
-    """--config config.json: a local Hugging Face config file (here ViT-B's), read without network."""
-    pytest.importorskip("transformers")
-    config = tmp_path / "config.json"
-    config.write_text('{"model_type": "vit", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, '
-                      '"intermediate_size": 3072, "image_size": 224, "patch_size": 16}')
-    model = load(ROOT / "specs/vit_b.yaml")
-    values = model.bind()
-    real = load_target("hf:ViTModel", model, values, "meta", str(config), {"add_pooling_layer": "false"})
-    assert validate_against(model, values, real).ok
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    with pytest.raises(UsageError, match="bad.json:1: not JSON"):
-        load_target("hf:ViTModel", model, values, "meta", str(bad))
-
-
-@pytest.mark.slow
-def test_hf_config_errors():
-    pytest.importorskip("transformers")
-    model = load(ROOT / "specs/vit_b.yaml")
-    with pytest.raises(UsageError, match="has no key 'no_such_key'"):
-        load_target("hf:ViTModel", model, model.bind(), "meta", None, {"no_such_key": "1"})
-    with pytest.raises(UsageError, match="no model class"):
-        load_target("hf:NoSuchModel", model, model.bind(), "meta")

@@ -1,5 +1,6 @@
-"""Tensor-Core alignment: the GEMM geometry of every matmul op, the flags on the zoo, --alignment strict,
-and the DLProf-style list of eligible layers whose kernels ran without Tensor Cores."""
+"""costspec.analysis.alignment: the Tensor-Core alignment of every GEMM (the geometry of every matmul op),
+the flags on the zoo, and --alignment strict (misaligned layers charged to CUDA cores where the GPU does so).
+The DLProf-style list of eligible layers whose kernels ran without Tensor Cores: tests/ncu/test_eligibility.py."""
 from __future__ import annotations
 
 import subprocess
@@ -11,8 +12,6 @@ from costspec.analysis.alignment import apply, check, falls_back, multiples, str
 from costspec.core.conventions import Precision
 from costspec.core.errors import UsageError
 from costspec.model import load, loads
-from costspec.ncu.attribute import Attribution, Kernel
-from costspec.ncu.eligibility import tensor_core_misses
 from tests.common import ROOT
 
 SPECS = ROOT / "specs"
@@ -132,27 +131,6 @@ def test_cli_eval_prints_the_flag():
     assert out.returncode == 2 and "needs --gpu" in out.stderr
 
 
-def _kernel(i: int, slot: str, tensor: int, cuda: int, role: str = "matmul") -> Kernel:
-    return Kernel(i, "k", "ampere_h16816gemm" if tensor else "ampere_sgemm_128x64_nn", "gemm", role, "forward",
-                  slot, slot, tensor, cuda, {"fp32": cuda}, i + 2)
-
-
-def test_eligible_layers_that_ran_without_tensor_cores():
-    model = loads(FP16_HEAD)
-    attribution = Attribution([_kernel(0, "fc", 524_288, 0), _kernel(1, "lm_head", 0, 16_400_000),
-                               _kernel(2, "lm_head", 0, 0, "pointwise")], ("forward",), ["x.csv"], True, "7.0")
-    lines = tensor_core_misses(attribution, model, model.bind())
-    assert lines[0].endswith("ran without them (DLProf-style):") and len(lines) == 2
-    assert ("forward: lm_head (fp16): 1 matmul kernel(s) (ampere_sgemm_128x64_nn), 16,400,000 CUDA-core FLOPs"
-            in lines[1])
-    assert "N = 1001 is not a multiple of 8" in lines[1]
-    fine = Attribution([_kernel(0, "fc", 524_288, 0)], ("forward",), ["x.csv"], True, "8.0")
-    assert tensor_core_misses(fine, model, model.bind()) == [
-        "eligible for Tensor Cores but ran without them (DLProf-style): none"]
-    blind = Attribution([], ("forward",), ["x.csv"], False, "8.0")
-    assert "unknown" in tensor_core_misses(blind, model)[0]
-
-
 def test_cli_strict_on_volta(tmp_path):
     spec = tmp_path / "odd_head.yaml"
     spec.write_text(FP16_HEAD)
@@ -162,39 +140,3 @@ def test_cli_strict_on_volta(tmp_path):
     head = next(line for line in strict.stdout.splitlines() if line.startswith("lm_head"))
     assert "CUDA(fallback)" in head and "CUDA(fallback)" not in warn.stdout
     assert "runs these layers without Tensor Cores" in strict.stdout
-
-
-ODD = """\
-costspec: 1
-name: tiny_odd
-dims: {B: 2, S: 4, C: 8, V: 13}
-precision: {dtype: bf16}
-input: [B, S, C]
-layers:
-  - linear: {out: C}
-    name: fc
-  - lm_head: {vocab: V}
-"""
-
-
-def test_ncu_compare_lists_the_layer_that_ran_without_tensor_cores(tmp_path):
-    """A synthetic ncu CSV: fc's GEMM has Tensor-Core ops, lm_head's (N = 13) ran as an sgemm on CUDA cores."""
-    from tests.ncu.synth_ncu import FFMA, TC_BF16_H100, raw_csv
-
-    spec = tmp_path / "odd.yaml"
-    spec.write_text(ODD)
-    F = "costspec:forward"
-    kernels = [{"kernel": "nvjet_tst_64x8_64x16_1x4_h_bz_bias_TNT", "stack": (F, "tiny_odd", "fc"),
-                "metrics": {TC_BF16_H100: 1024}},
-               {"kernel": "void cutlass::Kernel<cutlass_80_simt_sgemm_64x64_8x5_nt_align1>(T1::Params)",
-                "stack": (F, "tiny_odd", "lm_head"), "metrics": {FFMA: 832}}]
-    csv = tmp_path / "run.csv"
-    csv.write_text(raw_csv(kernels))
-    out = cli("ncu", "compare", str(spec), str(csv), "--pass", "forward")
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    i = lines.index("eligible for Tensor Cores but ran without them (DLProf-style):")
-    assert lines[i + 1].startswith("  forward: lm_head (bf16): 1 matmul kernel(s) "
-                                   "(cutlass_80_simt_sgemm_64x64_8x5_nt_align1), 1,664 CUDA-core FLOPs")
-    assert "N = 13 is not a multiple of 8: pad to 16" in lines[i + 1]
-    assert not lines[i + 2].startswith("  forward: fc")

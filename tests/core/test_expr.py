@@ -68,3 +68,10 @@ def test_floor_division_and_powers_match_python(a, b, e):
     env = {"a": dim_symbol("a"), "b": dim_symbol("b")}
     expr = parse_expr(f"(a // b) ** {e % 5} + a % b", env)
     assert expr.xreplace({env["a"]: a, env["b"]: b}) == (a // b) ** (e % 5) + a % b
+
+
+# -- look-alike identifiers ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["ℂ", "Ｃ", "𝐂"])
+def test_unicode_look_alikes_of_a_dim_are_refused(name):
+    with pytest.raises(ExpressionError, match=f"non-ASCII character '{name}'.*a look-alike of 'C'"):
+        parse_expr(f"2*{name}", {"C": dim_symbol("C")})

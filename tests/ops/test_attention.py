@@ -1,47 +1,20 @@
-"""The ops and options the model zoo needs, by their conventions: windowed attention with SAM's
-padding, decomposed relative positions, grouped-query attention, the two causal counting modes,
-RoPE, gated MLPs, token embeddings and the tied LM head; and the zoo's totals next to published
-or independently derived figures."""
+"""costspec.ops.attention, by its conventions: windowed attention with SAM's padding, decomposed relative
+positions, grouped-query attention, the two causal counting modes, RoPE, and the options (sliding window,
+learned queries, relative-bias tables, partial RoPE, per-projection bias, Swin's shifted windows)."""
 from __future__ import annotations
-
-import textwrap
 
 import pytest
 
-import costspec
 from costspec.core.errors import SpecError
-from tests.common import ROOT, run_cli
+from tests.ops.helpers import builder, check, matmul, out_shape, rows
 
 torch = pytest.importorskip("torch")
 
 from costspec.nn.modules import window_partition, window_unpartition  # noqa: E402
 from costspec.runtime.validate import render_table, validate  # noqa: E402
 
-
-def spec(layers: str, dims: str = "{B: 2, S: 6, C: 8}", input_: str = "[B, S, C]") -> costspec.Model:
-    return costspec.loads(textwrap.dedent(f"""\
-        costspec: 1
-        name: t
-        dims: {dims}
-        input: {input_}
-        layers:
-        """) + textwrap.indent(textwrap.dedent(layers), "  "))
-
-
-def rows(model, pass_="forward", **dims):
-    return {r.name: r for r in model.evaluate(pass_, **dims).rows}
-
-
-def matmul(model, name, pass_="forward"):
-    node = next(n for n, *_ in model.walk() if n.name == name)
-    cost = node.forward() if pass_ == "forward" else node.backward(True)
-    return int(sum(cost.matmul.values()).xreplace(model.bind()))
-
-
-def check(model, pass_="train", device="meta"):
-    result = validate(model, model.bind(), pass_, device)
-    assert result.ok, render_table(result)
-    return result
+spec = builder(dims="{B: 2, S: 6, C: 8}", input_="[B, S, C]")
+spec_nc = builder(dims="{B: 2}", input_="[B, 4, 10]")
 
 
 # -- windowed attention -----------------------------------------------------------------------
@@ -162,109 +135,70 @@ def test_rope_costs_three_flops_per_q_and_k_element_and_needs_even_head_dim():
         spec("- attention: {heads: 2, head_dim: 3, rope: true}")
 
 
-# -- gated MLP ----------------------------------------------------------------------------------
-def test_gated_mlp_has_three_projections_and_one_product():
-    model = spec("""\
+# -- attention options -----------------------------------------------------------------------------
+def test_sliding_window_counts_useful_pairs_and_refuses_the_2d_window_misuse():
+    # Mistral-style: S = 8 tokens, window 3, one head of dim 4 (C = 4)
+    useful = spec_nc("- attention: {heads: 1, causal: true, sliding_window: 3, causal_flops: useful}",
+                  dims="{B: 1}", input_="[B, 8, 4]")
+    pairs = 3 * 4 // 2 + (8 - 3) * 3  # queries 0..2 see 1, 2, 3 keys; the other 5 see 3 each: 21
+    node = next(n for n, *_ in useful.walk() if n.name == "attn.sdpa")
+    assert int(node.forward().matmul["sdpa"].xreplace(useful.bind())) == 2 * pairs * (4 + 4)
+    executed = spec_nc("- attention: {heads: 1, causal: true, sliding_window: 3}", dims="{B: 1}", input_="[B, 8, 4]")
+    node = next(n for n, *_ in executed.walk() if n.name == "attn.sdpa")
+    assert int(node.forward().matmul["sdpa"].xreplace(executed.bind())) == 2 * 8 * 8 * (4 + 4)
+    with pytest.raises(SpecError, match=r"window 4096 on a grid of height 1: .*sliding_window: 4096"):
+        spec_nc("- attention: {heads: 1, window: 4096, grid: [1, S]}", dims="{B: 1, S: 8192}", input_="[B, S, 4]")
+    with pytest.raises(SpecError, match=r"sliding_window is a causal sliding window"):
+        spec_nc("- attention: {heads: 1, sliding_window: 3}", input_="[B, 8, 4]")
+
+
+def test_learned_queries_pool_the_tokens():
+    # SigLIP's attention-pooling head core: 1 learned query over S = 196 tokens, C = 8, 2 heads
+    model = spec_nc("- attention: {heads: 2, queries: 1, fused_qkv: true}", dims="{B: 2}", input_="[B, 196, 8]")
+    assert out_shape(model) == (2, 1, 8)
+    rows = {r.name: r for r in model.evaluate("forward").rows}
+    assert rows["attn.queries"].params == 8
+    gemm = {n.name: int(n.forward().matmul["gemm"].xreplace(model.bind())) for n, *_ in model.walk()
+            if n.name in ("attn.kv", "attn.q")}
+    assert gemm == {"attn.kv": 2 * 2 * 196 * 8 * 16, "attn.q": 2 * 2 * 1 * 8 * 8}  # k, v on B*S rows; q on B*n
+    sdpa = next(n for n, *_ in model.walk() if n.name == "attn.sdpa").forward().matmul["sdpa"]
+    assert int(sdpa.xreplace(model.bind())) == 2 * 2 * 2 * 1 * 196 * (4 + 4)  # B * h queries x 196 keys, QK^T and AV
+
+
+def test_relative_bias_tables_partial_rope_and_per_projection_bias():
+    t5 = spec_nc("- attention: {heads: 2, rel_bias: t5, scale: none}", input_="[B, 6, 8]")
+    assert {r.name: r.params for r in t5.evaluate("forward").rows}["attn.rel_bias"] == 32 * 2  # buckets x heads
+    swin = spec_nc("- attention: {heads: 2, window: 3, grid: [6, 6], rel_bias: swin}", input_="[B, 36, 8]")
+    assert {r.name: r.params for r in swin.evaluate("forward").rows}["attn.rel_bias"] == 5 * 5 * 2
+    partial = spec_nc("- attention: {heads: 2, head_dim: 8, rope: true, rope_dims: 2}", input_="[B, 6, 16]")
+    rope = next(n for n, *_ in partial.walk() if n.name == "attn.rope").forward().pointwise
+    assert int(rope["add"].xreplace(partial.bind())) == 2 * (2 + 2) * 6 * 2  # B*(h+kv)*S*rope_dims
+    whisper = spec_nc("- attention: {heads: 2, fused_qkv: false, k_bias: false}", input_="[B, 6, 8]")
+    rows = {r.name: r.params for r in whisper.evaluate("forward").rows}
+    assert (rows["attn.q"], rows["attn.k"], rows["attn.v"]) == (8 * 8 + 8, 8 * 8, 8 * 8 + 8)
+    with pytest.raises(SpecError, match=r"fused_qkv is one projection with one bias"):
+        spec_nc("- attention: {heads: 2, k_bias: false}", input_="[B, 6, 8]")
+    with pytest.raises(SpecError, match=r"rope needs an even rope_dims of at most head_dim 4, got 3"):
+        spec_nc("- attention: {heads: 2, rope: true, rope_dims: 3}", input_="[B, 6, 8]")
+    with pytest.raises(SpecError, match=r"rel_bias: swin is Swin's table"):
+        spec_nc("- attention: {heads: 2, rel_bias: swin}", input_="[B, 36, 8]")
+
+
+def test_swin_shifted_windows_mask_every_score_and_validate():
+    from costspec.runtime.validate import render_table, validate
+
+    model = spec_nc("""\
         - layernorm: {}
-        - mlp: {hidden: 5, gated: true, fn: silu, bias: false}
-        """)
-    m, c, f = 2 * 6, 8, 5
-    r = rows(model)
-    assert [n for n in r if n.startswith("mlp.")] == ["mlp.gate", "mlp.up", "mlp.act", "mlp.mul", "mlp.down"]
-    assert r["mlp"].tc_flops == 3 * 2 * m * c * f and r["mlp"].params == 3 * c * f
-    assert r["mlp.mul"].cuda_flops == m * f and r["mlp.act"].cuda_flops == 5 * m * f  # silu: 5 FLOPs per element
-    check(model)
-
-
-# -- embeddings and the LM head -----------------------------------------------------------------
-LM = """\
-    - embedding: {vocab: 11, dim: C}
-    - position_embedding: {length: 9}
-    - layernorm: {}
-    - lm_head: {vocab: 11, tied: TIED}
-    """
-
-
-def test_embedding_input_is_token_ids_in_range():
-    model = spec(LM.replace("TIED", "true"), input_="[B, S]")
-    _, make_input = model.to_torch()
-    ids = make_input("cpu")
-    assert ids.dtype == torch.int64 and ids.shape == (2, 6) and 0 <= int(ids.min()) and int(ids.max()) < 11
-    assert rows(model)["embed"].tc_flops == rows(model)["embed"].cuda_flops == 0  # a lookup: bytes, no FLOPs
-
-
-def test_tied_lm_head_shares_the_table_and_counts_it_once():
-    tied, untied = (spec(LM.replace("TIED", t), input_="[B, S]") for t in ("true", "false"))
-    vocab, c = 11, 8
-    assert rows(tied)["lm_head"].params == 0
-    assert untied.evaluate().params - tied.evaluate().params == vocab * c
-    module, _ = tied.to_torch()
-    assert module.lm_head.weight is module.embed.weight
-    assert sum(p.numel() for p in module.parameters()) == tied.evaluate().params
-    result = check(tied)
-    moved = [a for a in result.reconciliations if a.rule == "tied-weight-grad-sum"]
-    assert {(a.row, a.pointwise["add"]) for a in moved} == {("lm_head", -vocab * c), ("embed", vocab * c)}
-    check(tied, device="cpu")
-
-
-def test_tied_lm_head_needs_an_embedding():
-    model = spec("- lm_head: {vocab: 11, tied: true}")
-    with pytest.raises(SpecError, match="tied to the model's embedding layer, but the model has none"):
-        model.to_torch()
-
-
-def test_position_table_must_cover_the_sequence():
-    with pytest.raises(SpecError, match="position table length 4 is shorter than the 6 tokens"):
-        spec("- position_embedding: {length: 4}")
-
-
-# -- the zoo ------------------------------------------------------------------------------------
-def test_sam_eval_shows_windowed_and_global_blocks_with_counts():
-    report = costspec.load(ROOT / "specs/sam_vit_b.yaml").evaluate()
-    r = {x.name: x for x in report.rows}
-    assert r["blocks[global]"].count == 4 and r["blocks[others]"].count == 8
-    assert r["blocks"].repeat == 12
-    out = run_cli("eval", "specs/sam_vit_b.yaml", "--depth", "2")
-    assert out.returncode == 0, out.stderr
-    assert "global x4" in out.stdout and "others x8" in out.stdout
-
-
-# Forward, batch 1: Tensor-Core FLOPs (2 per multiply-add) and parameters, next to the figures they
-# are checked against (see each spec's source).
-ZOO = {
-    # SAM ViT-B: ~487 GMACs (fvcore MACs, as efficient-SAM papers tabulate); image encoder 89.67 M params
-    "sam_vit_b": (972_077_334_528, 89_670_912),
-    # CLIP ViT-L/14 @ 224: open_clip's 81.08 "GFLOPs" are fvcore MACs; 303.97 M visual params
-    "clip_vit_l14": (162_025_537_536, 303_966_208),
-    # DeepEncoder: SAM-B (+ 2 convs) + CLIP-L; the paper quotes ~80 M + ~300 M params
-    "deepencoder": (1_138_624_856_064, 398_144_768),
-    # BERT-base: 2 * 84.93 M weights * 512 + 4 * S^2 * C * L; 108.89 M params (109.48 M with the pooler)
-    "bert_base": (96_636_764_160, 108_891_648),
-    # GPT-2 small: 2 * 84.93 M * 1024 + 4 * S^2 * C * L + LM head 2 * S * C * V; 124.44 M params
-    "gpt2_small": (291_648_307_200, 124_439_808),
-    # Llama-style 1B: 2 * 721.4 M weights * 2048 + 4 * S^2 * C * L
-    "llama_1b": (3_504_693_313_536, 787_023_872),
-}
-
-
-@pytest.mark.parametrize("name", sorted(ZOO))
-def test_zoo_totals(name):
-    report = costspec.load(ROOT / f"specs/{name}.yaml").evaluate()
-    tc, params = ZOO[name]
-    assert (report.tc, report.params) == (tc, params)
-
-
-def test_zoo_totals_against_independent_derivations():
-    def macs(name):
-        return ZOO[name][0] // 2
-
-    assert abs(macs("sam_vit_b") / 487e9 - 1) < 0.01
-    assert abs(macs("clip_vit_l14") / 81.08e9 - 1) < 0.01
-    C, L = 768, 12
-    weights = L * 12 * C * C  # per layer 4 C^2 attention + 8 C^2 MLP
-    assert ZOO["bert_base"][0] == 2 * weights * 512 + 4 * 512 ** 2 * C * L
-    assert ZOO["gpt2_small"][0] == 2 * weights * 1024 + 4 * 1024 ** 2 * C * L + 2 * 1024 * C * 50257
-    C, L, kv, F, S = 2048, 16, 8 * 64, 5632, 2048
-    weights = L * (2 * C * C + 2 * C * kv + 3 * C * F)
-    assert ZOO["llama_1b"][0] == 2 * weights * S + 4 * S ** 2 * C * L
-
+        - attention: {heads: 2, window: 3, grid: [6, 6], shift: 1, rel_bias: swin}
+        """, input_="[B, 36, 8]")
+    node = next(n for n, *_ in model.walk() if n.name == "attn.sdpa")
+    scores = 2 * 4 * 2 * 9 * 9  # B * 4 windows, 2 heads, 9 x 9 scores per window
+    # flash: one add of the (shift mask + table) bias per score, and one add combining the two masks
+    assert int(node.forward().pointwise["add"].xreplace(model.bind())) == scores + scores
+    for device in ("meta", "cpu"):
+        result = validate(model, model.bind(), "train", device)
+        assert result.ok, render_table(result)
+    with pytest.raises(SpecError, match=r"shift 3 is not smaller than the window 3"):
+        spec_nc("- attention: {heads: 2, window: 3, grid: [6, 6], shift: 3}", input_="[B, 36, 8]")
+    with pytest.raises(SpecError, match=r"shifted windows need the grid 6 x 7 divisible by the window 3"):
+        spec_nc("- attention: {heads: 2, window: 3, grid: [6, 7], shift: 1}", input_="[B, 42, 8]")

@@ -17,6 +17,7 @@ import yaml
 
 import costspec
 from costspec.cli import main
+from costspec.core.errors import CostspecError
 from costspec.core.yaml_marks import MAX_BYTES
 from tests.common import ROOT, SPECS, TESTS, run_cli
 
@@ -264,3 +265,14 @@ layers:
     assert "$.layers[2].attention.heads: dim 8 is not divisible by heads 3" in "".join(lines)
     assert "in=7 does not match the input's last dim 10" in "".join(lines)
 
+
+# -- names from YAML escapes -----------------------------------------------------------------------
+TINY = "costspec: 1\nname: tiny\ninput: [2, 8]\nlayers:\n  - linear: {out: 8}\n    name: fc\n"
+
+
+def test_layer_names_from_yaml_escapes_are_refused(write_spec):
+    spec = write_spec(TINY.replace("name: fc", 'name: "fc\\e[31m"'))
+    with pytest.raises(CostspecError, match="control character U\\+001B"):
+        costspec.load(spec)
+    docs = write_spec('costspec: 1\nname: t\ndoc: "two\\nlines\\tok"\ninput: [2, 8]\nlayers:\n  - linear: {out: 8}\n')
+    assert costspec.load(docs).doc_line == "two\nlines\tok"  # prose may have line breaks and tabs
