@@ -80,7 +80,7 @@ SLOW_CASES = (
     "core/test_budget.py::test_formula_expand_of_a_degree_8_dim_squared_is_refused_fast",
     "zoo/test_totals.py::test_sam_eval_shows_windowed_and_global_blocks_with_counts",
     "cli/test_main.py::test_check_passes_the_zoo",
-    # mistral_7b / mixtral_8x7b (h-llm): 1.7-22 s each
+    # mistral_7b / mixtral_8x7b: 1.7-22 s each
     "runtime/test_validate.py::test_zoo_validates_exactly[mistral_7b-forward]",
     "runtime/test_validate.py::test_zoo_validates_exactly[mistral_7b-train]",
     "export/test_latex.py::test_every_spec_round_trips_through_parse_latex[forward-mistral_7b]",
@@ -101,7 +101,7 @@ SLOW_CASES = (
     "analysis/test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[backward-mixtral_8x7b]",
     "analysis/test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[train-mixtral_8x7b]",
     "analysis/test_roofline.py::test_every_spec_has_bytes_and_times_that_add_up[train-mixtral_8x7b]",
-    # the vision zoo specs (h-vision): Swin's window counts (ceiling(G/win)) and the stage grids make their
+    # the vision zoo specs: Swin's window counts (ceiling(G/win)) and the stage grids make their
     # symbolic formulas the slowest to build and round-trip (swin_tiny's LaTeX: about a minute per pass)
     "export/test_latex.py::test_every_spec_round_trips_through_parse_latex[forward-swin_tiny]",
     "analysis/test_formula.py::test_text_forms_are_exact_and_evaluate_to_eval_numbers[forward-swin_tiny]",

@@ -1,4 +1,4 @@
-"""Small real torch models for tests/test_against.py: what a user's own code would build.
+"""Small real torch models for tests/against/test_check.py: what a user's own code would build.
 
 Each builder takes the spec's dims it needs as keyword arguments and returns an nn.Module; the
 check builds them on `meta`.

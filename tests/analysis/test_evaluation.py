@@ -1,4 +1,4 @@
-"""Evaluation against hand-derived closed forms (issue 2 acceptance)."""
+"""costspec.analysis.evaluation: evaluated costs against hand-derived closed forms."""
 import pytest
 import sympy
 

@@ -79,7 +79,7 @@ def test_csv_has_the_grid_and_the_costs():
     assert lines[1].startswith("128,0,2686976000,")
 
 
-# -- issue 12: exactness, invalid points, streaming ----------------------------------------------
+# -- exactness, invalid points, streaming ----------------------------------------------------
 CEIL = "costspec: 1\nname: ceil\ndims:\n  B: 2\n  C: 8\ninput: [B, C, C]\nlayers:\n  - linear: {out: \"ceil(8*C/3)\"}\n"
 
 

@@ -25,7 +25,7 @@ HERE = TESTS / "bad_inputs"
 EXPECTED: dict[str, dict[str, str]] = yaml.safe_load((HERE / "expected.yaml").read_text(encoding="utf-8"))
 TOY = ROOT / "specs" / "toy_mlp.yaml"
 OK_CSV = '"ID","Kernel Name","smsp__sass_thread_inst_executed_op_fadd_pred_on.sum"\n"","","inst"\n"0","k","786,432"\n'
-TIME_BOUND_S = 5.0  # the bound for every reproducer; the cases take well under 0.5 s each
+TIME_BOUND_S = 5.0  # the bound for every reproducer; the cases take well under 0.5 s each
 
 # How each kind of file is fed to costspec: the command line with FILE in it.
 COMMANDS = {

@@ -33,10 +33,10 @@ print("no torch")
     ["eval", "specs/gpt2_small.yaml", "--gpu", "h100-sxm", "--alignment", "strict"],
     ["eval", "specs/vit_b.yaml", "--gpu", "b200", "--ladder"],
     ["sweep", "specs/llama_1b.yaml", "--vary", "L=1,2", "--lengths", "32,512,128"],
-    ["eval", "vit_b", "--dtype", "fp32"],  # issue 18: zoo name, --dtype
+    ["eval", "vit_b", "--dtype", "fp32"],  # a zoo name, --dtype
     ["sweep", "specs/vit_b.yaml", "--vary", "B=1..8:x2", "--gpu", "h100-sxm", "--format", "json"],
     ["zoo"],
-    ["import", "hf", "tests/data/hf_configs/vit_b.json"],  # issue 15: reads config.json as JSON
+    ["import", "hf", "tests/data/hf_configs/vit_b.json"],  # reads config.json as JSON
     ["import", "hf", "tests/data/hf_configs/llama_1b.json", "-o",
      str(Path(tempfile.gettempdir()) / "costspec-no-torch-import.yaml")],
     ["report", "specs/vit_b.yaml", "--gpu", "h100-sxm", "--vary", "B=1..4:x2", "-o",

@@ -1,7 +1,7 @@
 """costspec.core.safeio: the bounded reader and the atomic writer every command uses.
 
 The command-level cases (every kind of input file, `-o` naming an input) are in
-tests/test_bad_inputs.py; here: the functions themselves and `kill -9` during a write.
+tests/cli/test_bad_inputs.py; here: the functions themselves and `kill -9` during a write.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ fuzz/run_fuzz.py). Strategies: fuzz/specgen.py; properties: fuzz/properties.py.
   names, byte edits; the dataflow keys broken: unknown value names, a save twice, `input:` on
   a first layer, joins of shapes that differ, kv to a rank-2 value, dead values) -> accepted (and
   then the same properties) or a CostspecError, never another exception;
-* the dataflow (issue 14): parallel branches with each join, residual shortcuts, saved values
+* the dataflow: parallel branches with each join, residual shortcuts, saved values
   read by `with:` / `input:` / `kv:`, further `inputs:`, saves in repeat bodies -> drawn inside
   valid specs, and each construct on its own validated against autograd;
 * repeat-k == k x the body, with and without variants.

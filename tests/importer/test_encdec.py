@@ -47,7 +47,7 @@ def test_import_matches_the_transformers_model(name, tmp_path):
 def test_hub_configs_legacy_keys_are_understood(tmp_path):
     """t5-small's and whisper-tiny's config.json on the hub carry keys their config classes no longer
     write (n_positions, output_past; num_hidden_layers): understood, the numbers are the zoo specs'
-    (tests/test_import_zoo.py checks the class defaults' round trip at batch 1 and 8)."""
+    (tests/zoo/test_import_round_trip.py checks the class defaults' round trip at batch 1 and 8)."""
     t5 = {**transformers.T5Config().to_dict(), "n_positions": 512, "output_past": True}
     whisper = {**transformers.WhisperConfig().to_dict(), "num_hidden_layers": 4}
     for data, spec in ((t5, "t5_small_encoder"), (whisper, "whisper_tiny_encoder")):

@@ -1,4 +1,4 @@
-"""`costspec import hf` for the families that need the dataflow (issue 15): resnet (projection
+"""`costspec import hf` for the families that need the dataflow: resnet (projection
 shortcuts), gpt_neox and phi (parallel residuals, partial rotary). Each import is checked with
 `validate --against` its transformers class built on `meta` from the same config.json (forward and
 train: exact matmul FLOPs and parameters, every pointwise kind through named rules only). Each check

@@ -480,7 +480,7 @@ def test_every_op_has_a_case():
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_op_matches_torch(op):
     if op not in CASES:
-        pytest.fail(f"op '{op}' has no case in tests/test_ops_vs_torch.py")
+        pytest.fail(f"op '{op}' has no case in tests/ops/test_vs_torch.py")
 
     @SETTINGS
     @given(st.data(), dtypes)

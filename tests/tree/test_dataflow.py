@@ -1,4 +1,4 @@
-"""The dataflow of issue 14: branches and joins (`parallel`, a residual's `shortcut`), named values
+"""The dataflow of the layer tree (costspec.tree.build): branches and joins (`parallel`, a residual's `shortcut`), named values
 (`save:`, `input:`, `with:`), further model inputs (`inputs:`), and the gradient sums where a value
 fans out. Every spec here is checked row by row against autograd on its generated module
 (`validate`: FlopCounterMode + the aten pointwise counter), forward and train."""

@@ -1,4 +1,4 @@
-"""Small torch modules for `validate --against` tests of the dataflow specs (tests/test_zoo_flow.py)."""
+"""Small torch modules for `validate --against` tests of the dataflow specs (tests/zoo/test_flow.py)."""
 from __future__ import annotations
 
 import torch

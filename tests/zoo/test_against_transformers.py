@@ -52,7 +52,7 @@ def test_zoo_spec_matches_its_transformers_model(name, pass_):
 @pytest.mark.slow
 @pytest.mark.parametrize("pass_", ["forward", "train"])
 def test_deepencoder_matches_its_transformers_parts(pass_):
-    """DeepEncoder has no transformers class: tests/against_models.py wires SamVisionEncoder, the two
+    """DeepEncoder has no transformers class: tests/against/models.py wires SamVisionEncoder, the two
     compressor convs and CLIP's embeddings and encoder as deepencoder.py does."""
     pytest.importorskip("transformers")
     _, result = against(ROOT / "specs/deepencoder.yaml", "tests.against.models:deepencoder", pass_)

@@ -1,4 +1,4 @@
-"""The zoo specs that need the dataflow (issue 14 item 3), checked against transformers on `meta`:
+"""The zoo specs that need the dataflow (branches, joins, named values), checked against transformers on `meta`:
 resnet50 (projection shortcuts) against ResNetModel, pythia_160m (parallel residual, partial rotary)
 against GPTNeoXModel. Forward and train: exact matmul FLOPs and parameters, every other difference
 through a named rule. Each check builds and counts a full-size model (several seconds): slow."""

@@ -38,7 +38,7 @@ def test_every_zoo_spec_with_a_config_is_covered():
 
 
 def test_vit_b_numbers_are_the_known_ones():
-    """ViT-B/16 at 224 px, batch 1: the matmul FLOPs by hand (as tests/test_golden.py's)."""
+    """ViT-B/16 at 224 px, batch 1: the matmul FLOPs by hand (as tests/golden/test_golden.py's)."""
     model = loads(import_hf(CONFIGS / "vit_b.json").text)
     S, C, L, F, P = 197, 768, 12, 3072, 196
     per_layer = 2 * S * C * 3 * C + 2 * S * S * C * 2 + 2 * S * C * C + 2 * 2 * S * C * F  # qkv, QK^T+AV, proj, MLP
