@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,34 @@ def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "costspec", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=120)
 
+
+
+def invoke(*args, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`costspec ARGS` in this process, through costspec.cli.main as the console script runs it: the exit
+    code its SystemExit carries (0 when it returns), stdout and stderr (click's CliRunner isolation), run
+    from `cwd`. The same CompletedProcess as run_cli, without a new interpreter and its imports per call:
+    for the tests about a command, not about the process (those use run_cli)."""
+    from click.testing import CliRunner
+
+    from costspec.cli import main
+
+    argv = [str(a) for a in args]
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with CliRunner().isolation(env={"COSTSPEC_DEBUG": None}) as (out, err, _):
+            try:
+                main(argv)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["costspec", *argv], code, stdout, stderr)
 
 # `bounded`: costspec's CLI in a subprocess, with its CPU time (user + system, the whole process from
 # interpreter start; wall time on shared CI cores is noise) and its peak RSS asserted

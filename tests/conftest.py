@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.common import run_cli
+from tests.common import invoke
 
 
 @pytest.fixture
@@ -22,7 +22,9 @@ def write_spec(tmp_path):
 
 @pytest.fixture
 def cli():
-    return run_cli
+    """cli(*args, cwd=ROOT): `costspec ARGS` in this process (tests.common.invoke): exit code, stdout, stderr.
+    Tests about the process itself (imports, signals, the interpreter's exit) use tests.common.run_cli."""
+    return invoke
 
 
 from hypothesis import HealthCheck, settings  # noqa: E402

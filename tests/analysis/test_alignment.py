@@ -3,9 +3,6 @@ the flags on the zoo, and --alignment strict (misaligned layers charged to CUDA 
 The DLProf-style list of eligible layers whose kernels ran without Tensor Cores: tests/ncu/test_eligibility.py."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from costspec.analysis.alignment import apply, check, falls_back, multiples, strict_report
@@ -13,6 +10,7 @@ from costspec.core.conventions import Precision
 from costspec.core.errors import UsageError
 from costspec.model import load, loads
 from tests.common import ROOT
+from tests.common import invoke as cli
 
 SPECS = ROOT / "specs"
 
@@ -33,9 +31,6 @@ layers:
 """
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
 
 
 def test_multiples_are_16_bytes_and_128_bytes():

@@ -1,9 +1,6 @@
 """The precision ladder: dtypes past fp8 (element sizes with block scales, routing, peaks) and `eval --ladder`."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import sympy
 
@@ -12,13 +9,11 @@ from costspec.analysis.ladder import ladder
 from costspec.core.conventions import Precision
 from costspec.model import load
 from tests.common import ROOT
+from tests.common import invoke as cli
 
 SPECS = ROOT / "specs"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
 
 
 def test_element_sizes_are_exact():

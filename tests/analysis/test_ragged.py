@@ -2,15 +2,13 @@
 cost checked against per-sequence runs of the generated module under FlopCounterMode."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from costspec.analysis.ragged import parse_lengths, ragged, ragged_totals, read_lengths_file
 from costspec.core.errors import CostspecError, UsageError
 from costspec.model import load, loads
 from tests.common import ROOT
+from tests.common import invoke as cli
 
 SPECS = ROOT / "specs"
 
@@ -37,9 +35,6 @@ layers:
 """
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
 
 
 def test_the_notes_example_3_5_2():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import costspec
 from costspec.analysis.sweep import parse_vary, points, sweep, to_csv
 from costspec.core.errors import UsageError
-from tests.common import ROOT, SPECS, run_cli
+from tests.common import ROOT, SPECS, invoke
 
 
 @pytest.mark.parametrize("text, values", [
@@ -100,7 +100,7 @@ def test_a_point_where_a_size_divides_by_zero_is_an_error_naming_it(write_spec):
     spec = write_spec(MOD)
     with pytest.raises(UsageError, match=r"at grid point K=64: .*division or modulo by zero"):
         sweep(costspec.load(spec), [("K", [63, 64, 65])])
-    r = run_cli("sweep", spec, "--vary", "K=63,64,65")
+    r = invoke("sweep", spec, "--vary", "K=63,64,65")
     assert (r.returncode, r.stdout) == (2, "")  # nothing printed for any point
     assert "at grid point K=64" in r.stderr
 
@@ -109,7 +109,7 @@ def test_constants_beyond_int64_are_exact():
     model = costspec.load(ROOT / "tests/bad_specs/huge_dim.yaml")  # C = 10**100
     _, values = sweep(model, [("B", [1, 2])])
     assert values["tc_flops"].tolist() == [2 * 10**200, 4 * 10**200] == [model.evaluate(B=b).tc for b in (1, 2)]
-    r = run_cli("sweep", ROOT / "tests/bad_specs/huge_dim.yaml", "--vary", "B=1,2")
+    r = invoke("sweep", ROOT / "tests/bad_specs/huge_dim.yaml", "--vary", "B=1,2")
     assert r.returncode == 0 and r.stdout.splitlines()[2].startswith("2,4" + "0" * 200 + ",")
 
 

@@ -1,7 +1,7 @@
 """The options the commands share (costspec.cli.options): --dtype, and --batch / --set / --keep binding dims."""
 from __future__ import annotations
 
-from tests.common import ROOT, run_cli
+from tests.common import ROOT, invoke
 
 
 def test_dtype_on_eval_formula_and_sweep(cli):
@@ -13,15 +13,15 @@ def test_dtype_on_eval_formula_and_sweep(cli):
 
 # -- binding dims ----------------------------------------------------------------------------------
 def test_batch_and_set_of_B_together_are_a_usage_error():
-    r = run_cli("eval", ROOT / "specs/vit_b.yaml", "--batch", "4", "--set", "B=8")
+    r = invoke("eval", ROOT / "specs/vit_b.yaml", "--batch", "4", "--set", "B=8")
     assert r.returncode == 2 and "--batch 4 and --set B=8 both bind B" in r.stderr
 
 
 def test_formula_set_substitutes_the_value():
-    r = run_cli("formula", ROOT / "specs/vit_b.yaml", "--set", "img=384")
+    r = invoke("formula", ROOT / "specs/vit_b.yaml", "--set", "img=384")
     assert r.returncode == 0 and "img    image side in pixels; substituted: 384" in r.stdout
     assert "S = floor(img/patch)**2 + 1 = 577" in r.stdout  # (384 // 16)**2 + 1
-    tex = run_cli("latex", ROOT / "specs/vit_b.yaml", "--set", "img=384").stdout
+    tex = invoke("latex", ROOT / "specs/vit_b.yaml", "--set", "img=384").stdout
     assert "& $384$ (substituted)" in tex and "spec value 384" not in tex
-    both = run_cli("formula", ROOT / "specs/vit_b.yaml", "--set", "img=384", "--keep", "img")
+    both = invoke("formula", ROOT / "specs/vit_b.yaml", "--set", "img=384", "--keep", "img")
     assert both.returncode == 2 and "--keep img and --set img=384" in both.stderr

@@ -6,7 +6,7 @@ import pytest
 
 import costspec
 from costspec.core.errors import CostspecError
-from tests.common import run_cli
+from tests.common import invoke
 
 DIV = ("costspec: 1\nname: div\ndims:\n  B: 2\n  C: 64\n  K: 96\ninput: [B, C]\nlayers:\n"
        "  - linear: {out: \"C*2/(K-C)\"}\n")
@@ -14,9 +14,9 @@ DIV = ("costspec: 1\nname: div\ndims:\n  B: 2\n  C: 64\n  K: 96\ninput: [B, C]\n
 
 def test_a_size_that_divides_by_zero_is_exit_2(write_spec):
     spec = write_spec(DIV)
-    r = run_cli("eval", spec, "--set", "K=64")
+    r = invoke("eval", spec, "--set", "K=64")
     assert r.returncode == 2 and "division or modulo by zero" in r.stderr and "Traceback" not in r.stderr
-    assert run_cli("eval", spec).returncode == 0  # 2*64/32 = 4
+    assert invoke("eval", spec).returncode == 0  # 2*64/32 = 4
 
 
 def test_a_derived_dim_that_divides_by_zero_is_a_spec_error(write_spec):

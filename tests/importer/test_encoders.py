@@ -150,17 +150,17 @@ def test_the_printed_check_command_passes(tmp_path):
     """`costspec import hf -o` prints the `validate --against` command; run as printed, it passes."""
     import shlex
 
-    from tests.common import run_cli
+    from tests.common import invoke
     from tests.importer.check import write_config
 
     config = write_config(transformers.CLIPConfig(vision_config={**SMALL, "intermediate_size": 96, "image_size": 32,
                                                                  "patch_size": 8},
                                                   text_config=SMALL, projection_dim=40), tmp_path)
     spec = tmp_path / "clip.yaml"
-    done = run_cli("import", "hf", config, "-o", spec)
+    done = invoke("import", "hf", config, "-o", spec)
     assert done.returncode == 0, done.stderr
     command = done.stderr.split("check it with: ", 1)[1].strip()
     assert command.startswith("costspec validate ")
-    checked = run_cli(*shlex.split(command)[1:])
+    checked = invoke(*shlex.split(command)[1:])
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "result: PASS" in checked.stdout

@@ -21,6 +21,7 @@ from costspec.ncu.calibrate import bucket_phase, calibrate, render_summary
 from costspec.ncu.compare import compare
 from costspec.ncu.inputs import load_measured
 from tests.common import ROOT
+from tests.common import invoke as cli
 from tests.ncu.synth_ncu import FADD, FFMA, raw_csv
 
 DATA = ROOT / "tests" / "data" / "ncu"
@@ -121,9 +122,6 @@ def test_compare_with_calibration_has_zero_residuals(toy):
         assert all(r.measured == r.executed for r in rows)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
 
 
 PROBE = """

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,6 +11,7 @@ from costspec.ncu.attribute import AttributionError, role_of, short_name
 from costspec.ncu.compare import compare, render_json, render_table
 from costspec.ncu.inputs import load_measured, read_sidecar, sidecar_path
 from tests.common import ROOT
+from tests.common import invoke as cli
 from tests.ncu.synth_ncu import FADD, FFMA, HFMA, TC_BF16_H100, raw_csv
 
 DATA = ROOT / "tests" / "data" / "ncu"
@@ -20,9 +19,6 @@ TOY = str(ROOT / "specs" / "toy_mlp.yaml")
 FWD, BWD = str(DATA / "toy_forward.details.csv"), str(DATA / "toy_backward.details.csv")
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
 
 
 def _row(rows, name):

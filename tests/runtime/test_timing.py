@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,7 +11,7 @@ import costspec  # noqa: E402
 from costspec.analysis.gpus import get_gpu  # noqa: E402
 from costspec.analysis.roofline import estimate  # noqa: E402
 from costspec.runtime.timing import Intervals, add_estimate, render_json, render_table, time_layers  # noqa: E402
-from tests.common import ROOT  # noqa: E402
+from tests.common import ROOT, invoke  # noqa: E402
 
 TOY = ROOT / "specs" / "toy_mlp.yaml"
 
@@ -109,7 +107,6 @@ def test_intervals_count_reentries_and_close_backward():
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
 def test_no_gpu_says_so_and_exits_2():
-    result = subprocess.run([sys.executable, "-m", "costspec", "time", str(TOY), "--pass", "train"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = invoke("time", TOY, "--pass", "train")
     assert result.returncode == 2
     assert "no CUDA GPU" in result.stderr and "Traceback" not in result.stderr

@@ -3,8 +3,6 @@ and exact; a wrong formula, an unknown aten op and a mismatch exit code are caug
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -15,7 +13,7 @@ from costspec.ops.work import gemm
 torch = pytest.importorskip("torch")
 
 from costspec.runtime.validate import check, pointwise_diff, render_json, render_table, validate  # noqa: E402
-from tests.common import SPECS  # noqa: E402
+from tests.common import SPECS, invoke  # noqa: E402
 
 TINY_VIT = textwrap.dedent("""\
     costspec: 1
@@ -66,8 +64,8 @@ def test_toy_backward_gemm_flops():
     cost = model.cost("backward")
     assert int(sum(cost.matmul.values()).xreplace(model.bind())) == expected
     # eval: fp32, so the GEMMs are CUDA-core FLOPs, next to 10 * M*D * (sigmoid_backward 3 + bias_grad 1)
-    out = subprocess.run([sys.executable, "-m", "costspec", "eval", "specs/toy_mlp.yaml", "--pass", "backward",
-                          "--format", "json"], capture_output=True, text=True, check=True)
+    out = invoke("eval", "specs/toy_mlp.yaml", "--pass", "backward", "--format", "json")
+    assert out.returncode == 0, out.stderr
     totals = json.loads(out.stdout)["totals"]
     assert totals["tc_flops"] == 0 and totals["cuda_flops"] == expected + 10 * 128 * 1024 * (3 + 1)
     # and FlopCounterMode agrees
@@ -184,8 +182,7 @@ def test_missing_residual_add_is_caught(monkeypatch):
 def test_json_and_cli(tmp_path):
     spec = tmp_path / "tiny.yaml"
     spec.write_text(TINY_VIT.replace("BACKEND", "flash"))
-    out = subprocess.run([sys.executable, "-m", "costspec", "validate", str(spec), "--pass", "train",
-                          "--format", "json"], capture_output=True, text=True)
+    out = invoke("validate", spec, "--pass", "train", "--format", "json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["ok"] and data["device"] == "meta" and set(data["tables"]) == {"forward", "backward"}

@@ -19,7 +19,7 @@ import costspec
 from costspec.cli import main
 from costspec.core.errors import CostspecError
 from costspec.core.yaml_marks import MAX_BYTES
-from tests.common import ROOT, SPECS, TESTS, run_cli
+from tests.common import ROOT, SPECS, TESTS, invoke, run_cli
 
 HERE = TESTS / "bad_specs"
 EXPECTED = yaml.safe_load((HERE / "expected.yaml").read_text(encoding="utf-8"))
@@ -226,7 +226,7 @@ def test_eval_subprocess_runs_no_code(name, corpus):
 
 def test_check_reports_every_bad_spec_first_problem_first(corpus):
     names = sorted(ERRORS) + sorted(GENERATED)
-    result = run_cli("check", *names, cwd=corpus)
+    result = invoke("check", *names, cwd=corpus)
     assert result.returncode == 2
     lines = result.stdout.splitlines()
     expected = [({**ERRORS, **GENERATED})[n] for n in names]
@@ -241,7 +241,7 @@ def test_check_reports_every_bad_spec_first_problem_first(corpus):
 
 def test_check_passes_the_zoo():
     names = [str(p.relative_to(ROOT)) for p in SPECS]
-    result = run_cli("check", *names)
+    result = invoke("check", *names)
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.splitlines() == [f"{n}: ok" for n in names]
 
@@ -257,7 +257,7 @@ layers:
   - linear: {in: 7, out: 8}
   - attention: {heads: 3}
 """)
-    result = run_cli("check", str(path))
+    result = invoke("check", str(path))
     assert result.returncode == 2
     lines = result.stdout.splitlines()
     assert len(lines) == 3, result.stdout

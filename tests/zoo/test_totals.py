@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import costspec
-from tests.common import ROOT, run_cli
+from tests.common import ROOT, invoke
 
 
 def test_sam_eval_shows_windowed_and_global_blocks_with_counts():
@@ -13,7 +13,7 @@ def test_sam_eval_shows_windowed_and_global_blocks_with_counts():
     r = {x.name: x for x in report.rows}
     assert r["blocks[global]"].count == 4 and r["blocks[others]"].count == 8
     assert r["blocks"].repeat == 12
-    out = run_cli("eval", "specs/sam_vit_b.yaml", "--depth", "2")
+    out = invoke("eval", "specs/sam_vit_b.yaml", "--depth", "2")
     assert out.returncode == 0, out.stderr
     assert "global x4" in out.stdout and "others x8" in out.stdout
 

@@ -112,11 +112,11 @@ def test_vision_spec_against_transformers(name, pass_):
 
 @pytest.mark.slow
 def test_output_field_errors_are_usage_errors():
-    from tests.common import run_cli
+    from tests.common import invoke
 
-    alone = run_cli("validate", "specs/convnext_tiny.yaml", "--output-field", "pooler_output")
+    alone = invoke("validate", "specs/convnext_tiny.yaml", "--output-field", "pooler_output")
     assert alone.returncode == 2 and "--output-field needs --against" in alone.stderr
-    wrong = run_cli("validate", "specs/convnext_tiny.yaml", "--against", "hf:ConvNextModel", "--output-field",
+    wrong = invoke("validate", "specs/convnext_tiny.yaml", "--against", "hf:ConvNextModel", "--output-field",
                     "pooled")
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
     assert "--output-field pooled: the real model's output (BaseModelOutputWithPoolingAndNoAttention) has no " \
