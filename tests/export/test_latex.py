@@ -2,11 +2,11 @@
 import re
 import shutil
 import subprocess
+import types
 from functools import lru_cache
 
 import pytest
 import sympy
-from sympy.parsing.latex import parse_latex
 
 import costspec
 from costspec.analysis.formula import formulas
@@ -17,9 +17,53 @@ from tests.common import SPECS
 LABEL = re.compile(r"\\label\{([^}]*)\}")
 
 
+class _IntegerLiterals(types.ModuleType):
+    """sympy, as the LaTeX converter sees it, with `Number("123")` built as `Integer(123)` directly: sympy's
+    own `Number(str)` goes through `sympify` -> `parse_expr`, which re-runs `from sympy import *` per literal
+    (two thirds of the converter's time on the zoo's formulas). Any other literal goes to sympy.Number."""
+
+    def __getattr__(self, name):
+        return getattr(sympy, name)
+
+    @staticmethod
+    def Number(text):
+        return sympy.Integer(int(text)) if isinstance(text, str) and text.isdigit() else sympy.Number(text)
+
+
+def parse_latex(tex: str) -> sympy.Expr:
+    """sympy.parsing.latex.parse_latex (sympy's ANTLR grammar and converter), with ANTLR's two-stage strategy:
+    SLL prediction first, which either gives exactly the tree full-context LL prediction gives or stops at
+    a syntax error; only then the full LL parse (sympy's own parse_latex). Full-context prediction over the
+    zoo's nested floors was three quarters of the parse time (40-48 s per resnet50 / swin_tiny pass)."""
+    import antlr4  # needs antlr4-python3-runtime 4.11 (the `test` extra)
+    from antlr4.atn.PredictionMode import PredictionMode
+    from antlr4.error.Errors import ParseCancellationException
+    from antlr4.error.ErrorStrategy import BailErrorStrategy
+    from sympy.parsing.latex import _parse_latex_antlr as antlr_latex
+    from sympy.parsing.latex import parse_latex as full_parse
+
+    tex = tex.strip()
+    lexer = antlr_latex.LaTeXLexer(antlr4.InputStream(tex))
+    lexer.removeErrorListeners()
+    lexer.addErrorListener(antlr_latex.MathErrorListener(tex))
+    parser = antlr_latex.LaTeXParser(antlr4.CommonTokenStream(lexer))
+    parser.removeErrorListeners()
+    parser._interp.predictionMode = PredictionMode.SLL
+    parser._errHandler = BailErrorStrategy()
+    try:
+        relation = parser.math().relation()
+    except ParseCancellationException:
+        return full_parse(tex)
+    converter_sympy, antlr_latex.sympy = antlr_latex.sympy, _IntegerLiterals("sympy")
+    try:
+        return antlr_latex.convert_relation(relation)
+    finally:
+        antlr_latex.sympy = converter_sympy
+
+
 @lru_cache(maxsize=None)
 def parse(rhs: str) -> sympy.Expr:
-    expr = parse_latex(rhs)  # needs antlr4-python3-runtime 4.11 (the `test` extra)
+    expr = parse_latex(rhs)
     # \min / \max parse as undefined functions named min / max: read them as sympy's Min / Max
     lattice = {"min": sympy.Min, "max": sympy.Max}
     return expr.replace(lambda e: isinstance(e, sympy.core.function.AppliedUndef) and e.func.__name__ in lattice,
