@@ -1,16 +1,52 @@
 """Paths and helpers shared by the test packages (import as `from tests.common import ROOT, SPECS, run_cli`)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 DATA = TESTS / "data"
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
+
+
+def zoo_params(specs=SPECS, slow=()) -> list:
+    """The zoo specs as pytest params, id'd by name, each in the xdist group of its spec: with `--dist loadgroup`
+    (the default, pyproject.toml) one worker runs every grouped test of a spec, so the closed forms that
+    formulas_once computes for it are computed once (the formula, LaTeX and pdflatex tests share them)."""
+    return [pytest.param(p, id=p.stem, marks=[pytest.mark.xdist_group(f"zoo-{p.stem}"),
+                                              *((pytest.mark.slow,) if p.stem in slow else ())]) for p in specs]
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str):
+    import costspec
+
+    return costspec.load(path)
+
+
+def load_once(spec) -> "costspec.Model":  # noqa: F821
+    """costspec.load(spec), once per test process and spec file, for tests that only read the model."""
+    return _load(str(Path(spec).resolve()))
+
+
+@functools.lru_cache(maxsize=None)
+def _formulas(path: str, pass_: str, keep: tuple | None, expand: bool, depth: int | None):
+    from costspec.analysis.formula import formulas
+
+    return formulas(_load(path), pass_, keep=list(keep) if keep is not None else None, expand=expand, depth=depth)
+
+
+def formulas_once(spec, pass_: str, keep=None, expand: bool = False, depth: int | None = None):
+    """costspec.analysis.formula.formulas(load_once(spec), pass_, keep, expand, depth=depth), computed once per
+    test process and arguments: the closed forms are immutable, and several tests check the same ones."""
+    return _formulas(str(Path(spec).resolve()), str(pass_), tuple(keep) if keep is not None else None, expand, depth)
 
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

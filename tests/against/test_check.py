@@ -16,7 +16,7 @@ from costspec.core.render import render  # noqa: E402
 from costspec.model import loads  # noqa: E402
 from costspec.runtime.validate import validate  # noqa: E402
 from tests.against.helpers import against, failures_text  # noqa: E402
-from tests.common import ROOT, run_cli  # noqa: E402
+from tests.common import ROOT, invoke, run_cli  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------
@@ -199,10 +199,12 @@ def test_ignore_that_matches_nothing_is_a_problem():
 
 @pytest.mark.slow
 def test_cli_against_exit_codes(tmp_path):
+    """Exit 0 / 1 / 2; the real models are a user's module in the working directory, imported by name by the
+    `costspec` process started there (a subprocess: the import is what is tested)."""
     (tmp_path / "my_models.py").write_text((ROOT / "tests/against/models.py").read_text())
     spec = tmp_path / "bn.yaml"
     spec.write_text(BN_AS_LN2D)
-    plain = run_cli("validate", spec, cwd=tmp_path)
+    plain = invoke("validate", spec, cwd=tmp_path)
     assert plain.returncode == 0 and "checked against: the torch module costspec generates" in plain.stdout
     wrong = run_cli("validate", spec, "--against", "my_models:conv_bn", cwd=tmp_path)
     assert wrong.returncode == 1, wrong.stderr
@@ -211,7 +213,7 @@ def test_cli_against_exit_codes(tmp_path):
                    "--format", "json", cwd=tmp_path)
     assert good.returncode == 0, good.stderr
     assert '"checked_against": "the real model"' in good.stdout
-    usage = run_cli("validate", spec, "--config-set", "a=1", cwd=tmp_path)
+    usage = invoke("validate", spec, "--config-set", "a=1", cwd=tmp_path)
     assert usage.returncode == 2 and "need --against" in usage.stderr
 
 

@@ -7,7 +7,7 @@ import sympy
 import costspec
 from costspec.analysis.formula import choose_symbols, closed_form, formulas, latex_name
 from costspec.core.errors import UsageError
-from tests.common import SPECS
+from tests.common import formulas_once, load_once, zoo_params
 
 PASSES = ("forward", "backward", "train")
 
@@ -127,16 +127,16 @@ def _variants(model):
     return [dict(keep=None), dict(keep=free[::2]), dict(keep=None, expand=True)]
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("spec", zoo_params())
 @pytest.mark.parametrize("pass_", PASSES)
 def test_text_forms_are_exact_and_evaluate_to_eval_numbers(spec, pass_):
-    model = costspec.load(spec)
+    model = load_once(spec)
     values = model.bind()
     report = model.report(pass_, values)
     forward = model.report("forward", values)
     rows = {r.name: r for r in report.rows}
     for variant in _variants(model):
-        result = formulas(model, pass_, **variant)
+        result = formulas_once(spec, pass_, **variant)
         names = {str(s): s for s in result.symbols.order}
         for form, number in [(result.tc, report.tc), (result.cuda, report.cuda), (result.total, report.total),
                              (result.params, forward.params)]:

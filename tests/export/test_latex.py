@@ -12,7 +12,7 @@ import costspec
 from costspec.analysis.formula import formulas
 from costspec.export.latex import label_key, render_latex, tex_escape
 from costspec.tree.walk import node_cost
-from tests.common import SPECS
+from tests.common import ROOT, formulas_once, load_once, zoo_params
 
 LABEL = re.compile(r"\\label\{([^}]*)\}")
 
@@ -104,11 +104,12 @@ def equations(tex: str) -> dict[str, str]:
     return out
 
 
-def check_round_trip(model, pass_, **options):
+def check_round_trip(spec, pass_, **options):
     """Every equation: parsed LaTeX == the formula == the engine's expression; values == eval's integers."""
+    model = load_once(spec)
     values = model.bind()
     report, forward = model.report(pass_, values), model.report("forward", values)
-    result = formulas(model, pass_, depth=None, **options)
+    result = formulas_once(spec, pass_, depth=None, **options)
     rewrite, to_dim = symbol_reader(result.symbols.dims)
     key = lambda *rest: label_key("costspec", model.name, pass_, *rest)  # noqa: E731
     expected = {key("tc"): (result.tc, model.cost(pass_).tc, report.tc),
@@ -138,22 +139,22 @@ def check_round_trip(model, pass_, **options):
 
 # the largest spec's round trips take most of the file's time: the fast profile (-m "not slow") leaves them out
 LARGE = {"deepencoder", "sam_vit_b", "clip_vit_l14"}
-BY_SIZE = [pytest.param(p, id=p.stem, marks=pytest.mark.slow if p.stem in LARGE else ()) for p in SPECS]
+BY_SIZE = zoo_params(slow=LARGE)
 
 
 @pytest.mark.parametrize("spec", BY_SIZE)
 @pytest.mark.parametrize("pass_", ["forward", "backward", "train"])
 def test_every_spec_round_trips_through_parse_latex(spec, pass_):
-    check_round_trip(costspec.load(spec), pass_)
+    check_round_trip(spec, pass_)
 
 
 @pytest.mark.parametrize("spec", BY_SIZE)
 def test_round_trip_with_substituted_and_expanded_dims(spec):
-    model = costspec.load(spec)
+    model = load_once(spec)
     free = [d.name for d in model.dims.free()]
     derived = [d.name for d in model.dims.derived()]
-    check_round_trip(model, "train", keep=free[::2] + derived)
-    check_round_trip(model, "forward", expand=True)
+    check_round_trip(spec, "train", keep=free[::2] + derived)
+    check_round_trip(spec, "forward", expand=True)
 
 
 def test_vit_b_latex_reads_as_the_textbook_form():
@@ -172,9 +173,9 @@ def test_names_are_escaped_and_labels_safe():
 
 
 def test_long_sums_break_over_lines_and_still_parse():
-    model = costspec.load("specs/vit_h.yaml")
-    found = check_round_trip(model, "train", expand=True)
-    tex = render_latex(formulas(model, "train", expand=True))
+    spec = ROOT / "specs/vit_h.yaml"
+    found = check_round_trip(spec, "train", expand=True)
+    tex = render_latex(formulas_once(spec, "train", expand=True))
     assert r"\nonumber \\" in tex and found
 
 
@@ -187,11 +188,10 @@ def test_cli_writes_a_file(cli, tmp_path):
     assert result.stdout == ""
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed")
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed (apt-get install texlive-latex-base)")
+@pytest.mark.parametrize("spec", zoo_params())
 def test_standalone_compiles_with_pdflatex(spec, tmp_path):
-    model = costspec.load(spec)
-    (tmp_path / "f.tex").write_text(render_latex(formulas(model, "train", depth=None), standalone=True))
+    (tmp_path / "f.tex").write_text(render_latex(formulas_once(spec, "train", depth=None), standalone=True))
     run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "f.tex"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:]
