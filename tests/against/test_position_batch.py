@@ -9,10 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from import_check import assert_exact, import_and_check  # noqa: E402
-
 from costspec.model import loads  # noqa: E402
 from costspec.runtime.validate import validate  # noqa: E402
+from tests.importer.check import assert_exact, import_and_check  # noqa: E402
 
 SPEC = """
 costspec: 1
