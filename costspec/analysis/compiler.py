@@ -36,7 +36,7 @@ _NARY = {sympy.Add: "add", sympy.Min: "min", sympy.Max: "max", sympy.And: "and",
 _UNARY = {sympy.floor: "floor", sympy.ceiling: "ceil", sympy.Not: "not"}
 
 
-class _Emitter:
+class Emitter:
     """Builds one program: `slot(expr)` is the slot holding `expr`'s value, emitting what it needs."""
 
     def __init__(self, inputs: dict[sympy.Symbol, int], known: dict[sympy.Symbol, int] | None = None):
@@ -144,7 +144,7 @@ def compile_model(model: Network, passes: tuple[str, ...] = PASSES) -> CompiledM
 def _bind(model: Network) -> dict[str, Any]:
     """The derived dims from the free ones, and what `Network.problems` checks."""
     free = [d for d in model.dims.dims.values() if d.definition is None]
-    emitter = _Emitter({d.symbol: i for i, d in enumerate(free)})
+    emitter = Emitter({d.symbol: i for i, d in enumerate(free)})
     derived = []
     for d in model.dims.derived():
         slot = emitter.slot(d.definition)
@@ -160,7 +160,7 @@ def _bind(model: Network) -> dict[str, Any]:
 
 
 def _pass(model: Network, steps: list, pass_: str, inputs: dict, sparse: bool) -> dict[str, Any]:
-    emitter = _Emitter(inputs)
+    emitter = Emitter(inputs)
 
     def slots(cost, count, repeat) -> list[int]:
         return [emitter.slot(cost.tc), emitter.slot(cost.cuda), emitter.slot(cost.params), emitter.slot(count),
@@ -175,7 +175,7 @@ def _pass(model: Network, steps: list, pass_: str, inputs: dict, sparse: bool) -
 
 def _notes(model: Network, steps: list, inputs: dict, sparse: bool) -> dict[str, Any]:
     """The expressions behind the notes: parameters a token does not use, 2:4 GEMMs' reduction dims."""
-    emitter = _Emitter(inputs)
+    emitter = Emitter(inputs)
     active = []
     for step in steps:
         node = step.node
@@ -195,7 +195,7 @@ def _notes(model: Network, steps: list, inputs: dict, sparse: bool) -> dict[str,
 
 def _align(model: Network, inputs: dict) -> dict[str, Any]:
     """Every leading dim of every Tensor-Core GEMM, in the order `alignment.check` visits them."""
-    emitter = _Emitter(inputs)
+    emitter = Emitter(inputs)
     gemms = []
     for node in model.op_nodes():
         precision = node.precision

@@ -254,6 +254,12 @@ class Program:
             types.append(_types(ins[0], ins[1:], types, n_inputs))  # type: ignore[arg-type]
         return cls(n_inputs, code, types)  # type: ignore[arg-type]
 
+    def __getstate__(self) -> dict:
+        return {"n_inputs": self.n_inputs, "code": self.code, "types": self.types}  # the closures are rebuilt
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["n_inputs"], state["code"], state["types"])  # type: ignore[misc]
+
     def kind(self, slot: int) -> str:
         """NUMBER or TRUTH: what slot `slot` holds."""
         return NUMBER if slot < self.n_inputs else self.types[slot - self.n_inputs]

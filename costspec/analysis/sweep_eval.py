@@ -308,11 +308,11 @@ def evaluate(c: Compiled, symbols: Sequence[sympy.Symbol], args: Sequence[np.nda
     if proven and c.fast:
         return _int64(c, symbols, args)
     flat = [full(a, shape) for a in args]
-    got = _probed(c, symbols, flat, math.prod(shape))
+    got = probed(c, symbols, flat, math.prod(shape))
     return Values(*(np.reshape(a, shape) for a in (got.values, got.invalid, got.fraction)))
 
 
-def _probed(c: Compiled, symbols: Sequence[sympy.Symbol], args: Sequence[np.ndarray], n: int) -> Values:
+def probed(c: Compiled, symbols: Sequence[sympy.Symbol], args: Sequence[np.ndarray], n: int) -> Values:
     """`c` at `n` points (flat arrays): a float64 probe finds the points that need Python integers."""
     if not c.fast:
         return _slow(c, symbols, args, n)

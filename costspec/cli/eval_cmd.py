@@ -53,7 +53,15 @@ view_options = options.option_group("view", EvalView, options.depth, calibration
 @view_options
 @options.ragged
 def eval_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, view: EvalView, ragged: Ragged):
-    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
+    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too.
+
+    The first plain evaluation of a spec (any --batch, --set, --pass, --dtype, --depth, --format; not --gpu,
+    --ladder, --lengths, --lengths-file, --calibration or --alignment strict, which always build the model)
+    stores the spec compiled to exact integer programs in the cache folder (COSTSPEC_CACHE_DIR, else
+    $XDG_CACHE_HOME/costspec or ~/.cache/costspec; ~/Library/Caches/costspec on macOS), keyed by the spec's
+    bytes and path, the dtype, the pass and the installed costspec. Later runs read it instead of building
+    the model: the same output, in a fraction of the time. A damaged or stale entry is rebuilt. --no-cache
+    (or COSTSPEC_NO_CACHE=1) builds the model and evaluates it symbolically."""
     from costspec.cli import eval_fast
     from costspec.core.render import render
 

@@ -105,6 +105,11 @@ def read(entry: str, folder: Path | None = None) -> dict[str, Any] | None:
         raw = read_bytes(_path(folder, entry), Kind("compiled-spec cache entry", MAX_ENTRY_BYTES))
     except (CostspecError, OSError):
         return None
+    return parse(raw, entry)
+
+
+def parse(raw: bytes, entry: str) -> dict[str, Any] | None:
+    """The body of the bytes of entry `entry`, or None when they are not an intact entry of that key."""
     header, newline, body = raw.partition(b"\n")
     if not newline:
         return None
@@ -155,4 +160,4 @@ def _prune(folder: Path) -> None:
             pass
 
 
-__all__ = ["MAX_ENTRIES", "MAX_ENTRY_BYTES", "directory", "key", "package_fingerprint", "read", "write"]
+__all__ = ["MAX_ENTRIES", "MAX_ENTRY_BYTES", "directory", "key", "package_fingerprint", "parse", "read", "write"]

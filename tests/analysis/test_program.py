@@ -10,7 +10,7 @@ import sympy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costspec.analysis.compiler import Uncompilable, _Emitter
+from costspec.analysis.compiler import Emitter, Uncompilable
 from costspec.analysis.program import Inexact, Program, ProgramError, exact
 from costspec.core.expr import dim_symbol, parse_expr
 
@@ -50,7 +50,7 @@ def test_a_program_gives_sympys_exact_value_or_refuses(text, a, b, c):
         expr = parse_expr(text, SYMBOLS)
     except Exception:  # division by a literal zero and the like: refused by the spec language itself
         return
-    emitter = _Emitter({SYMBOLS[n]: i for i, n in enumerate(NAMES)})
+    emitter = Emitter({SYMBOLS[n]: i for i, n in enumerate(NAMES)})
     slot = emitter.slot(expr)
     program = Program.load(len(NAMES), emitter.code)  # what the compiler writes passes the outside checks
     expected = _sympy_value(expr, {SYMBOLS[n]: sympy.Integer(v) for n, v in zip(NAMES, (a, b, c))})
@@ -64,7 +64,7 @@ def test_a_program_gives_sympys_exact_value_or_refuses(text, a, b, c):
 
 def test_a_program_never_refuses_plain_arithmetic():
     expr = parse_expr("(a * b + 3) // 2 + max(a, c) * ceil(b / 3) + (a % 4)", SYMBOLS)
-    emitter = _Emitter({SYMBOLS[n]: i for i, n in enumerate(NAMES)})
+    emitter = Emitter({SYMBOLS[n]: i for i, n in enumerate(NAMES)})
     slot = emitter.slot(expr)
     program = Program.load(3, emitter.code)
     for a, b, c in [(1, 1, 1), (7, 9, 2), (1024, 3, 4096)]:
@@ -73,7 +73,7 @@ def test_a_program_never_refuses_plain_arithmetic():
 
 def test_an_exact_quotient_stays_an_int():
     expr = parse_expr("a * b / 4", SYMBOLS)
-    emitter = _Emitter({SYMBOLS[n]: i for i, n in enumerate(NAMES)})
+    emitter = Emitter({SYMBOLS[n]: i for i, n in enumerate(NAMES)})
     slot = emitter.slot(expr)
     run = Program.load(3, emitter.code).run
     assert type(run([2, 6, 1])[slot]) is int and run([2, 6, 1])[slot] == 3
@@ -84,14 +84,14 @@ def test_an_exact_quotient_stays_an_int():
 
 def test_shared_subexpressions_are_computed_once():
     x = parse_expr("(a + b) * c", SYMBOLS)
-    emitter = _Emitter({SYMBOLS[n]: i for i, n in enumerate(NAMES)})
+    emitter = Emitter({SYMBOLS[n]: i for i, n in enumerate(NAMES)})
     first = emitter.slot(x)
     size = len(emitter.code)
     assert emitter.slot(parse_expr("(a + b) * c", SYMBOLS)) == first and len(emitter.code) == size
 
 
 def test_outside_the_instruction_set_is_uncompilable():
-    emitter = _Emitter({SYMBOLS["a"]: 0})
+    emitter = Emitter({SYMBOLS["a"]: 0})
     with pytest.raises(Uncompilable):
         emitter.slot(sympy.sin(SYMBOLS["a"]))
     with pytest.raises(Uncompilable):
@@ -117,3 +117,10 @@ def test_outside_the_instruction_set_is_uncompilable():
 def test_a_malformed_program_is_refused(code, why):
     with pytest.raises(ProgramError, match=why):
         Program.load(1, code)
+
+
+def test_a_program_survives_pickling():
+    import pickle
+
+    program = Program.load(2, [["add", 0, 1], ["mul", 2, 2]])
+    assert pickle.loads(pickle.dumps(program)).run([3, 4]) == program.run([3, 4]) == [3, 4, 7, 49]
