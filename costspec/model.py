@@ -64,6 +64,10 @@ class Model(Network):
                 cache[name] = compile_model(self, (name,))
             except Uncompilable:
                 cache[name] = None
+            except Exception:  # the compiled form is an optimisation: a failure in it never stops an evaluation
+                if os.environ.get("COSTSPEC_DEBUG"):
+                    raise
+                cache[name] = None
         return cache[name]
 
     def _by_name(self, values: Mapping[sympy.Symbol, sympy.Integer]) -> dict[str, int] | None:

@@ -332,7 +332,7 @@ def _values(model: Network, grid: Grid, exprs: Mapping[str, Any], fixed: Mapping
         for name in exprs:
             if name in plan.sums:
                 a, b = plan.sums[name]
-                out[name] = out[a] + out[b]
+                out[name] = _add(out[a], out[b], all(id(plan.outputs.get(n)) in plan.proven for n in (a, b)))
                 continue
             compiled = plan.outputs[name]
             got = evaluate(compiled, symbols, args, id(compiled) in plan.proven, box.shape)
@@ -342,6 +342,20 @@ def _values(model: Network, grid: Grid, exprs: Mapping[str, Any], fixed: Mapping
                 raise UsageError(f"at grid point {_point(grid, box.flat(), i)}: {name} is not an exact integer")
             out[name] = got.values
         yield box, out
+
+
+def _add(a: Any, b: Any, proven: bool) -> Any:
+    """a + b exactly: in int64 when both are proven below 2**62 in magnitude (the sum stays below 2**63) or
+    checked to be; with Python integers otherwise."""
+    import numpy as np
+
+    a, b = np.asarray(a), np.asarray(b)
+    if proven or a.dtype == object or b.dtype == object:
+        return a + b
+    limit = 2**62
+    if ((a >= limit) | (a <= -limit) | (b >= limit) | (b <= -limit)).any():
+        return a.astype(object) + b.astype(object)
+    return a + b
 
 
 def evaluate_grid(model: Network, grid: Grid, exprs: Mapping[str, Any],
