@@ -9,8 +9,9 @@ Where: `$COSTSPEC_CACHE_DIR` if set; else the platform's cache folder: `$XDG_CAC
 
 Key: a SHA-256 of the entry format, the package version, a fingerprint of the installed package's
 own files (every file's path, size and modification time: source, cost table, schema; so an edited
-or reinstalled costspec never reads entries of another build), the resolved spec path, the spec's
-bytes, and the caller's further parts (dtype, pass).
+or reinstalled costspec never reads entries of another build) and of the cost table's bytes (the
+data every pointwise count comes from), the resolved spec path (a zoo name resolved to its file),
+the spec's bytes, and the caller's further parts (dtype, pass).
 
 An entry is one file: a header line `costspec-compiled-spec <format> <key> <sha256 of the body>`,
 then the body, JSON. A reader takes at most MAX_ENTRY_BYTES through the bounded reader, and gives
@@ -62,7 +63,8 @@ def directory() -> Path | None:
 
 
 def package_fingerprint() -> str:
-    """A digest of the installed package: its version and every file's path, size and mtime (once per process)."""
+    """A digest of the installed package: its version, every file's path, size and mtime, and the cost
+    table's bytes (once per process)."""
     global _fingerprint
     if _fingerprint is None:
         root = Path(__file__).resolve().parent.parent
@@ -76,6 +78,10 @@ def package_fingerprint() -> str:
                 except OSError:
                     continue
                 digest.update(f"{os.path.relpath(path, root)}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+        try:
+            digest.update((root / "data" / "cost_table.yaml").read_bytes())
+        except OSError:
+            digest.update(b"no cost table")
         _fingerprint = digest.hexdigest()
     return _fingerprint
 

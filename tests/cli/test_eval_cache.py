@@ -134,21 +134,54 @@ def _modules(err: str) -> set[str]:
     return set(line.split()[1:])
 
 
+# every costspec module a warm `costspec eval SPEC` imports: the command line, the cache, the compiled
+# evaluation, the table it prints. A new import on this path has to be added here, on purpose.
+WARM_EVAL_MODULES = {
+    "costspec", "costspec.analysis", "costspec.analysis.alignment", "costspec.analysis.backend_note",
+    "costspec.analysis.compiled", "costspec.analysis.program", "costspec.analysis.reporting",
+    "costspec.cli", "costspec.cli.eval_cmd", "costspec.cli.eval_fast", "costspec.cli.options",
+    "costspec.core", "costspec.core.cache", "costspec.core.conventions", "costspec.core.errors",
+    "costspec.core.render", "costspec.core.results", "costspec.core.safeio", "costspec.core.text",
+    "costspec.core.units", "costspec.core.version", "costspec.core.vocab", "costspec.core.zoo",
+    "costspec.export", "costspec.export.report",
+}
+# the packages and modules a cold `eval` may import (it loads, checks and builds the spec symbolically)
+COLD_EVAL_PACKAGES = ("costspec.core", "costspec.spec", "costspec.ops", "costspec.tree", "costspec.data")
+COLD_EVAL_MODULES = WARM_EVAL_MODULES | {"costspec.model", "costspec.analysis.compiler", "costspec.analysis.evaluation"}
+
+
+def _third_party(modules: set[str], baseline: set[str]) -> set[str]:
+    """Top-level packages beyond the standard library, costspec and what the bare interpreter loaded (site hooks)."""
+    return {m.split(".")[0] for m in modules - baseline} - set(sys.stdlib_module_names) - {"costspec", "__main__"}
+
+
 def test_the_modules_eval_imports(tmp_path):
-    """Cold: no torch or transformers. Warm: none of HEAVY; the list is printed for the record."""
+    """Warm: exactly WARM_EVAL_MODULES of costspec's and click beyond the standard library (no sympy,
+    jsonschema, yaml, numpy, torch). Cold: no torch, transformers or numpy, and no module of another
+    command (validate, torch, time, sweep...), analysis (sweep, roofline, ladder...) or layer (runtime, nn,
+    against, importer, the exporters)."""
     env = {**os.environ, "COSTSPEC_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     env.pop("COSTSPEC_NO_CACHE", None)
+    bare = subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=300)
+    baseline = set(bare.stdout.split())
     command = [sys.executable, "-c", IMPORTS, "eval", "vit_b", "--batch", "8"]
     cold = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     warm = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert cold.returncode == warm.returncode == 0 and cold.stdout == warm.stdout
     cold_modules, warm_modules = _modules(cold.stderr), _modules(warm.stderr)
-    assert not {m.split(".")[0] for m in cold_modules} & {"torch", "transformers"}
+
+    assert {m for m in warm_modules if m.split(".")[0] == "costspec"} == WARM_EVAL_MODULES
+    assert _third_party(warm_modules, baseline) == {"click"}
     heavy = sorted(m for m in warm_modules if m.split(".")[0] in HEAVY)
     assert not heavy, f"a warm eval imported {heavy}"
-    ours = sorted(m for m in warm_modules if m.startswith("costspec"))
-    print(f"warm eval imports {len(warm_modules)} modules; costspec's: {' '.join(ours)}")
-    assert "costspec.model" not in warm_modules and "costspec.tree.network" not in warm_modules
+
+    assert not _third_party(cold_modules, baseline) & {"torch", "transformers", "numpy", "matplotlib"}
+    ours = {m for m in cold_modules if m.split(".")[0] == "costspec"}
+    stray = sorted(m for m in ours - COLD_EVAL_MODULES
+                   if not any(m == p or m.startswith(p + ".") for p in COLD_EVAL_PACKAGES))
+    assert not stray, f"a cold eval imported {stray}"
+    assert {"costspec.model", "costspec.tree.network", "costspec.spec.schema"} <= ours  # it did build the model
 
 
 def test_import_costspec_is_light():

@@ -80,7 +80,11 @@ def test_the_fingerprint_changes_with_any_package_file(monkeypatch, tmp_path):
     assert fingerprint() == first
     (package / "data" / "cost_table.yaml").write_text("gelu: 9\n")  # same size, a new mtime
     os.utime(package / "data" / "cost_table.yaml", ns=(1, 1))
-    assert fingerprint() != first
+    second = fingerprint()
+    assert second != first
+    (package / "data" / "cost_table.yaml").write_text("gelu: 7\n")  # same size, same mtime: the bytes decide
+    os.utime(package / "data" / "cost_table.yaml", ns=(1, 1))
+    assert fingerprint() != second
 
 
 def test_write_then_read(folder, entry):
