@@ -6,7 +6,10 @@ its forward at batch 8 with torch's FlopCounterMode.
 Each command runs --runs times, interleaved (every round runs each command once, so all see the same
 machine load); the CPU time of a run is the child's user + system time (`resource.getrusage`), the
 median over the rounds is reported, with the wall time beside it. A cold run gets an empty cache
-folder; a warm run one that a first run filled.
+folder; a warm run one that a first run filled. The children run as an installed package does, with
+Python's bytecode cache (PYTHONDONTWRITEBYTECODE is dropped from their environment, and one unmeasured
+round of the eval commands writes costspec's .pyc files first): torch, transformers and click come
+with theirs, and timing costspec compiling its own sources on every run would compare unlike things.
 
     python bench/bench_startup.py [--runs 5] [--spec vit_b] [--batch 8]
 """
@@ -60,9 +63,12 @@ def main() -> None:
 
     base = {**os.environ, "PYTHONPATH": str(ROOT)}
     base.pop("COSTSPEC_NO_CACHE", None)
+    bytecode = "PYTHONDONTWRITEBYTECODE" not in base
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
     warm_dir = tempfile.mkdtemp(prefix="costspec-bench-warm-")
     eval_cmd = [sys.executable, "-m", "costspec", "eval", args.spec, "--batch", str(args.batch)]
-    run(eval_cmd, {**base, "COSTSPEC_CACHE_DIR": warm_dir})  # fills the warm cache
+    run(eval_cmd, {**base, "COSTSPEC_CACHE_DIR": warm_dir})  # fills the warm cache (and writes the .pyc files)
+    run(eval_cmd + ["--no-cache"], {**base, "COSTSPEC_CACHE_DIR": warm_dir})  # the cold path's .pyc files
     commands = {
         "python -c pass": ([sys.executable, "-c", "pass"], None),
         "eval, warm cache": (eval_cmd, warm_dir),
@@ -94,7 +100,8 @@ def main() -> None:
     print(f"machine: {machine()}; load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
           f"(1 / 5 / 15 min)")
     print(f"{args.spec} --batch {args.batch}: {args.runs} interleaved rounds; CPU = user + system of the child, "
-          "median (min-max); wall median")
+          "median (min-max); wall median; children with Python's bytecode cache"
+          f"{'' if bytecode else ' (this shell sets PYTHONDONTWRITEBYTECODE: dropped for them)'}")
     for name in commands:
         print(f"  {name:40s} CPU {fmt_s(med[name]):>9}  ({fmt_s(min(cpu[name]))}-{fmt_s(max(cpu[name]))})  "
               f"wall {fmt_s(statistics.median(wall[name])):>9}")

@@ -69,6 +69,7 @@ def package_fingerprint() -> str:
     if _fingerprint is None:
         root = Path(__file__).resolve().parent.parent
         digest = hashlib.sha256(f"{__version__}\0".encode())
+        start = len(str(root)) + 1
         for folder, dirs, files in os.walk(root):  # symlinked folders (the zoo) are not entered
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             for name in sorted(files):
@@ -77,7 +78,7 @@ def package_fingerprint() -> str:
                     info = os.stat(path)
                 except OSError:
                     continue
-                digest.update(f"{os.path.relpath(path, root)}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+                digest.update(f"{path[start:]}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
         try:
             digest.update((root / "data" / "cost_table.yaml").read_bytes())
         except OSError:
