@@ -93,12 +93,21 @@ POOL_WINDOWS: dict[str, str] = {
 }
 
 
-def _kernel_elements(value) -> int:
-    sizes = list(value) if isinstance(value, (list, tuple)) else [value]
-    out = 1
-    for size in sizes:
-        out *= int(size)
-    return out
+def _pool_covered(inp, out, geometry) -> int:
+    """Input elements the windows of a pool cover, summed over its windows (`geometry`: kernel, stride,
+    padding as the aten op takes them), each window clipped to the padded input [-p, L + p): outputs x
+    kernel, except a ceil_mode pool's last window, which may reach past it."""
+    n = out.dim() - 2 if out.dim() > 2 else 1
+    given = list(geometry)
+    kernel, stride, padding = (list(v) if isinstance(v, (list, tuple)) else [v] for v in
+                               given + [[], [0]][len(given) - 1:])
+    kernel = kernel * n if len(kernel) == 1 else kernel
+    stride = (stride or kernel) * (n if len(stride) == 1 else 1)
+    padding = (padding or [0]) * n if len(padding) <= 1 else padding
+    total = out.numel()
+    for size, o, k, s, p in zip(inp.shape[-n:], out.shape[-n:], kernel, stride, padding):
+        total = total // o * ((o - 1) * int(k) + min(int(k), size + 2 * int(p) - (o - 1) * int(s)))
+    return total
 
 
 def _issue14(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] | None:
@@ -108,9 +117,10 @@ def _issue14(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] 
         training = index >= 0 and bool(args[index])
         return [(train if training else eval_, _numel(args[0]))]
     if name in POOL_WINDOWS:
-        return [(POOL_WINDOWS[name], _numel(out) * _kernel_elements(args[1]))]
+        result = out[0] if isinstance(out, (tuple, list)) else out
+        return [(POOL_WINDOWS[name], _pool_covered(args[0], result, args[1:4]))]
     if name == "aten.avg_pool2d_backward":  # the output gradient spread over each window
-        return [("avg_pool_backward", _numel(args[0]) * _kernel_elements(args[2]))]
+        return [("avg_pool_backward", _pool_covered(args[1], args[0], args[2:5]))]
     if name == "aten._adaptive_avg_pool2d_backward":  # even windows: every input element gets one add
         return [("avg_pool_backward", _numel(out))]
     if name in ("aten._adaptive_avg_pool2d", "aten.mean"):  # every input element added once
