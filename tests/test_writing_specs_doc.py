@@ -110,6 +110,11 @@ FRAGMENT_CONTEXTS = {
     "shared_experts: 2": "dims: {B: 1, S: 16, C: 64, E: 16, F: 32}\ninput: [B, S, C]\n",
     "mamba_block": "dims: {B: 1, S: 8, C: 32, L: 2, V: 100}\n",
     "mamba2:": "dims: {B: 1, S: 12, C: 32}\ninput: [B, S, C]\n",
+    "learned_tokens: {count: det, at: end}": "dims: {B: 2, img: 32, C: 16, det: 5}\ninput: [B, 3, img, img]\n",
+    "native: skip": "dims: {B: 2, img: 42, C: 16}\ninput: [B, 3, img, img]\n",
+    "tables: L - 1": "dims: {B: 2, C: 16, gh: 2, gw: 3, h: 3, w: 4, det: 5, L: 3}\ninput: [B, 1 + h*w + det, C]\n",
+    "ceil_mode: true": "dims: {B: 2, C: 16}\ninput: [B, C, 7, 7]\n",
+    "each use of the block saves its own x": "dims: {B: 2, C: 16, H: 8}\ninput: [B, C, H, H]\n",
 }
 
 
