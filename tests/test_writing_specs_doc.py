@@ -115,6 +115,7 @@ FRAGMENT_CONTEXTS = {
     "tables: L - 1": "dims: {B: 2, C: 16, gh: 2, gw: 3, h: 3, w: 4, det: 5, L: 3}\ninput: [B, 1 + h*w + det, C]\n",
     "ceil_mode: true": "dims: {B: 2, C: 16}\ninput: [B, C, 7, 7]\n",
     "each use of the block saves its own x": "dims: {B: 2, C: 16, H: 8}\ninput: [B, C, H, H]\n",
+    "weights: int4, group: 128": "dims: {B: 2, S: 8, C: 256, V: 100}\ninput: [B, S, C]\n",
 }
 
 
@@ -143,5 +144,9 @@ def test_every_cookbook_fragment_checks_and_validates(fragment, pass_):
     from costspec.runtime.validate import validate
 
     model = costspec.loads(_in_context(fragment), file="writing-specs.md")
+    if pass_ == "train" and "weights: int4" in fragment:  # quantised weights: inference only, as the guide says
+        with pytest.raises(costspec.SpecError, match="quantised weights are inference weights"):
+            validate(model, model.bind(), pass_)
+        return
     result = validate(model, model.bind(), pass_)
     assert result.ok, result.failures()

@@ -40,7 +40,8 @@ class Network:
             if not Precision(Precision.parse(dtype)).tensor_cores and spec_precision.get("sparsity", "none") != "none":
                 raise UsageError(f"--dtype {dtype} runs matmuls on CUDA cores, and this spec's precision has sparsity "
                                  f"{spec_precision['sparsity']} (Sparse Tensor Cores): choose a Tensor-Core dtype")
-            data = {**data, "precision": {**spec_precision, "dtype": Precision.parse(dtype)}}
+            kept = {k: v for k, v in spec_precision.items() if k != "compute"}  # --dtype replaces compute too
+            data = {**data, "precision": {**kept, "dtype": Precision.parse(dtype)}}
         self.name: str = data["name"]
         self.doc_line: str = data.get("doc", "")
         self.source = data.get("source")

@@ -134,6 +134,10 @@ class OpNode(Node):
         if in_rg not in self._bwd_parts:
             if not self.runs_backward(in_rg):
                 parts = {}
+            elif self.precision.quantised and self.params != 0:
+                raise SpecError(f"{self.op.name} '{self.name}' has {self.precision.weights} weights: quantised weights "
+                                "are inference weights here (training through frozen quantised weights, QLoRA's dX "
+                                "without dW, is not modelled)", self.loc, "--pass forward, or weights: none")
             else:
                 parts = {p.name: self._canon(p) for p in self.op.backward(self.call, in_rg)}
                 unknown = set(parts) - {p.name for p in self.fwd_parts}
