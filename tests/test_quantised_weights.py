@@ -131,3 +131,15 @@ def test_backward_through_quantised_weights_is_refused():
     model = costspec.loads(spec("{weights: int4}"), "q.yaml")
     with pytest.raises(SpecError, match="int4 weights: quantised weights are inference weights"):
         model.report("train", model.bind())
+
+
+def test_html_report_of_a_quantised_model_shows_forward_forms_only(write_spec, cli, tmp_path):
+    out_file = tmp_path / "q.html"
+    out = cli("report", write_spec(spec("{weights: int4}")), "-o", out_file, "--gpu", "h100-sxm")
+    assert out.returncode == 0, out.stderr
+    page = out_file.read_text(encoding="utf-8")
+    assert "no train forms: the model holds quantised weights" in page and "train FLOPs" not in page
+    assert costspec.loads(spec("{weights: int4}"), "q.yaml").trains is False
+    assert costspec.loads(spec("{weights: int4}").replace("- linear: {out: C, bias: false}", "- layernorm: {}")
+                          .replace("  - linear: {out: F}\n", "  - linear: {out: F}\n    precision: {weights: none}\n"),
+                          "q.yaml").trains is True  # a layernorm's weight is not quantised

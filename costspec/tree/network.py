@@ -73,6 +73,11 @@ class Network:
         """Symbolic cost of the whole model for `pass_` (forward, backward or train)."""
         return node_cost(self.root, Pass.parse(pass_, "pass"), sympy.Integer(1), NO_GRAD)
 
+    @property
+    def trains(self) -> bool:
+        """False when a layer holds quantised weights: an inference model, whose backward pass is refused."""
+        return not any(op.holds_quantised_weight for op in self.op_nodes())
+
     def op_nodes(self) -> Iterator[OpNode]:
         return self.root.op_nodes()
 
