@@ -17,8 +17,8 @@ from costspec.analysis.gpus import POINTWISE_DTYPE, Gpu
 from costspec.core.conventions import SPARSE_MATMUL_CLASSES, SPARSE_SPEEDUP, Precision
 from costspec.core.results import Column, Row
 from costspec.core.vocab import Fusion, Pass, Phase
-from costspec.ops.work import ZERO
-from costspec.tree.cost import runs_sparse
+from costspec.ops.work import ZERO, Gemm
+from costspec.tree.cost import holds_weight_matrix
 from costspec.tree.nodes import Node, OpNode, PartNode
 from costspec.tree.walk import GradState, walk
 
@@ -64,20 +64,28 @@ def _op_traffic(op: OpNode, pass_: Phase, in_rg: bool, fusion: Fusion) -> dict[s
     size = op.precision.bytes_per_element
     out = {t.part: (t.reads + t.writes) * size for t in op.op.traffic(op.call, pass_, in_rg, fusion)}
     if pass_ == Phase.FORWARD and op.precision.sparse:
-        for part, weights in _sparse_weights(op).items():
+        for part, gemms in _weight_gemms(op).items():
             if part in out:  # the weight is read compressed: kept values + metadata instead of dense values
+                weights = sum((g.n * g.k * g.count for g in gemms), ZERO)
                 out[part] = out[part] - weights * size + op.precision.sparse_weight_bytes(weights)
+    if pass_ == Phase.FORWARD and op.precision.quantised:
+        for part, gemms in _weight_gemms(op).items():
+            if part in out:  # the weight is read at its stored width, with its groups' scales
+                for g in gemms:
+                    out[part] = out[part] - g.n * g.k * g.count * size + op.precision.quantised_weight_bytes(
+                        g.n, g.k, g.count)
     return out
 
 
-def _sparse_weights(op: OpNode) -> dict[str, sympy.Expr]:
-    """Dense weight elements per part whose forward GEMMs run 2:4 sparse: n x k of each GEMM / conv (its
-    weight matrix; `count` of them for grouped convs and experts), from the op's GEMM geometry."""
-    sparse_parts = {p.name for p in op.fwd_parts if runs_sparse(op.precision, p.name, p.params)}
-    out: dict[str, sympy.Expr] = {}
+def _weight_gemms(op: OpNode) -> dict[str, list[Gemm]]:
+    """The GEMMs / convs per part that multiply by the part's weight matrix (n x k; `count` of them for
+    grouped convs and experts), from the op's GEMM geometry: those that run 2:4 sparse, or read a quantised
+    weight (parts that hold parameters, not `DENSE_ONLY_PARTS`)."""
+    weight_parts = {p.name for p in op.fwd_parts if holds_weight_matrix(p.name, p.params)}
+    out: dict[str, list[Gemm]] = {}
     for g in op.op.gemms(op.call):
-        if g.part in sparse_parts and g.kind in SPARSE_MATMUL_CLASSES:
-            out[g.part] = out.get(g.part, ZERO) + g.n * g.k * g.count
+        if g.part in weight_parts and g.kind in SPARSE_MATMUL_CLASSES:
+            out.setdefault(g.part, []).append(g)
     return out
 
 

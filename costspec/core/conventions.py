@@ -15,10 +15,14 @@
 * 2:4 structured sparsity (`precision: {sparsity: "2:4"}`) prunes weights: the forward GEMM / conv
   of a part that holds a weight runs on Sparse Tensor Cores, which execute half its dense FLOPs.
   Backward GEMMs, attention's QK^T / AV and all pointwise work stay dense (docs/conventions.md).
+* Quantised weights (`precision: {weights: int4, group: 128, compute: bf16}`): the weight matrices of
+  GEMMs / convs are stored at the weights' width plus one scale (and, for int4, one 4-bit zero point)
+  per `group` values along k; their GEMMs run at the compute dtype (docs/conventions.md).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -80,6 +84,25 @@ SPARSE_MATMUL_CLASSES = ("gemm", "conv")
 DENSE_ONLY_PARTS = frozenset({"rel_pos"})
 
 
+# Weight-only quantisation formats: (bytes per value, bytes per group of `group` values along k).
+# int8: symmetric, an fp16 scale per group; int4: GPTQ / AWQ, an fp16 scale and a 4-bit zero point per
+# group (qweight, scales, qzeros); fp8: e4m3 values, an fp32 scale per group (transformers' fine-grained
+# fp8 weight_scale_inv); nf4: bitsandbytes' NormalFloat4, an fp32 absmax per block (no double quantisation).
+# Exact fractions of the standard library: sympy is not imported on the eval path.
+WEIGHT_FORMATS: dict[str, tuple[Fraction, Fraction]] = {
+    "int8": (Fraction(1), Fraction(2)),
+    "int4": (Fraction(1, 2), Fraction(5, 2)),
+    "fp8": (Fraction(1), Fraction(4)),
+    "nf4": (Fraction(1, 2), Fraction(4)),
+}
+DEFAULT_GROUP = 128
+UNQUANTISED = "none"
+# Compute dtypes a quantised weight runs with: the 16/32-bit formats dequantise it; int8 / fp8 weights can
+# also feed an int8 / fp8 Tensor-Core GEMM directly (their own format).
+DEQUANT_COMPUTE = ("fp32", "tf32", "fp16", "bf16")
+NATIVE_COMPUTE = {"int8": ("int8",), "fp8": ("fp8", "fp8_e4m3")}
+
+
 def sparse_metadata_bits(dtype: str) -> int:
     """Index bits stored per kept value of a 2:4 weight: a 2-bit position in its group of 4 for 4-, 8- and
     16-bit values; tf32's 1:2 pattern is stored as the 2:4 pattern of its two 16-bit halves (4 bits)."""
@@ -93,6 +116,13 @@ class Precision:
 
     dtype: str = "bf16"
     sparsity: str | None = None
+    weights: str | None = None  # a WEIGHT_FORMATS key: weight matrices stored quantised; None: at `dtype`
+    group: int = DEFAULT_GROUP  # values per scale along k (quantised weights only)
+
+    @property
+    def quantised(self) -> bool:
+        """True when the weight matrices of GEMMs / convs are stored in a quantised format."""
+        return self.weights is not None
 
     @property
     def sparse(self) -> bool:
@@ -125,7 +155,19 @@ class Precision:
     @property
     def label(self) -> str:
         """The precision as report headers show it: the dtype, and the sparsity pattern when sparse."""
+        if self.weights:
+            return f"{self.dtype}, {self.weights} weights (group {self.group})"
         return f"{self.dtype} {self.sparsity}" if self.sparsity else self.dtype
+
+    def quantised_weight_bytes(self, n: sympy.Expr, k: sympy.Expr, count: sympy.Expr | int = 1) -> sympy.Expr:
+        """Bytes of `count` quantised (n x k) weight matrices: n*k values at the format's width plus, per
+        output row, ceiling(k / group) groups of scale (and zero point) bytes (int4, group 128, 4096 x 4096:
+        4096*4096/2 + 4096*32*5/2 = 8,716,288 bytes, vs 33,554,432 in bf16)."""
+        import sympy
+
+        assert self.weights is not None
+        value, per_group = (sympy.Rational(f.numerator, f.denominator) for f in WEIGHT_FORMATS[self.weights])
+        return count * (n * k * value + n * sympy.ceiling(k / self.group) * per_group)
 
     def sparse_weight_bytes(self, weights: sympy.Expr) -> sympy.Expr:
         """Bytes of `weights` dense values stored 2:4 compressed: the kept half at the element size plus
@@ -144,18 +186,45 @@ class Precision:
 
         if isinstance(value, str):
             value = {"dtype": value}
-        dtype = value.get("dtype", inherited.dtype)
+        if "compute" in value and "dtype" in value and value["compute"] != value["dtype"]:
+            raise SpecError(f"compute {value['compute']} and dtype {value['dtype']} disagree", where.child("compute"),
+                            "one of them (compute is dtype's name beside quantised weights)")
+        dtype = value.get("compute", value.get("dtype", inherited.dtype))
         sparsity = value.get("sparsity", inherited.sparsity or DENSE)
         sparsity = None if sparsity == DENSE else sparsity
         if sparsity is not None and sparsity not in SPARSITY_PATTERNS:
             raise SpecError(f"unknown sparsity {sparsity!r}", where.child("sparsity"),
                             '"2:4" (quoted: unquoted 2:4 is the base-60 integer 124 in YAML) or none')
-        precision = Precision(dtype, sparsity)
+        weights = value.get("weights", inherited.weights or UNQUANTISED)
+        weights = None if weights == UNQUANTISED else weights
+        group = value.get("group", inherited.group)
+        precision = Precision(dtype, sparsity, weights, group)
+        if weights is not None:
+            Precision._check_quantised(precision, where)
         if precision.sparse and not precision.tensor_cores:
             raise SpecError(f"sparsity {sparsity} runs on Sparse Tensor Cores, and {dtype} runs matmuls on CUDA "
                             "cores", where, "a Tensor-Core dtype (" + ", ".join(sorted(_TENSOR_CORE_DTYPES))
                             + ") or sparsity: none on this layer")
         return precision
+
+    @staticmethod
+    def _check_quantised(precision: "Precision", where: "Location") -> None:
+        from costspec.core.errors import SpecError
+
+        assert precision.weights is not None
+        if precision.weights not in WEIGHT_FORMATS:
+            raise SpecError(f"unknown weight format {precision.weights!r}", where.child("weights"),
+                            ", ".join(WEIGHT_FORMATS) + " or none")
+        if not isinstance(precision.group, int) or isinstance(precision.group, bool) or precision.group < 1:
+            raise SpecError(f"group {precision.group!r} is not a positive integer", where.child("group"),
+                            "values per scale along k, e.g. 128")
+        allowed = DEQUANT_COMPUTE + NATIVE_COMPUTE.get(precision.weights, ())
+        if precision.dtype not in allowed:
+            raise SpecError(f"{precision.weights} weights do not run with compute {precision.dtype}", where,
+                            "compute " + ", ".join(allowed))
+        if precision.sparse:
+            raise SpecError(f"{precision.weights} weights with sparsity {precision.sparsity}: 2:4 sparse quantised "
+                            "weights are not modelled", where, "weights or sparsity, not both")
 
     @staticmethod
     def parse(dtype: str) -> str:

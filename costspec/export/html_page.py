@@ -128,7 +128,7 @@ def _forms(d: PageData) -> str:
     names = {"tc": "TC FLOPs", "cuda": "CUDA FLOPs", "total": "total FLOPs"}
     out = ['<div class="scroll"><table class="data totals"><thead><tr><th>quantity</th><th>pass</th><th>closed form'
            "</th></tr></thead><tbody>"]
-    for p in ("forward", "train"):
+    for p in t:  # forward, and train unless the model has no backward pass
         for key, title in names.items():
             out.append(f'<tr class="{p}"><td>{_e(title)}</td><td>{p}</td><td class="formula">{mathml(t[p][key])}</td>'
                        "</tr>")
@@ -146,12 +146,13 @@ def _forms(d: PageData) -> str:
     rows = d.report.rows
     out.append("<h3>per layer (all instances of the layer)</h3>" + _controls()
                + f'<div class="scroll"><table class="forms" data-open="{OPEN_DEPTH}"><thead><tr>'
-               '<th class="name">layer</th><th>forward FLOPs</th><th>train FLOPs</th><th>parameters</th>'
-               "</tr></thead><tbody>")
+               '<th class="name">layer</th><th>forward FLOPs</th>' + ("<th>train FLOPs</th>" if "train" in t else "")
+               + "<th>parameters</th></tr></thead><tbody>")
     for i, row in enumerate(rows):
         f = d.row_forms[row.name]
+        train = f'<td class="formula">{mathml(f.train)}</td>' if f.train is not None else ""
         out.append(f'<tr data-depth="{row.depth}" data-name="{_e(row.name)}">{_name_cell(rows, i, row.label)}'
-                   f'<td class="formula">{mathml(f.forward)}</td><td class="formula">{mathml(f.train)}</td>'
+                   f'<td class="formula">{mathml(f.forward)}</td>{train}'
                    f'<td class="formula">{mathml(f.params)}</td></tr>')
     out.append("</tbody></table></div>")
     return "".join(out)

@@ -35,10 +35,11 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class RowForms:
-    """A layer's closed forms: total FLOPs forward and train (all its instances), and parameters."""
+    """A layer's closed forms: total FLOPs forward and train (all its instances; no train form for a model
+    with quantised weights, which has no backward pass), and parameters."""
 
     forward: ClosedForm
-    train: ClosedForm
+    train: ClosedForm | None
     params: ClosedForm
 
 
@@ -92,9 +93,9 @@ def _row_forms(model: Network, symbols: Symbols, quiet: bool) -> dict[str, RowFo
     with progress("report: closed forms", len(walked), quiet) as tick:
         for node, _depth, mult, in_rg in walked:
             fwd = node_cost(node, "forward", mult, in_rg)
-            train = node_cost(node, "train", mult, in_rg)
-            out[node.name] = RowForms(closed_form(fwd.tc + fwd.cuda, symbols), closed_form(train.tc + train.cuda,
-                                                                                          symbols),
+            train = node_cost(node, "train", mult, in_rg) if model.trains else None
+            out[node.name] = RowForms(closed_form(fwd.tc + fwd.cuda, symbols),
+                                      closed_form(train.tc + train.cuda, symbols) if train else None,
                                       closed_form(fwd.params, symbols))
             tick(what=node.name)
     return out
@@ -110,9 +111,13 @@ def gather(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_: 
     roof = estimate(model, report, values, gpu, fusion, efficiency) if gpu else None
     bound = {d.name: int(values[d.symbol]) for d in model.dims.free()}
     symbols = choose_symbols(model, None, False, bound)
-    totals = {p: formulas(model, p, None, False, bound, depth=0).totals() for p in ("forward", "train")}
+    passes = ("forward", "train") if model.trains else ("forward",)
+    totals = {p: formulas(model, p, None, False, bound, depth=0).totals() for p in passes}
     notes = list(report.notes)
-    if note := flash_backward_note(model, "train"):
+    if not model.trains:
+        notes.append("no train forms: the model holds quantised weights (inference weights; docs/conventions.md"
+                     "#quantised-weights)")
+    elif note := flash_backward_note(model, "train"):
         notes.append(note)
     if roof:
         notes.extend(roof.notes)

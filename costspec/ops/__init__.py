@@ -13,6 +13,7 @@ from costspec.ops import (  # noqa: F401
     norm,
     pointwise,
     pool,
+    position_table,
     resample,
     scale,
     shape_ops,

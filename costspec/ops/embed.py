@@ -1,5 +1,6 @@
 """Token and position embeddings and the LM head: `embedding`, `position_embedding`, `cls_token`,
-`lm_head`, and `take_token` (a pooled token, e.g. CLIP's class token before its projection)."""
+`learned_tokens` (n learned tokens: YOLOS's detection tokens, register tokens), `lm_head`, and
+`take_token` (a pooled token, e.g. CLIP's class token before its projection)."""
 from __future__ import annotations
 
 import sympy
@@ -325,3 +326,78 @@ class TakeToken(OpDef):
         from costspec.nn.embed import TakeToken as TorchTakeToken
 
         return TorchTakeToken(call.attrs.index)
+
+
+def batch_summed(b) -> sympy.Expr:
+    """1 when autograd sums a parameter's gradient over a batch of b (expand): b > 1; 0 at b = 1, where
+    sum_to_size runs no reduction. An expression when b is a free dim."""
+    b = sympy.sympify(b)
+    return sympy.Integer(1 if b > 1 else 0) if b.is_number else sympy.Min(1, b - 1)
+
+
+@register_op
+class LearnedTokens(OpDef):
+    """`count` learned tokens inserted into the sequence: [B, S, C] -> [B, S + count, C]."""
+
+    name = "learned_tokens"
+    doc = ("Insert `count` learned tokens into tokens [B, S, C] -> [B, S + count, C] (torch.cat of a (1, count, C) "
+           "parameter expanded over the batch; no FLOPs): at the start, after the first `after` tokens (DINOv2's "
+           "register tokens follow the class token), or at the end (YOLOS's detection tokens). The count is an "
+           "expression of dims, so `--set` changes it and S follows. Backward: the tokens' gradient summed over "
+           "the batch (when B > 1); with `after` the input is read as two slices, whose gradients autograd adds.")
+    default_name = "tokens"
+    attrs = (
+        Attr("count", "size", "how many learned tokens (YOLOS: num_detection_tokens; registers: num_register_tokens)"),
+        Attr("at", "choice", "where they go: start (prepended) or end (appended)", default="start",
+             choices=("start", "end")),
+        Attr("after", "count", "at: start -- how many leading input tokens stay before them (DINOv2 with "
+             "registers: 1, the class token)", default=0),
+    )
+
+    def _split(self, call: OpCall) -> bool:
+        """Whether the input is read as two slices (tokens inserted inside it)."""
+        return sympy.sympify(call.attrs.after) != 0
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, 3, "tokens [B, S, C]")
+        b, s, c = call.in_shape
+        if self._split(call) and call.attrs.at == "end":
+            raise call.fail("after places the tokens inside the sequence, at: end after it", "after",
+                            "after with at: start, or at: end without after")
+        return (b, s + call.attrs.count, c)
+
+    def constraints(self, call: OpCall):
+        s, after = call.in_shape[1], call.attrs.after
+        if sympy.sympify(s - after).is_nonnegative:
+            return []
+        return [Constraint(sympy.Le(after, s), "after {after} is more than the {s} input tokens",
+                           call.attrs.where("after"), {"after": after, "s": s}, "after at most the input's tokens")]
+
+    def forward(self, call: OpCall):
+        return [Part("", Work(), call.attrs.count * call.in_shape[2])]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        """d(tokens) = their gradient summed over the batch (B > 1); dx is a slice of the output gradient,
+        or, with `after`, the sum of two zero-filled slices (one add per input element)."""
+        b, s, c = call.in_shape
+        work = pointwise("bias_grad", batch_summed(b) * b * call.attrs.count * c)
+        if input_grad and self._split(call):
+            work = work + pointwise("add", b * s * c)
+        return [Part("", work)]
+
+    def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
+        """torch.cat copies the tokens and the learned ones into the longer sequence; backward reads its
+        gradient and writes the input's (with `after`: two slices written and added) and the tokens'."""
+        b, s, c = call.in_shape
+        n = call.attrs.count
+        if pass_ == Phase.FORWARD:
+            return [Traffic("", b * s * c + n * c, b * (s + n) * c)]
+        dx = (b * s * c * (3 if self._split(call) else 1)) if input_grad else ZERO
+        reads = b * (s + n) * c + (2 * b * s * c if input_grad and self._split(call) else ZERO)
+        return [Traffic("", reads, dx + n * c)]
+
+    def build(self, call: OpCall, ev):
+        from costspec.nn.embed import LearnedTokens as TorchLearnedTokens
+
+        a = call.attrs
+        return TorchLearnedTokens(ev(a.count), ev(call.in_shape[2]), a.at == "end", ev(a.after))

@@ -189,6 +189,12 @@ class OpDef:
         is counted), for the report to print next to the numbers. Default: none."""
         return []
 
+    def reads_input(self, call: OpCall) -> bool:
+        """False for a layer whose output does not depend on its input's data (a table computed from
+        its parameters alone, read by later layers): the running value before it is then not consumed
+        by it and must be `save:`d to be used. Default: True."""
+        return True
+
     def active_params(self, call: OpCall) -> Expr | None:
         """The parameters one token uses, where fewer than all of them (a mixture of experts: the router,
         top_k experts, shared experts); None when every parameter is used."""

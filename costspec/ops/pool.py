@@ -5,6 +5,11 @@ Counting: a pooling window of k elements is k elements of its kind per output (o
 one add for average; the average's one divide per output is O(1/k) and folded in, as a norm's
 rsqrt per row is). Backward: max pooling adds each output gradient into the position of its
 maximum (one element per output); average pooling spreads it over the window (k per output).
+
+A window is counted over the padded input: its padding positions count (zeros for the average,
+-inf for max), the part of a `ceil_mode` window reaching past the padded input does not (torch
+clips it there: EfficientNet's AvgPool2d(1280, ceil_mode=True) on a 7 x 7 map reads 49 elements
+per channel, not 1280^2). `count_include_pad` changes only the divisor, which is folded.
 """
 from __future__ import annotations
 
@@ -32,7 +37,8 @@ class PoolNd(OpDef):
         a, n = call.attrs, self.rank.n
         kernel, stride, padding = (per_dim(v, n) for v in (a.kernel, a.stride, a.padding))
         sizes = call.in_shape[2:]
-        return kernel, stride, padding, tuple(conv_out(s, k, st, p, 1) for s, k, st, p in
+        out = pool_out if a.ceil_mode else lambda s, k, st, p, ceil: conv_out(s, k, st, p, 1)
+        return kernel, stride, padding, tuple(out(s, k, st, p, True) for s, k, st, p in
                                               zip(sizes, kernel, stride, padding))
 
     def output_shape(self, call: OpCall):
@@ -54,8 +60,14 @@ class PoolNd(OpDef):
                 for k, p in zip(kernel, padding) if not (2 * p - k).is_number]
 
     def _window_elements(self, call: OpCall):
-        kernel, _, _, out = self._geometry(call)
-        return numel((*call.in_shape[:2], *out, *kernel))
+        """B*C times, per spatial dim, the elements its windows cover: outputs x kernel, except that with
+        ceil_mode the last window is clipped to the padded input."""
+        kernel, stride, padding, out = self._geometry(call)
+        if not call.attrs.ceil_mode:
+            return numel((*call.in_shape[:2], *out, *kernel))
+        covered = [window_cover(size, k, s, p, o) for size, k, s, p, o in
+                   zip(call.in_shape[2:], kernel, stride, padding, out)]
+        return numel((*call.in_shape[:2], *covered))
 
     def forward(self, call: OpCall):
         return [Part("", pointwise(self.reduce + "_pool", self._window_elements(call)))]
@@ -73,17 +85,43 @@ class PoolNd(OpDef):
         a, n = call.attrs, self.rank.n
         sizes = lambda v: tuple(ev(x) for x in per_dim(v, n))  # noqa: E731
         cls = getattr(nn, _torch_class(self.reduce, n))
-        return cls(sizes(a.kernel), stride=sizes(a.stride), padding=sizes(a.padding))
+        extra = {"count_include_pad": bool(a.count_include_pad)} if self.reduce == "avg" else {}
+        return cls(sizes(a.kernel), stride=sizes(a.stride), padding=sizes(a.padding), ceil_mode=bool(a.ceil_mode),
+                   **extra)
 
 
-def _pool_attrs(kind: str) -> tuple[Attr, ...]:
-    return (
+def pool_out(size, kernel, stride, padding, ceil: bool = True):
+    """Outputs of a pooling window along one dim, as torch computes them: floor((L + 2p - k) / s) + 1,
+    or with ceil_mode ceil((L + 2p - k) / s) + 1 less a last window that would start in the right
+    padding (torch keeps only windows starting inside the input or its left padding)."""
+    if not ceil:
+        return conv_out(size, kernel, stride, padding, 1)
+    last = sympy.floor((size + 2 * padding - kernel + stride - 1) / stride)
+    inside = sympy.floor((size + padding - 1) / stride)
+    return sympy.Min(last, inside) + 1
+
+
+def window_cover(size, kernel, stride, padding, out):
+    """Elements the `out` windows along one dim cover, each clipped to the padded input [-p, L + p):
+    (out - 1) full windows and the last one, min(k, L + 2p - (out - 1)*s)."""
+    return (out - 1) * kernel + sympy.Min(kernel, size + 2 * padding - (out - 1) * stride)
+
+
+def _pool_attrs(kind: str, reduce: str) -> tuple[Attr, ...]:
+    attrs: tuple[Attr, ...] = (
         Attr("kernel", kind, "window size"),
         Attr("stride", kind, "stride (default: the kernel, non-overlapping windows)",
              default=lambda shape, a: a["kernel"]),
         Attr("padding", "count" if kind == "size" else kind, "implicit padding on each side (at most half the "
              "kernel; -inf for max, zeros counted in the average)", default=0),
+        Attr("ceil_mode", "bool", "round the output size up (torch's ceil_mode): a last, partial window that "
+             "starts inside the input (or its left padding), clipped to the padded input", default=False),
     )
+    if reduce == "avg":
+        attrs += (Attr("count_include_pad", "bool", "divide by the window including its padding (torch's "
+                       "default) or by the input elements it covers; the divide per output is folded, so the "
+                       "count is the same", default=True),)
+    return attrs
 
 
 def _torch_class(reduce: str, n: int) -> str:
@@ -106,7 +144,7 @@ def pool_op(reduce: str, n: int, use: str = "") -> type[PoolNd]:
         name = f"{reduce}_pool{n}d"
         doc = f"{word} pooling over {rank.axes} of {rank.shape} (nn.{torch_class}): one {per} per window element."
         default_name = "pool"
-        attrs = _pool_attrs(rank.kind)
+        attrs = _pool_attrs(rank.kind, reduce)
 
     if reduce == "max":
         Pool.runtime = MAX_POOL_RUNTIME

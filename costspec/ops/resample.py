@@ -1,4 +1,4 @@
-"""`upsample`: nearest or bilinear interpolation of [B, C, H, W] to a larger (or any) grid
+"""`upsample`: nearest, bilinear or bicubic interpolation of [B, C, H, W] to a larger (or any) grid
 (nn.Upsample / F.interpolate), by an integer scale factor or to an output size."""
 from __future__ import annotations
 
@@ -8,6 +8,12 @@ from costspec.ops.attrs import Attr
 from costspec.ops.opdef import OpCall, OpDef, Runtime, requires
 from costspec.ops.registry import register_op
 from costspec.ops.work import Part, Work, numel, pointwise
+
+# the interpolation kernels, one cost-table kind per output element (backward: per output gradient element)
+RESIZE_RUNTIME = Runtime(aten={"aten.upsample_bicubic2d": "bicubic",
+                               "aten.upsample_bicubic2d_backward": "bicubic_backward",
+                               "aten.upsample_bilinear2d": "bilinear",
+                               "aten.upsample_bilinear2d_backward": "bilinear_backward"})
 
 
 def _pair(value) -> tuple:
@@ -20,14 +26,14 @@ class Upsample(OpDef):
 
     name = "upsample"
     runtime = Runtime(aten={"aten.upsample_nearest2d_backward": "scatter_add",  # each output gradient into its source
-                            "aten.upsample_bilinear2d": "bilinear",
-                            "aten.upsample_bilinear2d_backward": "bilinear_backward"})
+                            **RESIZE_RUNTIME.aten})
     doc = ("Upsample [B, C, H, W] (F.interpolate): mode nearest (a gather, no FLOPs; backward adds each output "
-           "gradient into its source) or bilinear (4 weighted neighbours per output, align_corners=False); by an "
-           "integer `scale` or to `size` [oh, ow].")
+           "gradient into its source), bilinear (4 weighted neighbours per output) or bicubic (4 x 4, separable), "
+           "align_corners=False; by an integer `scale` or to `size` [oh, ow].")
     default_name = "up"
     attrs = (
-        Attr("mode", "choice", "nearest or bilinear", default="nearest", choices=("nearest", "bilinear")),
+        Attr("mode", "choice", "nearest, bilinear or bicubic", default="nearest",
+             choices=("nearest", "bilinear", "bicubic")),
         Attr("scale", "count", "integer scale factor of both sides (or give size)", default=0),
         Attr("size", "pair", "output size [oh, ow] (or give scale)", default=0),
     )
@@ -51,12 +57,12 @@ class Upsample(OpDef):
     def forward(self, call: OpCall):
         if call.attrs.mode == "nearest":
             return [Part("", Work())]
-        return [Part("", pointwise("bilinear", numel(self.output_shape(call))))]
+        return [Part("", pointwise(call.attrs.mode, numel(self.output_shape(call))))]
 
     def backward(self, call: OpCall, input_grad: bool):
         if not input_grad:
             return [Part("", Work())]
-        kind = "scatter_add" if call.attrs.mode == "nearest" else "bilinear_backward"
+        kind = "scatter_add" if call.attrs.mode == "nearest" else call.attrs.mode + "_backward"
         return [Part("", pointwise(kind, numel(self.output_shape(call))))]
 
     def build(self, call: OpCall, ev):
@@ -65,4 +71,4 @@ class Upsample(OpDef):
         size = tuple(ev(o) for o in self._out(call))
         if call.attrs.mode == "nearest":
             return nn.Upsample(size=size, mode="nearest")
-        return nn.Upsample(size=size, mode="bilinear", align_corners=False)
+        return nn.Upsample(size=size, mode=call.attrs.mode, align_corners=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from costspec.core.conventions import DENSE, DTYPES, SPARSITY_PATTERNS
+from costspec.core.conventions import DEFAULT_GROUP, DENSE, DTYPES, SPARSITY_PATTERNS, UNQUANTISED, WEIGHT_FORMATS
 from costspec.core.cost_table import default_table
 from costspec.ops import spec_ops
 
@@ -26,7 +26,15 @@ _SPARSITY = {"anyOf": [{"enum": [*SPARSITY_PATTERNS, DENSE]}],
              "x-expected": '"2:4" (quoted: unquoted 2:4 is the base-60 integer 124 in YAML) or none',
              "description": '"2:4": weight GEMMs run on Sparse Tensor Cores (forward); none: dense'}
 _PRECISION = {"type": "object", "additionalProperties": False,
-              "properties": {"dtype": {"enum": list(DTYPES)}, "sparsity": _SPARSITY}}
+              "properties": {"dtype": {"enum": list(DTYPES)}, "sparsity": _SPARSITY,
+                             "compute": {"enum": list(DTYPES),
+                                         "description": "the dtype GEMMs run in (dtype's name beside weights)"},
+                             "weights": {"enum": [*WEIGHT_FORMATS, UNQUANTISED],
+                                         "description": "GEMM / conv weight matrices stored quantised (none: at "
+                                                        "the dtype)"},
+                             "group": {"type": "integer", "minimum": 1,
+                                       "description": "quantised weights: values per scale along k (default "
+                                                      f"{DEFAULT_GROUP})"}}}
 _MODULE_PATH = r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$"
 _MODULE_PATTERN = r"^([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*$"
 _IGNORE = {"type": "array", "minItems": 1,
@@ -62,7 +70,7 @@ def build_schema() -> dict:
     layer_props.update({
         "name": {"type": "string", "pattern": NAME_PATTERN, "description": "this layer's name in dotted paths"},
         "precision": {"anyOf": [{"enum": list(DTYPES)}, _PRECISION],
-                      "x-expected": "a dtype (" + ", ".join(DTYPES) + ") or {dtype, sparsity}",
+                      "x-expected": "a dtype (" + ", ".join(DTYPES) + ") or {dtype, sparsity, weights, group, compute}",
                       "description": "override the spec's precision for this layer (keys left out keep it)"},
         "residual": {"anyOf": [_LAYERS, {"type": "object", "additionalProperties": False,
                                          "required": ["body", "shortcut"],

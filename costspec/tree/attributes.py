@@ -36,6 +36,15 @@ class Env:
     def with_precision(self, precision: Precision) -> Env:
         return Env(self.names, self.raw_params, precision, self.blocks_stack, self.depth)
 
+    def value_name(self, raw):
+        """The name of a value a layer saves or reads: a block parameter's name stands for its argument
+        (`save: p` with `args: {p: skip1}` saves `skip1`), so each use of a block can name its own."""
+        if isinstance(raw, str) and isinstance(self.raw_params.get(raw), str):
+            return self.raw_params[raw]
+        if isinstance(raw, list):
+            return [self.value_name(r) for r in raw]
+        return raw
+
 
 class AttributeReader:
     """Reads sizes, counts and op attributes; the constraints that sizes need go to `constraints`."""
@@ -116,7 +125,7 @@ class AttributeReader:
                 raise SpecError(f"{attr.name} must be a list of integer axes, got {raw!r}", where, "a list of integers")
             return tuple(raw)
         if attr.kind in ("values", "value"):  # names of values, resolved by the dataflow (Dataflow.read_values)
-            return raw
+            return env.value_name(raw)
         if attr.kind == "text":  # a description, read as it is
             return raw
         if attr.kind == "expr":  # any value of the dims (a constant factor such as sqrt(C)), not only integers

@@ -71,14 +71,20 @@ class TreeBuilder:
                         raise SpecError(f"the first layer of a {fork} reads the {fork}'s input; `input:` cannot "
                                         "change it", self.locate(path + (i, "input")),
                                         f"`input:` on a layer outside the {fork}, or later in it")
-                    reads = self.flow.read_input(layer["input"], path + (i, "input"), self.op_count > 0)
+                    reads = self.flow.read_input(env.value_name(layer["input"]), path + (i, "input"),
+                                                 self.op_count > 0)
                     shape = reads.shape
                 before = self.flow.running
                 node, shape = self._layer(layer, path + (i,), shape, env)
                 node.input_from = reads
-                self.flow.passed(node, before)
+                if isinstance(node, OpNode) and not node.op.reads_input(node.call):
+                    self.flow.unread(node, before, reads is not None, fork if i == 0 else None, self.op_count > 1,
+                                     path + (i,))
+                else:
+                    self.flow.passed(node, before)
                 if "save" in layer:
-                    self.flow.save(node, layer["save"], parent, shape, path + (i, "save"), env.precision)
+                    self.flow.save(node, env.value_name(layer["save"]), parent, shape, path + (i, "save"),
+                                   env.precision)
             except SpecError as exc:
                 if self.collect is None:
                     raise
@@ -258,7 +264,8 @@ class TreeBuilder:
     def _block_use(self, block, args, name, path, shape, env) -> tuple[Node, tuple]:
         layers, bpath, inner = self._block_env(block, args, env, path + ("block",))
         node = ScopeNode(name or block, self.locate(path), name is not None)
-        return node, self._sequence(node, layers, bpath, shape, inner)
+        with self.flow.block_use():
+            return node, self._sequence(node, layers, bpath, shape, inner)
 
     def _repeat(self, layer, name, path, shape, env: Env) -> tuple[Node, tuple]:
         where = self.locate(path)

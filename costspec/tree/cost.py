@@ -58,11 +58,17 @@ class Cost:
 ZERO_COST = Cost()
 
 
+def holds_weight_matrix(part: str, params: sympy.Expr) -> bool:
+    """True when a part's GEMMs may multiply by its own weight matrix: it holds parameters (forward:
+    backward parts are routed with none) and is not a part whose GEMM multiplies something else
+    (`DENSE_ONLY_PARTS`)."""
+    return params != 0 and part not in DENSE_ONLY_PARTS
+
+
 def runs_sparse(precision: Precision, part: str, params: sympy.Expr) -> bool:
-    """True when a part's weight GEMMs run 2:4 sparse in this pass: a sparse precision, a part that holds
-    a weight (forward: backward parts are routed with no parameters, and run dense), not a part whose
-    GEMM multiplies something else (`DENSE_ONLY_PARTS`)."""
-    return precision.sparse and params != 0 and part not in DENSE_ONLY_PARTS
+    """True when a part's weight GEMMs run 2:4 sparse in this pass: a sparse precision and a part that
+    holds a weight matrix (`holds_weight_matrix`; backward parts run dense)."""
+    return precision.sparse and holds_weight_matrix(part, params)
 
 
 def route(work: Work, params: sympy.Expr, precision: Precision, table: Mapping[str, sympy.Expr],

@@ -4,7 +4,9 @@ gradient state of the running value.
 
 A value's `uses` count its consumers per saving instance; one read more than once gets a `fanout` layer
 (the backward sum of its consumers' gradients). Inside a repeat, values saved in the body are its own
-(one per instance) and it reads the ones saved before it.
+(one per instance) and it reads the ones saved before it. Inside a block use, a name saved there is the
+use's own: reads inside the use see it, and after the use it stays readable until another use of a block
+saves the same name (a later read of it is then ambiguous, and refused).
 """
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ class Outside:
     mult: sympy.Expr
     rg: bool
     unsure: bool
+    ambiguous: dict[str, list[ValueRef]]
+    exported: frozenset[str]
 
 
 class Dataflow:
@@ -57,6 +61,11 @@ class Dataflow:
         self.running: ValueRef | None = None  # the saved value the running value is, right after a save
         self.unsure = False  # inside a repeat whose first instance's input needs no gradient
         self.unsure_reads: list[SpecError] = []  # reads of values saved there before any gradient, per repeat
+        # names several block uses saved (a read is refused), and names a finished block use saved (another
+        # use may save them again)
+        self.ambiguous: dict[str, list[ValueRef]] = {}
+        self.exported: set[str] = set()
+        self.block_uses = 0  # block uses being built around the current layer
 
     def add_input(self, name: str, shape: tuple, where: Location) -> None:
         """A further model input (`inputs:`): a value that needs no gradient."""
@@ -71,6 +80,12 @@ class Dataflow:
     def read(self, name, path: tuple, what: str) -> ValueRef:
         """The named value a layer reads, counted as one more use of it."""
         where = self.locate(path)
+        if isinstance(name, str) and name not in self.values and name in self.ambiguous:
+            saves = ", ".join(str(ref.loc) for ref in self.ambiguous[name])
+            raise SpecError(f"{what} reads '{name}', which {len(self.ambiguous[name])} block uses save (at {saves}): "
+                            "a read after them cannot tell which", where,
+                            "the read inside the block use that saves it, or a name per use: a block parameter "
+                            "given as the `save:` name (`save: p` with `args: {p: NAME}`)")
         if not isinstance(name, str) or name not in self.values:
             known = ", ".join(sorted(self.values)) or "none saved before this layer"
             raise SpecError(f"{what} reads '{name}', which is not a saved value or model input here", where,
@@ -107,14 +122,41 @@ class Dataflow:
             self.running = None
         self.rg = self.rg or node.makes_grad
 
+    def unread(self, node: Node, running_before: ValueRef | None, has_input: bool, fork: str | None,
+               after_ops: bool, path: tuple) -> None:
+        """After a layer that does not read its input (a table computed from its parameters, `add: false`):
+        the running value before it is not consumed, so it must be a saved value a later layer reads; the
+        layer's output needs a gradient exactly when it has parameters."""
+        where = self.locate(path)
+        if has_input or fork is not None:
+            raise SpecError("this layer does not read its input (its output comes from its parameters alone), so "
+                            + ("`input:` gives it nothing" if has_input else f"it cannot start a {fork}"), where,
+                            "the layer on its own, after a layer whose output is `save:`d")
+        if running_before is None:
+            what = "the previous layer's output" if after_ops else "the model's input"
+            raise SpecError(f"this layer does not read its input, so {what} is never used", where,
+                            "`save:` on the previous layer, and `input:` that name after this one" if after_ops
+                            else "a layer that reads the model's input before it")
+        running_before.uses -= 1
+        running_before.continued = False
+        self.running = None
+        self.rg = node.makes_grad
+
     def save(self, node: Node, name, parent: Node, shape: tuple, path: tuple, precision: Precision) -> None:
         """`save: name` on `node` (a child of `parent`): its output is the named value."""
         where = self.locate(path)
-        if name in self.values:
+        # another block use's name may be saved again inside a block use or a repeat body (each has its own)
+        reused = self.block_uses > 0 and (name in self.exported or name in self.ambiguous)
+        if name in self.values and not reused:
             first = self.values[name]
             raise SpecError(f"value '{name}' is already named (at {first.loc})", where,
-                            "a name not used by another `save:` or `inputs:` (a block used twice saves twice: "
-                            "pass the name as a block parameter)")
+                            "a name not used by another `save:` or `inputs:` in this scope (a name saved inside a "
+                            "block is each use's own; to keep the values of several uses apart, give the name "
+                            "as a block parameter: `save: p` with `args: {p: NAME}`)")
+        if name in self.ambiguous and not reused:
+            raise SpecError(f"value '{name}' is already named by {len(self.ambiguous[name])} block uses", where,
+                            "a name no block use saved before")
+        self.exported.discard(name)
         ref = ValueRef(name, shape, self.rg, where, self.mult, sympy.Integer(1), node, parent, self.unsure,
                        node_precision=precision)
         self.values[name] = ref
@@ -139,7 +181,32 @@ class Dataflow:
         return Wiring(tuple(r.shape for r in refs), grads), tuple(names)
 
     def outside(self) -> Outside:
-        return Outside(dict(self.values), self.mult, self.rg, self.unsure)
+        return Outside(dict(self.values), self.mult, self.rg, self.unsure, dict(self.ambiguous),
+                       frozenset(self.exported))
+
+    @contextmanager
+    def block_use(self) -> Iterator[None]:
+        """Building one use of a block: the names saved inside it are its own. After it, each stays
+        readable (an export) unless an earlier block use's export has that name too: then it is ambiguous."""
+        values, ambiguous, exported = dict(self.values), dict(self.ambiguous), set(self.exported)
+        self.block_uses += 1
+        try:
+            yield
+        finally:
+            self.block_uses -= 1
+        new = [(n, [r]) for n, r in self.values.items() if values.get(n) is not r]
+        new += [(n, refs) for n, refs in self.ambiguous.items() if ambiguous.get(n) != refs and n not in self.values]
+        self.values, self.ambiguous, self.exported = values, ambiguous, exported
+        for name, refs in new:
+            earlier = [values.pop(name)] if name in values else ambiguous.pop(name, [])
+            seen = {id(r) for r in earlier}
+            every = earlier + [r for r in refs if id(r) not in seen]
+            if len(every) == 1:
+                values[name] = every[0]
+                exported.add(name)
+            else:
+                exported.discard(name)
+                ambiguous[name] = every
 
     @contextmanager
     def repeat_group(self, outer: Outside, group: Node) -> Iterator[None]:
@@ -148,12 +215,16 @@ class Dataflow:
         Its first instance's input may need no gradient while later ones do: a value saved there and read
         is then an error, but only when the body has parameters (else no instance needs a gradient)."""
         self.values, self.mult = dict(outer.values), outer.mult * group.count
+        self.ambiguous, self.exported = dict(outer.ambiguous), set(outer.exported)
         self.rg, self.unsure = outer.rg, outer.unsure or not outer.rg
         pending = len(self.unsure_reads)
+        self.block_uses += 1  # a body's values are its own: it may save a name block uses saved before it
         try:
             yield
         finally:
+            self.block_uses -= 1
             self.values, self.mult, self.unsure = outer.values, outer.mult, outer.unsure
+            self.ambiguous, self.exported = dict(outer.ambiguous), set(outer.exported)
         if len(self.unsure_reads) > pending and group.makes_grad:
             raise self.unsure_reads[pending]
         if not outer.unsure:  # a body without parameters: no instance needs a gradient, every read is sure

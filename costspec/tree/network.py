@@ -40,7 +40,8 @@ class Network:
             if not Precision(Precision.parse(dtype)).tensor_cores and spec_precision.get("sparsity", "none") != "none":
                 raise UsageError(f"--dtype {dtype} runs matmuls on CUDA cores, and this spec's precision has sparsity "
                                  f"{spec_precision['sparsity']} (Sparse Tensor Cores): choose a Tensor-Core dtype")
-            data = {**data, "precision": {**spec_precision, "dtype": Precision.parse(dtype)}}
+            kept = {k: v for k, v in spec_precision.items() if k != "compute"}  # --dtype replaces compute too
+            data = {**data, "precision": {**kept, "dtype": Precision.parse(dtype)}}
         self.name: str = data["name"]
         self.doc_line: str = data.get("doc", "")
         self.source = data.get("source")
@@ -78,6 +79,11 @@ class Network:
     def cost(self, pass_: Pass | str = Pass.FORWARD) -> Cost:
         """Symbolic cost of the whole model for `pass_` (forward, backward or train)."""
         return node_cost(self.root, Pass.parse(pass_, "pass"), sympy.Integer(1), NO_GRAD)
+
+    @property
+    def trains(self) -> bool:
+        """False when a layer holds quantised weights: an inference model, whose backward pass is refused."""
+        return not any(op.holds_quantised_weight for op in self.op_nodes())
 
     def op_nodes(self) -> Iterator[OpNode]:
         return self.root.op_nodes()

@@ -11,11 +11,11 @@ from typing import Callable, Iterator, Mapping
 
 import sympy
 
-from costspec.core.conventions import Precision
+from costspec.core.conventions import SPARSE_MATMUL_CLASSES, Precision
 from costspec.core.errors import Location, SpecError
 from costspec.ops.opdef import GRAD_YES, OpCall, OpDef
 from costspec.ops.work import Part, Work
-from costspec.tree.cost import ZERO_COST, Cost, route
+from costspec.tree.cost import ZERO_COST, Cost, holds_weight_matrix, route
 
 
 class Node:
@@ -122,6 +122,15 @@ class OpNode(Node):
         running value passes through (`OpDef.pass_through`) leaves it as it was."""
         return (self.params != 0 and not self.op.pass_through) or GRAD_YES in self.call.wiring.grads
 
+    @property
+    def holds_quantised_weight(self) -> bool:
+        """True when a GEMM / conv of this op multiplies by a weight matrix stored quantised (a norm's or a
+        bias's parameters are not quantised)."""
+        if not self.precision.quantised:
+            return False
+        parts = {p.name for p in self.fwd_parts if holds_weight_matrix(p.name, p.params)}
+        return any(g.part in parts and g.kind in SPARSE_MATMUL_CLASSES for g in self.op.gemms(self.call))
+
     def part_forward(self, name: str) -> Cost:
         part = next(p for p in self.fwd_parts if p.name == name)
         return route(part.work, part.params, self.precision, self.table, part.name)
@@ -135,6 +144,10 @@ class OpNode(Node):
         if in_rg not in self._bwd_parts:
             if not self.runs_backward(in_rg):
                 parts = {}
+            elif self.holds_quantised_weight:
+                raise SpecError(f"{self.op.name} '{self.name}' has {self.precision.weights} weights: quantised weights "
+                                "are inference weights here (training through frozen quantised weights, QLoRA's dX "
+                                "without dW, is not modelled)", self.loc, "--pass forward, or weights: none")
             else:
                 parts = {p.name: self._canon(p) for p in self.op.backward(self.call, in_rg)}
                 unknown = set(parts) - {p.name for p in self.fwd_parts}

@@ -131,6 +131,12 @@ FRAGMENT_CONTEXTS = {
     "kv: mem, rope": "dims: {B: 1, S: 16, T: 8, C: 32, heads: 4}\n",
     "disentangled_attention": "dims: {B: 1, S: 16, C: 32, heads: 4, K: 8, L: 2}\ninput: [B, S, C]\n",
     "local_window: local": "dims: {B: 1, S: 32, C: 32, heads: 4, F: 48, L: 22, LW: 8}\ninput: [B, S, C]\n",
+    "learned_tokens: {count: det, at: end}": "dims: {B: 2, img: 32, C: 16, det: 5}\ninput: [B, 3, img, img]\n",
+    "native: skip": "dims: {B: 2, img: 42, C: 16}\ninput: [B, 3, img, img]\n",
+    "tables: L - 1": "dims: {B: 2, C: 16, gh: 2, gw: 3, h: 3, w: 4, det: 5, L: 3}\ninput: [B, 1 + h*w + det, C]\n",
+    "ceil_mode: true": "dims: {B: 2, C: 16}\ninput: [B, C, 7, 7]\n",
+    "each use of the block saves its own x": "dims: {B: 2, C: 16, H: 8}\ninput: [B, C, H, H]\n",
+    "weights: int4, group: 128": "dims: {B: 2, S: 8, C: 256, V: 100}\ninput: [B, S, C]\n",
 }
 # fragments the torch build refuses (an activation the spec's costs: declare has no torch module): the message
 REFUSED_BY_TORCH = {"fn: my_act": "has no torch module"}
@@ -162,6 +168,8 @@ def test_every_cookbook_fragment_checks_and_validates(fragment, pass_):
 
     model = costspec.loads(_in_context(fragment), file="writing-specs.md")
     refused = [message for key, message in REFUSED_BY_TORCH.items() if key in fragment]
+    if pass_ == "train" and "weights: int4" in fragment:  # quantised weights: inference only, as the guide says
+        refused.append("quantised weights are inference weights")
     if refused:
         from costspec.core.errors import SpecError
 

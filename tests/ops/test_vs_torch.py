@@ -210,6 +210,10 @@ def _pool(name, spatial):
         if draw(st.booleans()):
             attrs["stride"] = draw(st.integers(1, 2))
         attrs["padding"] = draw(st.integers(0, min(kernel) // 2))
+        if draw(st.booleans()):  # a last, partial window (clipped to the padded input)
+            attrs["ceil_mode"] = True
+        if name.startswith("avg") and draw(st.booleans()):
+            attrs["count_include_pad"] = draw(st.booleans())
         shape = [draw(st.integers(1, 3)), draw(small)] + [draw(st.integers(3, 6)) for _ in range(spatial)]
         pre = [{"conv1d" if spatial == 1 else "conv2d": {"out": shape[1], "kernel": 1}}] if draw(st.booleans()) else []
         return {}, shape, pre + [{name: attrs}, {"reshape": {"shape": [1, -1]}}, {"linear": {"out": 2}}]
@@ -470,7 +474,7 @@ def _moe(draw):
 @case("upsample")
 def _upsample(draw):
     dims, shape = _image(draw)
-    attrs = {"mode": draw(st.sampled_from(["nearest", "bilinear"]))}
+    attrs = {"mode": draw(st.sampled_from(["nearest", "bilinear", "bicubic"]))}
     if draw(st.booleans()):
         attrs["scale"] = draw(st.integers(1, 3))
     else:
@@ -497,6 +501,35 @@ def _position_embedding(draw):
 def _cls_token(draw):
     return {"B": draw(st.integers(1, 3))}, ["B", draw(small), draw(small)], with_grad(
         draw, [{"cls_token": {}}, {"linear": {"out": 2}}])
+
+
+@case("learned_tokens")
+def _learned_tokens(draw):
+    s = draw(small)
+    attrs = {"count": draw(st.integers(1, 3))}
+    if draw(st.booleans()):
+        attrs["at"] = draw(st.sampled_from(["start", "end"]))
+    if attrs.get("at", "start") == "start" and draw(st.booleans()):
+        attrs["after"] = draw(st.integers(0, s))  # inside the sequence: the input read as two slices
+    return {"B": draw(st.integers(1, 3))}, ["B", s, draw(small)], with_grad(
+        draw, [{"learned_tokens": attrs}, {"linear": {"out": 2}}])
+
+
+@case("interpolated_positions")  # resized to the tokens' grid and added; or a stack later layers slice and add
+def _interpolated_positions(draw):
+    grid, size = [draw(st.integers(1, 3)) for _ in range(2)], [draw(st.integers(1, 4)) for _ in range(2)]
+    if draw(st.booleans()):
+        size = list(grid)  # the native grid: `native: skip` adds the table as it is
+    attrs = {"grid": grid, "size": size, "prefix": draw(st.integers(0, 2)), "suffix": draw(st.integers(0, 2)),
+             "mode": draw(st.sampled_from(["bicubic", "bilinear"])), "native": draw(st.sampled_from(["run", "skip"]))}
+    shape = ["B", attrs["prefix"] + size[0] * size[1] + attrs["suffix"], draw(small)]
+    dims = {"B": draw(st.integers(1, 3))}
+    if draw(st.booleans()):
+        return dims, shape, with_grad(draw, [{"interpolated_positions": attrs}, {"linear": {"out": 2}}])
+    attrs.update(add=False, tables=draw(st.integers(1, 3)))
+    return dims, shape, [{"layernorm": {}, "save": "x"}, {"interpolated_positions": attrs, "save": "tables"},
+                         {"slice": {"axis": 0, "start": 0, "end": 1}, "input": "tables"}, {"add": {"with": "x"}},
+                         {"linear": {"out": 2}}]
 
 
 @case("take_token")
