@@ -9,7 +9,6 @@ header says so); S is min(4096, max_position_embeddings), the maximum named in t
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -89,7 +88,7 @@ class Template:
     sliding: str = "none"  # none | all (sliding_window on every layer) | layer_types | qwen (use_sliding_window)
     attn_softcap_key: str = ""
     final_softcap_key: str = ""
-    partial_rotary: bool = False  # rope_parameters.partial_rotary_factor
+    partial_rotary: bool = False  # rope_parameters.partial_rotary_factor (q and k always sliced, as Phi-3)
     embed_scale: str = ""  # "" | sqrt (x sqrt(C)) | a config key (Granite's embedding_multiplier)
     residual_scale_key: str = ""  # Granite's residual_multiplier: each branch scaled before its residual add
     logits: str = ""  # "" | "div:<key>" | "mul:<key>": the logits divided / multiplied by a config constant
@@ -98,9 +97,9 @@ class Template:
     tied_default: bool = False
     positions_default: int = 4096  # transformers' max_position_embeddings default
     sinks: bool = False  # gpt-oss's attention sinks (eager attention)
+    eager: bool = False  # transformers always runs eager attention (Gemma 2: no SDPA, soft-cap or not)
     moe: MoE | None = None  # the MoE switches (modern_moe.py)
     mla: str = ""  # "" | v2 | v3: DeepSeek's multi-head latent attention
-    extra_rules: Callable[[Dims], str] | None = None  # the family's own named rules
     ignored: dict[str, str] = field(default_factory=dict)
     refused: tuple[str, ...] = ()  # what else the family refuses, for docs/import.md
     blurb: str = ""  # what the family is, for docs/import.md
@@ -151,6 +150,8 @@ def layer_kinds(cfg: HFConfig, t: Template, layers: int) -> tuple[list[bool], in
     listed = cfg.get("layer_types")
     if listed is None or t.sliding == "all":
         return derived, window
+    if t.sliding == "qwen" and not cfg.get_bool("use_sliding_window", False):
+        return [False] * layers, window  # Qwen3's attention reads the window only with use_sliding_window
     if not isinstance(listed, list) or len(listed) != layers or not set(listed) <= {"full_attention",
                                                                                    "sliding_attention"}:
         raise cfg.refuse("layer_types", f"expected {layers} entries (num_hidden_layers), each full_attention or "
@@ -158,8 +159,6 @@ def layer_kinds(cfg: HFConfig, t: Template, layers: int) -> tuple[list[bool], in
     sliding = [k == "sliding_attention" for k in listed]
     if any(sliding) and not window:
         raise cfg.refuse("layer_types", "sliding_attention layers without a sliding_window")
-    if t.sliding == "qwen" and not cfg.get_bool("use_sliding_window", False):
-        sliding = [False] * layers  # Qwen3's attention reads the window only with use_sliding_window
     return sliding, window
 
 
@@ -241,7 +240,7 @@ NORMS = {"rmsnorm": "rmsnorm: {}", "layernorm": "layernorm: {}", "layernorm_nobi
          "layernorm_plain": "layernorm: {affine: false}"}
 
 
-def attention_text(cfg: HFConfig, t: Template, dims: Dims, window: str, fraction: float) -> str:
+def attention_text(spec: SpecText, cfg: HFConfig, t: Template, dims: Dims, window: str, fraction: float) -> str:
     bias = cfg.get_bool(t.bias_key, t.bias_default) if t.bias_key else False
     flags = {"q": bias, "k": bias, "v": bias, "o": bias and t.o_bias}
     parts = ["heads: heads", "kv_heads: KV", "head_dim: D", f"fused_qkv: {'true' if t.fused_qkv else 'false'}",
@@ -267,6 +266,11 @@ def attention_text(cfg: HFConfig, t: Template, dims: Dims, window: str, fraction
     if cap:
         parts.append(f"softcap: {cap!r}")
         dims.eager = True
+    elif t.eager:  # no soft-cap, but transformers still runs eager attention: the spec follows it
+        parts.append("backend: eager")
+        spec.note(f"{t.hf_class} always runs eager attention (no SDPA path): the attention is written with "
+                  "backend: eager, as it runs; drop it for the cost of a flash kernel")
+        dims.eager = True
     return "attention: {" + ", ".join(parts) + "}"
 
 
@@ -276,9 +280,25 @@ def mlp_text(cfg: HFConfig, t: Template, fn: str) -> str:
     return f"mlp: {{hidden: F, {gated}fn: {fn}, bias: {'true' if bias else 'false'}}}"
 
 
+def wrap_flow(op: str, width: int = 96) -> list[str]:
+    """`name: {a, b, ...}` as lines of at most `width`, the continuations aligned under the first attribute."""
+    head, _, body = op.partition("{")
+    parts = body.rstrip("}").split(", ")
+    lines, line = [], head + "{"
+    pad = " " * len(line)
+    for i, part in enumerate(parts):
+        text = part + (", " if i < len(parts) - 1 else "}")
+        if len(line) + len(text.rstrip()) > width and line.strip() not in ("", head.strip() + " {"):
+            lines.append(line.rstrip())
+            line = pad
+        line += text
+    return [*lines, line]
+
+
 def item(op: str, source: str = "", note: str = "") -> list[str]:
-    """One list item (its op on the dash line, `source:` under it)."""
-    lines = [f"- {op}" + (f"  # {note}" if note else "")]
+    """One list item (its op on the dash line, wrapped, `source:` under it)."""
+    first, *rest = wrap_flow(op)
+    lines = [f"- {first}" + (f"  # {note}" if note else ""), *("  " + line for line in rest)]
     if source:
         lines.append(f"  source: {source}")
     return lines
@@ -396,7 +416,7 @@ def build(t: Template, cfg: HFConfig) -> str:
     dims = read_dims(spec, cfg, t)
     fn = activation(cfg, next((k for k in t.act_keys if cfg.get(k) is not None), t.act_keys[0]), t.act_default)
     params, window, at = window_layout(dims)
-    attn = mla_op(spec, cfg) if t.mla else attention_text(cfg, t, dims, window, fraction)
+    attn = mla_op(spec, cfg) if t.mla else attention_text(spec, cfg, t, dims, window, fraction)
     kinds = moe_layers(cfg, t.moe, dims.layers) if t.moe else [False] * dims.layers
     mlp, what = mlp_text(cfg, t, fn), f"{'gated ' if t.mlp == 'gated' else ''}{fn} MLP"
     if not all(kinds):
@@ -440,7 +460,9 @@ def build(t: Template, cfg: HFConfig) -> str:
     norm = [f"- {NORMS[t.norm]}", "  name: norm", "  source: model.norm"]
     spec.layers("\n".join(embed_lines(cfg, t) + body + norm + head) + "\n")
     text = spec.render()
-    cfg.check_understood({**BASE_IGNORED, **(MLA_IGNORED if t.mla else {}), **t.ignored})
+    unused = {"intermediate_size": "the width of dense MLPs: every layer here is MoE"} if all(kinds) and t.moe else {}
+    ignored = {**BASE_IGNORED, **(MLA_IGNORED if t.mla else {}), **unused, **t.ignored}
+    cfg.check_understood({key: why for key, why in ignored.items() if cfg.has(key)})
     return text
 
 
@@ -480,7 +502,10 @@ def rules(cfg: HFConfig, t: Template, dims: Dims) -> str:
         out = GPT_OSS_RULES
     else:
         out = rotate_rule(t, dims)
-    return out + mask_rule(dims) + (t.extra_rules(dims) if t.extra_rules else "")
+    out += FUSED_QKV_RULE if t.fused_qkv else ""
+    out += ROTARY_SLICE_RULE if t.partial_rotary else ""
+    out += FUSED_GATE_UP_RULE if t.fused_gate_up else ""
+    return out + mask_rule(dims)
 
 
 GPT_OSS_RULES = """\
@@ -506,47 +531,56 @@ GPT_OSS_RULES = """\
 """
 
 
-def phi3_rules(dims: Dims) -> str:
-    """Phi-3's fused projections and its always-split rotary part."""
-    return """\
+FUSED_QKV_RULE = """\
 - module: "model.layers.*.self_attn"
-  extra: {add: "L*B*S*(2*(heads + 2*KV) + heads + KV)*D"}
+  extra: {add: "2*L*B*S*(heads + 2*KV)*D"}
   pass: backward
   reason: >-
-    transformers slices q, k and v out of qkv_proj's output (three slices: autograd adds their three
-    gradients back into one, 2 adds per element of the (heads + 2*KV)*D wide output), and apply_rotary_pos_emb
-    always slices q and k into a rotary and a pass-through part (one add per element of q and k); the spec's
-    fused qkv and its RoPE run neither
+    transformers slices q, k and v out of qkv_proj's output: autograd adds the three slices' gradients back
+    into one tensor, 2 adds per element of the (heads + 2*KV)*D wide output; the spec's fused qkv runs none
+"""
+ROTARY_SLICE_RULE = """\
+- module: "model.layers.*.self_attn"
+  extra: {add: "L*B*S*(heads + KV)*D"}
+  pass: backward
+  reason: >-
+    apply_rotary_pos_emb always slices q and k into a rotary and a pass-through part (even when the rotary
+    part is the whole head): autograd adds the two slices' gradients back into one tensor, one add per element
+    of q and k; the spec's RoPE runs none
+"""
+FUSED_GATE_UP_RULE = """\
 - module: "model.layers.*.mlp"
   extra: {add: "-L*B*S*C"}
   pass: backward
   reason: >-
-    Phi-3's gate and up are one gate_up_proj: the backward's dX is one product, where the spec's gated MLP
-    adds the dX of its gate and up projections (B*S*C adds per layer)
+    gate and up are one gate_up_proj: the backward's dX is one product, where the spec's gated MLP adds the dX
+    of its gate and up projections (B*S*C adds per layer)
 """
 
 
 # ----------------------------------------------------------------------------------------------
 # the table
 # ----------------------------------------------------------------------------------------------
-GEMMA_ACT = "transformers 5 runs hidden_activation (its hidden_act kept for older configs)"
+GEMMA_ACT = "transformers 5 runs hidden_activation (gelu_pytorch_tanh when absent); hidden_act is not read"
 TEMPLATES = (
     Template("qwen3", "Qwen3ForCausalLM", "Qwen3", qk_norm="rmsnorm", sliding="qwen", positions_default=32768,
              blurb="q/k RMSNorm per head, optional q/k/v/o biases, sliding layers by layer_types"),
-    Template("gemma2", "Gemma2ForCausalLM", "Gemma 2", layout="sandwich", act_keys=("hidden_activation", "hidden_act"),
+    Template("gemma2", "Gemma2ForCausalLM", "Gemma 2", layout="sandwich", act_keys=("hidden_activation",),
+             ignored={"hidden_act": GEMMA_ACT},
              act_default="gelu_pytorch_tanh", sliding="layer_types", attn_softcap_key="attn_logit_softcapping",
              final_softcap_key="final_logit_softcapping", embed_scale="sqrt", tied_default=True,
-             positions_default=8192, refuse_true=("use_bidirectional_attention",),
+             positions_default=8192, refuse_true=("use_bidirectional_attention",), eager=True,
              blurb="pre and post RMSNorms, alternating sliding / global layers, attention and final-logit soft-caps, "
                    "embeddings x sqrt(C), tied head"),
     Template("gemma3_text", "Gemma3ForCausalLM", "Gemma 3", layout="sandwich", qk_norm="rmsnorm",
-             act_keys=("hidden_activation", "hidden_act"), act_default="gelu_pytorch_tanh", sliding="layer_types",
+             act_keys=("hidden_activation",), ignored={"hidden_act": GEMMA_ACT}, act_default="gelu_pytorch_tanh",
+             sliding="layer_types",
              attn_softcap_key="attn_logit_softcapping", final_softcap_key="final_logit_softcapping",
              embed_scale="sqrt", tied_default=True, positions_default=131072,
              refuse_true=("use_bidirectional_attention",),
              blurb="Gemma 2's block with q/k RMSNorms, 5 sliding layers to 1 global, local and global RoPE bases"),
     Template("phi3", "Phi3ForCausalLM", "Phi-3", bias_key="", fused_qkv=True, fused_gate_up=True, sliding="all",
-             partial_rotary=True, extra_rules=phi3_rules,
+             partial_rotary=True,
              blurb="fused qkv and gate_up projections, partial rotary, sliding window"),
     Template("starcoder2", "Starcoder2ForCausalLM", "StarCoder2", norm="layernorm", bias_key="use_bias",
              bias_default=True, mlp="plain", mlp_bias_key="use_bias", act_default="gelu_pytorch_tanh",
