@@ -1,6 +1,6 @@
 """`costspec import hf` for the families of the decoder template (costspec/importer/families/modern.py):
-qwen3, qwen3_moe, gemma2, gemma3_text, phi3, starcoder2, olmo, olmo2, olmoe, granite, cohere, gpt_oss,
-deepseek_v2, deepseek_v3.
+qwen3, qwen3_moe, gemma2, gemma3_text, phi3, starcoder2, olmo, olmo2, olmoe, granite, cohere, ministral,
+smollm3, gpt_oss, deepseek_v2, deepseek_v3.
 
 Each family: a small config built with its transformers config class (2 layers, small widths), imported, and
 the spec checked with `validate --against hf:<*ForCausalLM>` on meta, forward and train: every row PASS,
@@ -47,6 +47,10 @@ SMALL = {
     "granite": ("GraniteConfig", dict(embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0,
                                       attention_multiplier=0.015625)),
     "cohere": ("CohereConfig", dict(use_qk_norm=True)),
+    "ministral": ("MinistralConfig", dict(head_dim=16, sliding_window=8,
+                                          layer_types=["sliding_attention", "full_attention"])),
+    "smollm3": ("SmolLM3Config", dict(no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=8,
+                                      layer_types=["sliding_attention", "full_attention"])),
     "gpt_oss": ("GptOssConfig", dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16, sliding_window=8)),
     "deepseek_v2": ("DeepseekV2Config", dict(MLA, q_lora_rank=None)),
     "deepseek_v3": ("DeepseekV3Config", dict(MLA, q_lora_rank=24, n_group=4, topk_group=2)),
@@ -181,7 +185,7 @@ def switches(draw) -> tuple[str, dict]:
 
 @pytest.mark.slow
 def test_random_switches_import_and_match_transformers(tmp_path_factory):
-    @settings(max_examples=8, deadline=None)
+    @settings(max_examples=4, deadline=None)
     @given(switches())
     def check(drawn):
         model_type, changes = drawn
@@ -190,6 +194,28 @@ def test_random_switches_import_and_match_transformers(tmp_path_factory):
         assert_exact(results)
 
     check()
+
+
+@pytest.mark.slow
+def test_gemma2_without_soft_caps_runs_eager_attention(tmp_path):
+    """Gemma2ForCausalLM has no SDPA path: without soft-caps the spec still follows its eager attention."""
+    cfg = config("gemma2", attn_logit_softcapping=None, final_logit_softcapping=None)
+    model, results = import_and_check(cfg, tmp_path)
+    assert_exact(results)
+    assert "backend: eager" in import_hf(tmp_path / "config.json").text
+
+
+def test_smollm3_nope_layers_are_their_own_block(tmp_path):
+    text = import_hf(write_config(config("smollm3"), tmp_path)).text
+    assert "- {block: nope_block, name: layer1, source: model.layers.1, args: {window: 0}}" in text
+    assert 'extra: {scale: "1*B*S*(heads + KV)*D/2"}' in text  # rotate_half runs in the one RoPE layer
+
+
+def test_ministral_needs_head_dim(tmp_path):
+    data = config("ministral").to_dict()
+    data["head_dim"] = None
+    with pytest.raises(ImportProblem, match="head_dim: missing"):
+        import_hf(write_config(data, tmp_path))
 
 
 def test_import_is_deterministic_and_loads(tmp_path):
