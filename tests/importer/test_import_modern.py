@@ -225,3 +225,31 @@ def test_import_is_deterministic_and_loads(tmp_path):
     assert 'S: {value: 16, doc: "sequence length (tokens): min(4096, the maximum 16)' in first
     loads(first)
     assert json.loads(path.read_text())["model_type"] == "gpt_oss"
+
+
+# DeepSeek-V3's published config.json (its keys and values, quantization_config left out): the real-world keys
+# (auto_map, ep_size, moe_layer_freq, scoring_func, topk_method, yarn rope_scaling with mscale) import
+DEEPSEEK_V3_671B = {
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}, "aux_loss_alpha": 0.001,
+    "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu",
+    "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+    "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True,
+    "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1", "use_cache": True, "v_head_dim": 128, "vocab_size": 129280}
+
+
+def test_deepseek_v3_published_config_counts_its_671b_parameters(tmp_path):
+    """DeepseekV3ForCausalLM built from these values on meta holds 671,026,404,352 parameters (measured with
+    transformers 5.23; the MTP layer is not built); the import's S is 4096 of 163,840."""
+    model = loads(import_hf(write_config(DEEPSEEK_V3_671B, tmp_path)).text)
+    assert model.report("forward", model.bind()).params == 671_026_404_352
+    bad = dict(DEEPSEEK_V3_671B, moe_layer_freq=2)
+    with pytest.raises(ImportProblem, match="moe_layer_freq = 2"):
+        import_hf(write_config(bad, tmp_path))

@@ -69,6 +69,10 @@ def moe_op(spec: SpecText, cfg: HFConfig, moe: MoE, fn: str) -> tuple[str, str]:
         attrs.append(f"renorm: {'true' if renorm else 'false'}")
         return "moe: {" + ", ".join(attrs) + "}", (f"a mixture of E {fn}-gated experts, top-K"
                                                   f"{', renormalised' if renorm else ''}")
+    scoring = "softmax" if moe.router == "deepseek_v2" else "sigmoid"
+    cfg.choice("scoring_func", scoring, (scoring,), f"{moe.router}'s router as transformers runs it")
+    if cfg.get_int("moe_layer_freq", 1) != 1:
+        raise cfg.refuse("moe_layer_freq", "transformers builds every layer from first_k_dense_replace on as MoE")
     shared = cfg.get_int("n_shared_experts", 0, minimum=0)
     factor = cfg.get("routed_scaling_factor", 1.0)
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
@@ -83,6 +87,7 @@ def moe_op(spec: SpecText, cfg: HFConfig, moe: MoE, fn: str) -> tuple[str, str]:
         attrs += ["scoring: softmax", "renorm: false", f"routed_scaling_factor: {float(factor)!r}"]
         what = f"softmax {method} routing"
     else:
+        cfg.choice("topk_method", "noaux_tc", ("noaux_tc",), "transformers' DeepSeek-V3 router")
         groups = cfg.get_int("n_group", 1)
         kept = cfg.get_int("topk_group", 1)
         if E % groups or kept > groups:
@@ -131,6 +136,9 @@ MLA_IGNORED = {
     "head_dim": "transformers' alias of qk_rope_head_dim (read there)",
     "qk_head_dim": "qk_nope_head_dim + qk_rope_head_dim (read there)",
     "num_nextn_predict_layers": "the multi-token-prediction layers transformers does not build",
+    "ep_size": "the expert-parallel degree of the original code: the same experts, placed on devices",
+    "aux_loss_alpha": "the load-balancing loss: training objective, not the model",
+    "seq_aux": "the load-balancing loss: training objective, not the model",
 }
 
 

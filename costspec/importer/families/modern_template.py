@@ -30,6 +30,9 @@ BASE_IGNORED = {
     "query_pre_attn_scalar": "the score scale 1/sqrt(query_pre_attn_scalar): a constant, the same cost",
     "attention_multiplier": "the score scale: a constant multiply, as 1/sqrt(head_dim) is (the same cost)",
     "_sliding_window_pattern": "the layer pattern layer_types spells out (read there)",
+    "sliding_window_pattern": "the layer pattern layer_types spells out (read there)",
+    "cache_implementation": "the generation KV cache's layout (hybrid for sliding layers): not the forward's cost",
+    "auto_map": "the remote-code classes of the original repository; the spec follows transformers' own class",
     "router_aux_loss_coef": "the load-balancing loss: training objective, not the model",
     "output_router_logits": "returns the router logits the model computes anyway",
 }
