@@ -18,7 +18,7 @@ import sys
 
 from _common import ROOT, fmt_s, machine
 
-EVAL_PATH = ("import sys; import costspec.cli as cli; cli._register(); import costspec.model, costspec.export.report; "
+EVAL_PATH = ("import sys; import costspec.cli as cli; cli.register_all(); import costspec.model, costspec.export.report; "
              "assert 'torch' not in sys.modules, 'torch was imported'")
 LINE = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 

@@ -3,6 +3,11 @@ tree, its dims and constraints: what every lower layer takes) with the API's con
 forwarded to the module that answers it: numbers (`analysis.evaluation`), closed forms
 (`analysis.formula`, `export.latex`), the torch module (`runtime.torch_build`). Only the CLI and
 the package's public API import this module.
+
+Numbers at bound dims come from the model compiled once per pass (`analysis.compiler`: exact
+integer programs, tens of microseconds per evaluation); where the compiled form cannot answer
+(a bad dim, a violated constraint, an expression it does not cover) the symbolic `build_report`
+answers, with the same numbers or the same error.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Mapping
 
 import sympy
 
+from costspec.analysis.compiled import PASSES, CompiledModel
 from costspec.analysis.evaluation import Report, build_report
 from costspec.core.errors import SpecError, UsageError
 from costspec.core.vocab import Pass
@@ -26,11 +32,54 @@ class Model(Network):
     # -- numbers ----------------------------------------------------------------------------
     def evaluate(self, pass_: Pass | str = Pass.FORWARD, **dims: int) -> Report:
         """Exact integer costs at the given dims (the rest at their defaults)."""
-        return self.report(pass_, self.bind(sets=dims))
+        compiled = self.compiled(pass_)
+        if compiled is not None and (values := compiled.bind(sets=dims)) is not None:
+            report = compiled.report(pass_, values)
+            if report is not None:
+                return report
+        return build_report(self, Pass.parse(pass_, "pass"), self.bind(sets=dims))
 
     def report(self, pass_: Pass | str, values: Mapping[sympy.Symbol, sympy.Integer]) -> Report:
-        """Rows and totals for `pass_` at bound dim `values` (`costspec.analysis.evaluation.build_report`)."""
+        """Rows and totals for `pass_` at bound dim `values` (what `costspec.analysis.evaluation.build_report`
+        gives)."""
+        compiled = self.compiled(pass_)
+        by_name = self._by_name(values) if compiled is not None else None
+        if compiled is not None and by_name is not None:
+            report = compiled.report(pass_, by_name)
+            if report is not None:
+                return report
         return build_report(self, Pass.parse(pass_, "pass"), values)
+
+    def compiled(self, pass_: Pass | str) -> CompiledModel | None:
+        """This model compiled for `pass_` (once; None for a pass name that is not one, or a model
+        with an expression the compiled form does not cover)."""
+        from costspec.analysis.compiler import Uncompilable, compile_model
+
+        name = pass_.value if isinstance(pass_, Pass) else pass_
+        if name not in PASSES:
+            return None
+        cache: dict[str, CompiledModel | None] = self.__dict__.setdefault("_compiled", {})
+        if name not in cache:
+            try:
+                cache[name] = compile_model(self, (name,))
+            except Uncompilable:
+                cache[name] = None
+            except Exception:  # the compiled form is an optimisation: a failure in it never stops an evaluation
+                if os.environ.get("COSTSPEC_DEBUG"):
+                    raise
+                cache[name] = None
+        return cache[name]
+
+    def _by_name(self, values: Mapping[sympy.Symbol, sympy.Integer]) -> dict[str, int] | None:
+        """`values` keyed by dim name, when they bind exactly this model's dims to integers (else None)."""
+        names = {d.symbol: d.name for d in self.dims.dims.values()}
+        out: dict[str, int] = {}
+        for symbol, value in values.items():
+            name = names.get(symbol)
+            if name is None or not (type(value) is int or isinstance(value, sympy.Integer)):
+                return None
+            out[name] = int(value)
+        return out if len(out) == len(names) else None
 
     def latex(self, keep=None, pass_: Pass | str = Pass.FORWARD, standalone: bool = False, **kwargs) -> str:
         """The closed forms as a LaTeX `align` (see `costspec latex`)."""

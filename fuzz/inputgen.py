@@ -8,7 +8,7 @@ one: NaN, inf, negative, zero, huge or 5,000-digit numbers, wrong types, deep ne
 keys; a key deleted, added or renamed) and on the text (alias bombs, YAML tags, a second
 document, truncation, random byte edits, a huge line, a deep bracket run).
 
-Used by fuzz/input_properties.py, tests/test_fuzz_inputs.py (bounded, CI) and
+Used by fuzz/input_properties.py, tests/fuzz/test_inputs.py (bounded, CI) and
 fuzz/run_fuzz.py --mode inputs (long runs).
 """
 from __future__ import annotations

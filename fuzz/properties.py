@@ -13,7 +13,7 @@
 
 `check_spec` raises AssertionError (with the spec text) when a property fails; exceptions
 other than CostspecError propagate. Failures that match a known, reported bug (`KNOWN_BUGS`,
-each with a strict-xfail reproducer in tests/test_fuzz.py) are returned as such instead, so a
+each with a strict-xfail reproducer in tests/fuzz/test_specs.py) are returned as such instead, so a
 fuzz run keeps going and counts them.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Outcome:
 
 
 # ----------------------------------------------------------------------------------------------
-# Known bugs: (id, test(model, exc) -> bool). Each has a strict-xfail reproducer in tests/test_fuzz.py.
+# Known bugs: (id, test(model, exc) -> bool). Each has a strict-xfail reproducer in tests/fuzz/test_specs.py.
 # ----------------------------------------------------------------------------------------------
 def _identity_residual(model, exc) -> bool:
     """`residual: [dropout]` (or a flatten of one axis): the body returns x itself, and autograd's

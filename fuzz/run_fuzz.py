@@ -7,7 +7,7 @@ of fuzz/properties.py checked on each, and a count of what happened.
     python fuzz/run_fuzz.py --examples 1000 --mode csv       # one input kind
     python fuzz/run_fuzz.py --examples 500 --mode flow       # a dataflow construct in every spec
 
-Unlike the bounded CI tests (tests/test_fuzz.py), a failing example does not stop the run: it is
+Unlike the bounded CI tests (tests/fuzz/test_specs.py), a failing example does not stop the run: it is
 recorded, grouped by its first line, and the shortest spec of each group is printed at the end
 (and written under --out). Failures that match a known, reported bug are counted by the bug's
 id. Each example runs under a time limit (--timeout); one that exceeds it is a failure (a hang).

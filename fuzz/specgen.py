@@ -23,7 +23,7 @@ Ops registered after this file was written are drawn too: a generic generator fi
 required attributes from the `Attr` kinds and probes the op on the current shape (a one-layer
 spec); an op it cannot place is simply not drawn there.
 
-Used by tests/test_fuzz.py (bounded, CI) and fuzz/run_fuzz.py (long runs).
+Used by tests/fuzz/test_specs.py (bounded, CI) and fuzz/run_fuzz.py (long runs).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ MAX_VALUE = 48  # sizes stay small: the meta-device check builds every repeat in
 MAX_OPS = 14  # op layers per spec (blocks counted once per use)
 # Block parameters standing for bool / choice attributes (`bias: p`, `fn: act`): the tree builder
 # supports them, but the schema refuses a string where a boolean or an enum value is expected
-# (known bug, tests/test_fuzz.py::test_known_bug_block_param_for_bool_attribute). Off until fixed.
+# (known bug, tests/fuzz/test_specs.py::test_known_bug_block_param_for_bool_attribute). Off until fixed.
 PASS_THROUGH = False
 FREE_POOL = ("C", "D", "H", "W", "S", "E", "K", "G")
 DERIVED_POOL = ("C2", "T", "HID", "Q")

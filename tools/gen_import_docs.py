@@ -4,7 +4,7 @@ For each registered model_type, the default config of its transformers config cl
 the keys the family read (and the ones it declared cost-free, with its reasons) are listed; the
 refusals come from each Family's `refused`. Needs transformers (no torch, no network):
     python tools/gen_import_docs.py            # rewrites the section between the markers
-tests/test_import_docs.py fails when the page drifts from the code.
+tests/docs/test_import_md.py fails when the page drifts from the code.
 """
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ from costspec.against.mapping import MODEL_ROW, RealModules, RowMap, build_mappi
 from costspec.against.target import Target, first_tensor
 from costspec.core.errors import MismatchError
 from costspec.core.vocab import RUNNABLE_PASSES, FusedRun, Pass
-from costspec.runtime.reconcile import Amount, Applied
+from costspec.runtime.reconcile import Amount, Applied, ran_facts
+from costspec.tree.nodes import OpNode
 
 if TYPE_CHECKING:
     from costspec.tree.network import Network
@@ -69,7 +70,10 @@ class AgainstResult:
     def failures(self) -> list[str]:
         out = [f"{p}: {row}: {what_ran(kind, a, b)}"
                for p, ph in self.phases.items() for row, kind, a, b in ph.failures]
-        return out + self.problems  # unknown aten ops fail as their own kind ("unknown:aten.neg") in a row
+        out += [f"{p}: {row}: {overdrawn(kind, ran, taken)}"
+                for p, ph in self.phases.items() for row, kind, ran, taken in ph.inconsistent]
+        # unknown aten ops fail as their own kind ("unknown:aten.neg") in a row
+        return out + self.problems + self.rowmap.ambiguous()
 
     @property
     def ok(self) -> bool:
@@ -80,6 +84,15 @@ def what_ran(kind: str, spec: int, real: int) -> str:
     unit = "parameters" if kind == "params" else "FLOPs" if kind == "matmul" else "elements"
     name = "matmul-class FLOPs" if kind == "matmul" else kind
     return f"{name}: spec {spec:,} {unit}, real {real:,} ({real - spec:+,})"
+
+
+def overdrawn(kind: str, ran: int, taken: int) -> str:
+    """A row where the rules take more than ran: an internal inconsistency, said so (never a negative count)."""
+    unit = "FLOPs" if kind == "matmul" else "elements"
+    name = "matmul-class FLOPs" if kind == "matmul" else kind
+    return (f"{name}: the rules applied here take {taken:,} {unit}, more than the {ran:,} the real model ran in "
+            "this row: an internal inconsistency, not a count (a rule that does not hold here, or work "
+            "attributed to another row)")
 
 
 def _ignore_entries(model: "Network") -> list[Ignored]:
@@ -148,7 +161,7 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
     decomposed = _rmsnorm_classes(module)
     try:
         first: Any = target.args[0] if target.args else next(iter(target.kwargs.values()), None)
-        measured = measure(module, first, train=pass_ is Pass.TRAIN)
+        measured = measure(module, first, train=pass_ is Pass.TRAIN, by_node=True)
     finally:
         for hook in hooks:
             hook.remove()
@@ -206,6 +219,12 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
                 for key, calls in keys.items():
                     how = FusedRun.UNCOUNTED if calls.get(FusedRun.UNCOUNTED) else FusedRun.COUNTED
                     facts[phase].setdefault(id(op), {})[key] = how
+    _attention_runs(model, measured.regions, rowmap, facts)
+    for path in measured.lookups:  # a table read by index in this row (a position embedding's lookup)
+        op = op_of_row(model, rowmap.row_of(path))
+        if op is not None:
+            for phase in phases:
+                facts[phase].setdefault(id(op), {})["lookup"] = True
     params: dict[str, int] = {}
     for path, n in real.own_params.items():
         owner = ignore_of(path)
@@ -231,6 +250,18 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
         buffers={name: b.numel() for name, b in module.named_buffers()},
         constants={op: (n, constants.elements[op]) for op, n in constants.ops.items()}, problems=problems,
         attribution=attribution)
+
+
+def _attention_runs(model: "Network", regions, rowmap: RowMap, facts: dict[str, dict[int, dict]]) -> None:
+    """Each attention layer's runs as the counter recorded them in its real modules (the rule of a
+    decomposed SDPA is derived from them); none recorded: no such rule (the differences show)."""
+    from costspec.tree.walk import walk
+
+    runs = ran_facts(regions, lambda path: op_of_row(model, rowmap.row_of(path)))
+    for node, _, _, _ in walk(model.root):
+        if isinstance(node, OpNode) and "sdpa" in node.op.runtime.fused:
+            for phase in facts:
+                facts[phase].setdefault(id(node), {})["ran"] = runs.get(id(node), ())
 
 
 def _extra_rules(entries: list[Ignored], paths: list[str], rowmap: RowMap, phases, values) -> list[Applied]:

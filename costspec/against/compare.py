@@ -46,10 +46,21 @@ class RowResult:
     real_reconciled: int | None = None
     real_params: int | None = None
     real_pointwise: dict[str, int] | None = None  # after the rules
+    raw_pointwise: dict[str, int] = field(default_factory=dict)  # as measured, before the rules
     status: str = "-"  # PASS, FAIL, moved (scope-boundary), or - (not matched)
     rules: list[str] = field(default_factory=list)  # the spec's rules that hold in the real model here
     merged: bool = False  # the gradient-reduction rule was needed
     compare_pointwise: tuple[dict[str, int], dict[str, int]] | None = None  # (spec, real) with kinds merged
+
+    def negative(self) -> dict[str, int]:
+        """quantity -> the real count after the rules where it is below 0: the rules take more than the
+        real model ran here (an internal inconsistency, never a count)."""
+        if not self.matched:
+            return {}
+        out = {k: v for k, v in (self.real_pointwise or {}).items() if v < 0}
+        if self.real_reconciled is not None and self.real_reconciled < 0:
+            out[MATMUL] = self.real_reconciled
+        return out
 
     def diffs(self, rtol: float) -> dict[str, tuple[int, int]]:
         """quantity -> (spec, real) for every quantity that differs ({} when not matched)."""
@@ -75,6 +86,8 @@ class PhaseResult:
     rows: list[RowResult]  # walk order; the last one is the total
     moved: list[tuple[str, str, int, int, str]] = field(default_factory=list)  # row, kind, spec, real, agrees at
     failures: list[tuple[str, str, int, int]] = field(default_factory=list)  # row, kind, spec, real
+    # row, kind, what ran there, what the rules applied there take (more): never shown as a count
+    inconsistent: list[tuple[str, str, int, int]] = field(default_factory=list)
     unseen: list[tuple[str, str]] = field(default_factory=list)  # (row, rule) the real model does not show
 
 
@@ -168,14 +181,21 @@ def compare_phase(model: "Network", values, rowmap: RowMap, phase: str, real_amo
         diffs = row.diffs(rtol)
         if not row.matched:
             continue
-        row.status = "PASS"
+        row.status = "ambiguous" if rowmap.matches[row.name].alternatives else "PASS"
+        negative = row.negative()
+        if negative:
+            row.status = "error"
+            for kind, after in negative.items():
+                ran = (row.real_matmul or 0) if kind == MATMUL else row.raw_pointwise.get(kind, 0)
+                result.inconsistent.append((row.name or "total", kind, ran, ran - after))
+            diffs = {k: v for k, v in diffs.items() if k not in negative}
         for kind, (spec_n, real_n) in diffs.items():
             agrees = next((anc for anc in chains.get(row.name, []) if kind not in by_name[anc].diffs(rtol)), None)
             if agrees is None:
-                row.status = "FAIL"
+                row.status = "FAIL" if row.status != "error" else row.status
                 result.failures.append((row.name or "total", kind, spec_n, real_n))
             else:
-                row.status = "moved" if row.status == "PASS" else row.status
+                row.status = "moved" if row.status == "PASS" else row.status  # (ambiguous stays so)
                 result.moved.append((row.name, kind, spec_n, real_n, agrees or "total"))
     return result
 
@@ -194,12 +214,23 @@ def _fit(row: RowResult, real: Amount, rules: dict[tuple[str, str], Amount],
                     return subset, merge
         return None
 
+    def unexplained(free: list[tuple[str, str]], fixed: list[Amount]):
+        """No set of rules makes the row agree: the largest that takes no more than ran (a rule whose
+        work does not run in this row is left to the rows around it)."""
+        for subset in sorted((tuple(k for i, k in enumerate(free) if mask >> i & 1)
+                              for mask in range(2 ** len(free))), key=lambda t: -len(t)):
+            _apply(row, real, fixed + [rules[k] for k in subset], False)
+            if not row.negative():
+                return subset, False
+        return tuple(free), False
+
     free = sorted(key for key in rules if key not in decided)
-    chosen = search(free, [amount for key, amount in rules.items() if decided.get(key)])
+    fixed = [amount for key, amount in rules.items() if decided.get(key)]
+    chosen = search(free, fixed)
     if chosen is None and len(rules) <= 8:  # a rule decided in a row where its work does not run: decide again
-        free = sorted(rules)
-        chosen = search(free, [])
-    subset, merge = chosen or (tuple(free), False)
+        free, fixed = sorted(rules), []
+        chosen = search(free, fixed)
+    subset, merge = chosen or unexplained(free, fixed)
     _apply(row, real, [amount for key, amount in rules.items() if key not in free and decided.get(key)]
            + [rules[k] for k in subset], merge)
     for key in free:
@@ -208,6 +239,7 @@ def _fit(row: RowResult, real: Amount, rules: dict[tuple[str, str], Amount],
 
 
 def _apply(row: RowResult, real: Amount, deltas: list[Amount], merge: bool) -> None:
+    row.raw_pointwise = {k: v for k, v in sorted(real.pointwise.items()) if v}
     pw = Counter(real.pointwise)
     matmul = real.matmul
     for d in deltas:

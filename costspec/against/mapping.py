@@ -4,9 +4,12 @@ A spec layer or repeat may name its real counterpart with `source:` (a module pa
 the enclosing matched layer; a list for a layer that spans several modules). A repeat's source is
 the container of its instances: `source: encoder.layer` matches instance i to `encoder.layer.{i}`
 (counting from the container's first child no earlier layer claimed).
-Layers without a source are matched best-effort: in the real model's execution order, the first
-module after the previous match, inside the enclosing match, whose parameter count equals the
-layer's (layers without parameters are not matched: their work is counted in the enclosing row).
+Layers without a source are matched best-effort, inside the enclosing match, among the free modules
+whose parameter count equals the layer's: the one named as the layer, else the first after the
+previous match in the real model's execution order. Where others have as many parameters and the
+name did not decide, the match is ambiguous: reported as such, never as a PASS (the counts cannot
+tell those modules apart). Layers without parameters are not matched: their work is counted in the
+enclosing row.
 
 Every real module path then belongs to the deepest matched spec row containing it; rows that
 are not matched and real modules with parameters that no layer (other than the whole model)
@@ -41,6 +44,9 @@ class Match:
     row: str
     paths: list[str]
     how: str  # "source" (written in the spec), "auto" (by order and parameter count) or "model"
+    # auto: other free modules of the same parameter count where it was taken (the count cannot tell them
+    # apart: the match is ambiguous until a `source:` names the module)
+    alternatives: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +89,12 @@ class RowMap:
     def row_of(self, path: str) -> str:
         return self.path_row.get(path, MODEL_ROW)
 
+    def ambiguous(self) -> list[str]:
+        """One line per row matched by parameter count where other modules have as many."""
+        return [f"{row}: matched by parameter count to {compact(m.paths)}, but {compact(m.alternatives)} "
+                f"{'has' if len(m.alternatives) == 1 else 'have'} as many parameters: which module it is, is "
+                "ambiguous (name it with source:)" for row, m in self.matches.items() if m.alternatives]
+
 
 class _Matcher:
     def __init__(self, model: "Network", real: RealModules, ev: Callable[[sympy.Expr], int]):
@@ -112,15 +124,21 @@ class _Matcher:
                                  "have" + (f" (modules there: {', '.join(near)})" if near else ""))
         return paths
 
-    def _auto(self, params: int, base: str, cursor: list[int]) -> str | None:
-        """The first unclaimed module after the cursor, under `base`, with `params` parameters."""
+    def _auto(self, params: int, base: str, cursor: list[int], name: str) -> tuple[str | None, list[str]]:
+        """The free module under `base` with `params` parameters named as the layer (`name`, its last
+        component), else the first after the cursor; and the other free modules under `base` (before
+        or after it, none inside or around it) with as many parameters where the name did not decide."""
         if params == 0:
-            return None
-        for path in self.real.order[cursor[0]:]:
-            if path != base and self.real.under(base, path) and self.real.params[path] == params \
-                    and self._free(path, base):
-                return path
-        return None
+            return None, []
+        candidates = [p for p in self.real.order if p != base and self.real.under(base, p)
+                      and self.real.params[p] == params and self._free(p, base)]
+        named = [p for p in candidates if p.rpartition(".")[2] == name]
+        if len(named) == 1:
+            return named[0], []
+        found = next((p for p in candidates if self.rank[p] >= cursor[0]), None)
+        if found is None:
+            return None, []
+        return found, [p for p in candidates if not self.real.under(p, found) and not self.real.under(found, p)]
 
     def _free(self, path: str, base: str) -> bool:
         """Neither inside nor around a module another layer took (the layers enclosing `base` aside)."""
@@ -131,31 +149,32 @@ class _Matcher:
         self.claimed.append(path)
         cursor[0] = max(cursor[0], self.rank[path] + 1)
 
-    def _record(self, row: str, paths: list[str], how: str) -> None:
+    def _record(self, row: str, paths: list[str], how: str, alternatives: list[str] | None = None) -> None:
         match = self.matches.setdefault(row, Match(row, [], how))
         match.paths.extend(p for p in paths if p not in match.paths)
+        match.alternatives.extend(p for p in alternatives or [] if p not in match.alternatives)
+
+    def _located(self, node: Node, base: str, cursor: list[int]) -> tuple[list[str], str, list[str]]:
+        """(paths, how, alternatives) of a layer or named scope: its sources, or an automatic match."""
+        paths = self._sources(node, base)
+        if paths is not None:
+            return paths, "source", []
+        found, others = self._auto(self.ev(node.forward().params), base, cursor, node.name.rpartition(".")[2])
+        return ([found], "auto", others) if found is not None else ([], "", [])
 
     def _op(self, node: OpNode, base: str, cursor: list[int]) -> None:
-        paths = self._sources(node, base)
-        how = "source"
-        if paths is None:
-            found = self._auto(self.ev(node.forward().params), base, cursor)
-            paths, how = ([found], "auto") if found is not None else ([], "")
+        paths, how, others = self._located(node, base, cursor)
         for path in paths:
             self._take(path, cursor)
         if paths:
-            self._record(node.name, paths, how)
+            self._record(node.name, paths, how, others)
 
     def _named_scope(self, node: ScopeNode, base: str, cursor: list[int]) -> None:
-        paths = self._sources(node, base)
-        how = "source"
-        if paths is None:
-            found = self._auto(self.ev(node.forward().params), base, cursor)
-            paths, how = ([found], "auto") if found is not None else ([], "")
+        paths, how, others = self._located(node, base, cursor)
         if not paths:  # not matched: its layers are matched inside the enclosing module
             self.scope(node, base, cursor)
             return
-        self._record(node.name, paths, how)
+        self._record(node.name, paths, how, others)
         inner = paths[0] if len(paths) == 1 else base
         for path in paths:
             self._take(path, cursor)
@@ -218,6 +237,10 @@ def build_mapping(model: "Network", real: RealModules, values: Mapping[sympy.Sym
     matcher = _Matcher(model, real, evaluator(values))
     matcher.scope(model.root, "", [0])
     matches = matcher.matches
+    named = [q for m in matches.values() if m.how == "source" for q in m.paths]
+    for match in matches.values():  # a module a source: names is no other layer's alternative
+        match.alternatives = [p for p in match.alternatives
+                              if not any(real.under(q, p) or real.under(p, q) for q in named)]
     path_row: dict[str, str] = {}
     by_path: dict[str, str] = {}
     for row, match in matches.items():

@@ -4,7 +4,11 @@ from __future__ import annotations
 from costspec.against.check import AgainstResult, what_ran
 from costspec.against.compare import GRADIENT_REDUCTION, REDUCTION_KINDS
 from costspec.against.mapping import compact
+from costspec.against.verdict import verdict
 from costspec.core.results import Column, Result, Row, Table
+
+# sections printed even when empty ("none" says it was looked at): the rest only when they hold a line
+ALWAYS = ("rules applied", "unmatched spec rows", "unmatched real modules", "unknown aten ops", "problems")
 
 COLUMNS = [
     Column("real_module", "real module", "text"),
@@ -21,6 +25,8 @@ COLUMNS = [
 def _pointwise_cell(row) -> str | None:
     if not row.matched:
         return None
+    if row.negative():
+        return "error"
     return "same" if row.spec_pointwise == row.real_pointwise else "differs"
 
 
@@ -46,11 +52,14 @@ def to_result(result: AgainstResult) -> Result:
     for phase, ph in result.phases.items():
         rows = []
         for r in ph.rows:
+            negative = r.negative()
             values = {"real_module": compact(matches[r.name].paths) if r.name in matches else None,
                       "spec_matmul": r.spec_matmul, "real_matmul": r.real_matmul,
-                      "real_reconciled": r.real_reconciled, "spec_params": r.spec_params,
+                      "real_reconciled": None if "matmul" in negative else r.real_reconciled,
+                      "spec_params": r.spec_params,
                       "real_params": r.real_params, "pointwise": _pointwise_cell(r), "status": r.status,
-                      "spec_pointwise": r.spec_pointwise, "real_pointwise": r.real_pointwise}
+                      "spec_pointwise": r.spec_pointwise,
+                      "real_pointwise": None if negative else r.real_pointwise}
             rows.append(Row(r.name, r.label, r.depth, values))
         total = rows.pop()
         total.name, total.label = "", "total"
@@ -71,12 +80,6 @@ def to_result(result: AgainstResult) -> Result:
             "run outside the counters",
         ],
     }
-    diffs = []
-    for phase, ph in result.phases.items():
-        for r in ph.rows:
-            for kind, (a, b) in r.diffs(result.rtol).items():
-                diffs.append(f"{phase}: {r.name or 'total'}: {what_ran(kind, a, b)}")
-    sections["differences"] = diffs
     sections["rules applied"] = [
         f"[{a.rule}] {a.row} ({a.phase}): " + ", ".join(
             ([f"matmul {a.matmul:+,}"] if a.matmul else []) + [f"{k} {v:+,}" for k, v in a.pointwise.items()])
@@ -109,13 +112,18 @@ def to_result(result: AgainstResult) -> Result:
     sections["attribution notes"] = \
         result.attribution[:4] + ([f"and {len(result.attribution) - 4} more"] if len(result.attribution) > 4 else [])
     sections["problems"] = result.problems
+    sections["ambiguous matches"] = result.rowmap.ambiguous()
     failures = result.failures()
-    verdict = "result: PASS" if not failures else f"result: FAIL ({len(failures)} differences no rule explains)"
+    found = verdict(result)
+    outcome = "result: PASS" if not failures else f"result: FAIL ({len(failures)} differences no rule explains)"
     meta = {"spec": result.spec, "target": result.target, "pass": result.pass_, "device": result.device,
             "dims": result.dims, "rtol": result.rtol, "checked_against": "the real model", "ok": result.ok,
             "failures": failures,
+            "verdict": {"structure": found.structure, "cuda_core": found.cuda_core,
+                        "cuda_core_unexplained": found.difference, "cuda_core_total": found.cuda_total},
             "matches": {row or "(model)": {"paths": m.paths, "how": m.how} for row, m in matches.items()},
             "pointwise": {phase: {r.name or "total": {"spec": r.spec_pointwise, "real": r.real_pointwise,
                                                      "rules": r.rules}
                                   for r in ph.rows if r.matched} for phase, ph in result.phases.items()}}
-    return Result(header, tables, sections, [verdict] + [f"FAIL: {f}" for f in failures], meta)
+    sections = {k: v for k, v in sections.items() if v or k in ALWAYS}
+    return Result(header, tables, sections, found.lines + [outcome] + [f"FAIL: {f}" for f in failures], meta)

@@ -19,15 +19,16 @@ guides give no factor to apply, so costspec states the flag and keeps the Tensor
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-import sympy
-
-from costspec.analysis.evaluation import Report
-from costspec.core.conventions import Precision
+from costspec.analysis.reporting import Report
 from costspec.core.errors import UsageError
 from costspec.core.results import Row, Table
+
+if TYPE_CHECKING:
+    from costspec.core.conventions import Precision
 
 ALIGN_BITS = 128  # 16-byte vector loads feed the Tensor Cores
 PREFERRED_BITS = 1024  # 128 bytes: the guide's "most efficient" multiple on A100
@@ -78,15 +79,20 @@ class Flag:
 
 
 def _size(expr, values: Mapping) -> int | None:
+    import sympy
+
     value = sympy.sympify(expr).xreplace(values)
     return int(value) if value.is_Integer else None
+
+
+# (layer, kind, dim "N" / "K", size or None where it is not an integer, dtype, required, preferred multiple)
+GemmSize = tuple[str, str, str, int | None, str, int, int]
 
 
 def check(model, values: Mapping) -> list[Flag]:
     """Every (layer, leading dim) whose size breaks the Tensor-Core rule of the layer's dtype, once each,
     in model order. Layers in plain fp32 run on CUDA cores and are not checked."""
-    flags: list[Flag] = []
-    seen: set[tuple[str, str, int]] = set()
+    sizes: list[GemmSize] = []
     for node in model.op_nodes():
         precision = node.precision
         if not precision.tensor_cores:
@@ -96,13 +102,22 @@ def check(model, values: Mapping) -> list[Flag]:
         for gemm in node.op.gemms(node.call):
             layer = rows.get(gemm.part, node.name)
             for dim in gemm.leading:
-                size = _size(getattr(gemm, dim), values)
-                key = (layer, dim, size or 0)
-                if size is None or size % need == 0 or key in seen:
-                    continue
-                seen.add(key)
-                flags.append(Flag(layer, gemm.kind, dim.upper(), size, precision.dtype, need, best))
-    return flags
+                sizes.append((layer, gemm.kind, dim.upper(), _size(getattr(gemm, dim), values), precision.dtype,
+                              need, best))
+    return flags(sizes)
+
+
+def flags(sizes: Iterable[GemmSize]) -> list[Flag]:
+    """The flags of GEMM leading dims at their sizes (`check`'s rule; the compiled path gives the sizes too)."""
+    out: list[Flag] = []
+    seen: set[tuple[str, str, int]] = set()
+    for layer, kind, dim, size, dtype, need, best in sizes:
+        key = (layer, dim, size or 0)
+        if size is None or size % need == 0 or key in seen:
+            continue
+        seen.add(key)
+        out.append(Flag(layer, kind, dim, size, dtype, need, best))
+    return out
 
 
 def falls_back(compute_capability: str) -> bool:
@@ -155,19 +170,19 @@ def apply(model, report: Report, values: Mapping, mode: str, compute_capability:
     """The report to price under `--alignment mode`, the flags, and the lines that explain them."""
     if mode not in ALIGNMENT_MODES:
         raise UsageError(f"--alignment must be one of {', '.join(ALIGNMENT_MODES)}, got {mode!r}")
-    flags = check(model, values)
-    if not flags:
-        return report, flags, []
-    lines = [f.text() for f in flags]
+    found = check(model, values)
+    if not found:
+        return report, found, []
+    lines = [f.text() for f in found]
     if mode == "strict":
         if compute_capability is None:
             raise UsageError("--alignment strict needs --gpu: the GPU's architecture decides whether a misaligned "
                              "GEMM falls back to CUDA cores")
         if falls_back(compute_capability):
-            report = strict_report(report, flags)
+            report = strict_report(report, found)
             lines.append(f"--alignment strict: compute capability {compute_capability} (cuBLAS < 11 / cuDNN < 7.6.3 "
                          "era) runs these layers without Tensor Cores: their matmul FLOPs are charged to CUDA cores")
         else:
             lines.append(f"--alignment strict: compute capability {compute_capability} runs misaligned GEMMs on Tensor "
                          "Cores (cuBLAS >= 11), less efficiently; no factor is published, so the peak is kept")
-    return report, flags, lines
+    return report, found, lines

@@ -11,9 +11,18 @@ FLASH_TRAIN_NOTE = ("note: attention uses `backend: flash` (the default): its ba
                     "meta tensors (the math decomposition); set `backend: math` on the attention layers to match it")
 
 
+def uses_flash(model: Network) -> bool:
+    """True when some attention layer of `model` follows `backend: flash`."""
+    return any(getattr(node.call.attrs, "backend", None) == "flash" for node in model.op_nodes())
+
+
+def flash_note(pass_: str, flash: bool) -> str | None:
+    """FLASH_TRAIN_NOTE when `pass_` runs a backward and `flash` (`uses_flash`) holds."""
+    return FLASH_TRAIN_NOTE if flash and pass_ in ("train", "backward") else None
+
+
 def flash_backward_note(model: Network, pass_: str) -> str | None:
     """FLASH_TRAIN_NOTE when `pass_` runs a backward through an attention layer with backend flash."""
     if pass_ not in ("train", "backward"):
         return None
-    flash = any(getattr(node.call.attrs, "backend", None) == "flash" for node in model.op_nodes())
-    return FLASH_TRAIN_NOTE if flash else None
+    return flash_note(pass_, uses_flash(model))

@@ -8,15 +8,23 @@ its executed FLOPs).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
+from costspec.analysis.reporting import (
+    COLUMNS,
+    SPARSE_COLUMNS,
+    SPARSE_NOTE,
+    Report,
+    active_params_note,
+    columns,
+    unpatterned_note,
+)
 from costspec.core.conventions import SPARSE_MATMUL_CLASSES
 from costspec.core.errors import ExpressionError, SpecError
 from costspec.core.expr import as_exact_int
-from costspec.core.results import Column, Row, Table
+from costspec.core.results import Row, Table
 from costspec.core.vocab import Pass
 from costspec.ops.opdef import layer_notes
 from costspec.tree.cost import runs_sparse
@@ -26,79 +34,6 @@ from costspec.tree.walk import NO_GRAD, matmul_engine, node_cost, walk
 if TYPE_CHECKING:
     from costspec.tree.cost import Cost
     from costspec.tree.network import Network
-
-COLUMNS = (
-    Column("tc_flops", "TC FLOPs", "flops"),
-    Column("cuda_flops", "CUDA FLOPs", "flops"),
-    Column("total_flops", "total", "flops"),
-    Column("params", "params", "params"),
-    Column("share", "share", "percent"),
-    Column("matmul_engine", "matmul on", "text"),
-    Column("kind", "kind", "text", hidden=True),
-    Column("count", "count", "count", hidden=True),
-    Column("repeat", "repeat", "count", hidden=True),
-)
-# Added after tc_flops when a layer runs 2:4 sparse: `tc_flops` is then what the Tensor Cores execute.
-SPARSE_COLUMNS = (
-    Column("tc_flops", "TC executed", "flops"),
-    Column("tc_flops_dense_equivalent", "TC dense-eq.", "flops"),
-    Column("sparse_tc_flops", "on sparse TC", "flops", hidden=True),
-)
-SPARSE_NOTE = ("2:4 sparse layers: 'TC executed' counts the forward weight GEMMs at half their dense FLOPs (the "
-               "Sparse Tensor Cores skip the pruned zeros); 'TC dense-eq.' counts them dense, as FlopCounterMode "
-               "and dense FLOP counts do; backward GEMMs, attention's QK^T / AV and pointwise work run dense "
-               "(docs/conventions.md#24-structured-sparsity)")
-
-
-@dataclass
-class Report:
-    """Evaluated costs of a model for one pass at bound dims: one table row per report row."""
-
-    spec_name: str
-    pass_: Pass
-    precision: str
-    dims: dict[str, int]
-    table: Table
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def rows(self) -> list[Row]:
-        return self.table.rows
-
-    def _total(self, key: str) -> int:
-        assert self.table.total is not None
-        return int(self.table.total.values[key])
-
-    @property
-    def tc(self) -> int:
-        return self._total("tc_flops")
-
-    @property
-    def cuda(self) -> int:
-        return self._total("cuda_flops")
-
-    @property
-    def params(self) -> int:
-        return self._total("params")
-
-    @property
-    def total(self) -> int:
-        return self.tc + self.cuda
-
-    @property
-    def sparse(self) -> bool:
-        """True when some layer runs 2:4 sparse (the table has the dense-equivalent column)."""
-        return "tc_flops_dense_equivalent" in self.table.keys()
-
-    @property
-    def sparse_tc(self) -> int:
-        """Executed FLOPs on Sparse Tensor Cores (0 for a dense model)."""
-        return self._total("sparse_tc_flops") if self.sparse else 0
-
-    @property
-    def tc_dense(self) -> int:
-        """Tensor-Core FLOPs with 2:4 GEMMs counted dense (= tc for a dense model)."""
-        return self._total("tc_flops_dense_equivalent") if self.sparse else self.tc
 
 
 def exact_int(expr, values: Mapping[sympy.Symbol, sympy.Integer], node: Node) -> int:
@@ -143,7 +78,7 @@ def build_report(model: Network, pass_: Pass | str, values: Mapping[sympy.Symbol
     dims = {str(s): int(v) for s, v in values.items()}
     notes = layer_notes(model.op_nodes()) + ([SPARSE_NOTE, *_unpatterned(model, values)] if sparse else [])
     notes += _active_params(model, values, total_row.values["params"])
-    return Report(model.name, pass_, model.precision.label, dims, Table(_columns(sparse), rows, total_row), notes)
+    return Report(model.name, pass_, model.precision.label, dims, Table(columns(sparse), rows, total_row), notes)
 
 
 def _active_params(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], total: int) -> list[str]:
@@ -157,11 +92,7 @@ def _active_params(model: Network, values: Mapping[sympy.Symbol, sympy.Integer],
         if active is not None:
             unused += exact_int(step.instances * (node.params - active), values, node)
             layers.append(node.name)
-    if not layers:
-        return []
-    share = (total - unused) / total if total else 0.0
-    return [f"active parameters per token: {total - unused:,} of {total:,} ({share:.1%}): every parameter outside "
-            f"{', '.join(layers)}, and there the router, top_k experts and shared experts"]
+    return active_params_note(total, unused, layers)
 
 
 def _unpatterned(model: Network, values: Mapping[sympy.Symbol, sympy.Integer]) -> list[str]:
@@ -175,17 +106,7 @@ def _unpatterned(model: Network, values: Mapping[sympy.Symbol, sympy.Integer]) -
             k = sympy.sympify(g.k).xreplace(values)
             if g.part in parts and g.kind in SPARSE_MATMUL_CLASSES and k.is_Integer and int(k) % 4:
                 odd.append(f"{op.name}{'.' + g.part if g.part else ''} (k={int(k)})")
-    if not odd:
-        return []
-    return ["2:4 GEMMs whose reduction dim k is not a multiple of 4, the pattern's group: " + ", ".join(
-        dict.fromkeys(odd)) + "; they are still charged half their dense FLOPs (a sparse kernel pads k up to a "
-        "multiple of 4 and executes a little more)"]
-
-
-def _columns(sparse: bool) -> list[Column]:
-    if not sparse:
-        return list(COLUMNS)
-    return [SPARSE_COLUMNS[0], *SPARSE_COLUMNS[1:], *COLUMNS[1:]]
+    return unpatterned_note(odd)
 
 
 def _sparse_values(cost: Cost, values: Mapping[sympy.Symbol, sympy.Integer], node: Node, row: bool = True) -> dict:
@@ -199,4 +120,4 @@ def _sparse_values(cost: Cost, values: Mapping[sympy.Symbol, sympy.Integer], nod
     return out
 
 
-__all__ = ["COLUMNS", "SPARSE_COLUMNS", "Report", "build_report", "exact_int"]
+__all__ = ["COLUMNS", "SPARSE_COLUMNS", "SPARSE_NOTE", "Report", "build_report", "exact_int"]

@@ -11,6 +11,7 @@ naming the point; nothing is printed for it.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import sympy
 
-from costspec.analysis.sweep_eval import Compiled, compile_expr, evaluate
+from costspec.analysis.sweep_eval import Compiled, compile_expr, evaluate, full, safe
 from costspec.core.errors import CostspecError, UsageError
 
 if TYPE_CHECKING:
@@ -27,6 +28,20 @@ if TYPE_CHECKING:
 MAX_POINTS = 20_000_000
 MAX_VALUE = 2**62  # --vary values (and grid values) stay below this
 CHUNK = 1 << 16  # points evaluated at once
+
+
+@dataclass
+class Box:
+    """Consecutive grid points from `start` on, laid out as an array of `shape` (row-major: grid order), each
+    varied dim as an array that broadcasts to it (`Grid.boxes`)."""
+
+    start: int
+    shape: tuple[int, ...]
+    columns: dict[str, Any]
+
+    def flat(self) -> dict[str, Any]:
+        """name -> the dim's value at each point of the box, flat (as `Grid.chunk` gives them)."""
+        return {name: full(column, self.shape) for name, column in self.columns.items()}
 
 
 @dataclass
@@ -57,6 +72,38 @@ class Grid:
         size = size or CHUNK
         for start in range(0, self.size, size):
             yield start, self.chunk(start, min(start + size, self.size))
+
+    def boxes(self, size: int | None = None) -> Iterator[Box]:
+        """The grid in consecutive boxes of at most `size` points, in grid order. A box holds whole rows of the
+        innermost axes whose product fits in `size` and a run of the next axis, at one value of each outer
+        axis: each varied dim is an array along its own axis of the box (they broadcast to its shape), so
+        an expression of some dims is computed once per combination of their values, not once per point."""
+        import numpy as np
+
+        size = size or CHUNK
+        lengths = [len(a) for a in self.axes]
+        split, inner = len(lengths), 1
+        while split > 0 and inner * lengths[split - 1] <= size:
+            split -= 1
+            inner *= lengths[split]
+        if split == len(lengths) or not self.names:  # even the innermost axis is longer than a box
+            for start, chunk in self.chunks(size):
+                yield Box(start, (len(next(iter(chunk.values()))) if chunk else 1,), chunk)
+            return
+        lead = max(split - 1, 0)  # the axis a box takes a run of (the outer ones: one value each)
+        rows = max(size // inner, 1) if split else lengths[0]
+        tail = len(lengths) - lead
+        start = 0
+        for outer in np.ndindex(*lengths[:lead]):
+            for first in range(0, lengths[lead], rows):
+                stop = min(first + rows, lengths[lead])
+                shape = (stop - first, *lengths[lead + 1:])
+                columns = {name: np.asarray(axis[i]) for name, axis, i in zip(self.names, self.axes, outer)}
+                for k in range(lead, len(lengths)):
+                    axis = self.axes[k] if k > lead else self.axes[k][first:stop]
+                    columns[self.names[k]] = axis.reshape([-1 if j == k - lead else 1 for j in range(tail)])
+                yield Box(start, shape, {name: columns[name] for name in self.names})
+                start += math.prod(shape)
 
     @property
     def columns(self) -> dict[str, Any]:
@@ -150,6 +197,17 @@ class _Plan:
     names: list[str]  # the varied dims, in symbol order
     checks: list[tuple[str, Compiled, str]]  # (what, compiled, kind: size | dim | condition)
     outputs: dict[str, Compiled]
+    sums: dict[str, tuple[str, str]] = field(default_factory=dict)  # outputs that are the sum of two others
+    proven: set[int] = field(default_factory=set)  # id() of the compiled expressions int64 holds on the whole grid
+
+    def prove(self, grid: Grid) -> None:
+        """Mark the expressions whose every intermediate value stays below 2**62 on the whole grid
+        (`sweep_eval.safe`, from the largest value of each varied dim): they skip the overflow probe."""
+        bounds = {s: int(axis.max()) for s, axis in zip(self.symbols, (grid.axes[grid.names.index(n)]
+                                                                        for n in self.names))}
+        for compiled in [c for _, c, _ in self.checks] + list(self.outputs.values()):
+            if safe(compiled, bounds):
+                self.proven.add(id(compiled))
 
 
 def _plan(model: Network, grid: Grid, exprs: Mapping[str, Any], fixed: Mapping[str, int] | None) -> _Plan:
@@ -176,8 +234,27 @@ def _plan(model: Network, grid: Grid, exprs: Mapping[str, Any], fixed: Mapping[s
             seen.add(expr)
             checks.append((f"{node.op.name} '{node.name}' output dim {i} = {size} ({node.loc})",
                            compile_expr(expr), "size"))
-    outputs = {name: compile_expr(bound(expr)) for name, expr in exprs.items()}
-    return _Plan([d.symbol for d in free], [d.name for d in free], checks, outputs)
+    sums = _sums(exprs)
+    outputs = {name: compile_expr(bound(expr)) for name, expr in exprs.items() if name not in sums}
+    plan = _Plan([d.symbol for d in free], [d.name for d in free], checks, outputs, sums)
+    plan.prove(grid)
+    return plan
+
+
+def _sums(exprs: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Outputs written as the sum of two earlier ones (total_flops = tc_flops + cuda_flops): added, not
+    evaluated again. Exact either way: two int64 values below 2**62 add up below 2**63."""
+    out: dict[str, tuple[str, str]] = {}
+    names = list(exprs)
+    for i, name in enumerate(names):
+        expr = exprs[name]
+        if not isinstance(expr, sympy.Add):
+            continue
+        for a in names[:i]:
+            for b in names[:i]:
+                if a < b and a not in out and b not in out and expr == exprs[a] + exprs[b]:
+                    out[name] = (a, b)
+    return out
 
 
 def _constraint_text(c: Any) -> str:
@@ -192,10 +269,10 @@ def _point(grid: Grid, chunk: Mapping[str, Any], i: int) -> str:
     return " ".join(f"{n}={int(chunk[n][i])}" for n in grid.names)
 
 
-def _args(plan: _Plan, chunk: Mapping[str, Any], n: int) -> list[Any]:
+def _args(plan: _Plan, box: Box) -> list[Any]:
     import numpy as np
 
-    return [chunk[name] for name in plan.names] or [np.zeros(n, dtype=np.int64)]
+    return [box.columns[name] for name in plan.names] or [np.zeros((), dtype=np.int64)]
 
 
 def check_points(model: Network, plan: _Plan, grid: Grid, fixed: Mapping[str, int] | None = None) -> None:
@@ -203,19 +280,19 @@ def check_points(model: Network, plan: _Plan, grid: Grid, fixed: Mapping[str, in
     import numpy as np
 
     symbols = plan.symbols or [sympy.Dummy("unused")]
-    for _, chunk in grid.chunks():
-        n = len(next(iter(chunk.values()))) if chunk else 1
-        args = _args(plan, chunk, n)
+    for box in grid.boxes():
+        args = _args(plan, box)
         for what, compiled, kind in plan.checks:
-            got = evaluate(compiled, symbols, args)
+            got = evaluate(compiled, symbols, args, id(compiled) in plan.proven, box.shape)
             if kind == "condition":
                 bad = got.invalid | (got.values == 0)
             else:
                 bad = got.invalid | got.fraction | (got.values < 1)
-            if not bad.any():
+            if not np.any(bad):
                 continue
-            i = int(np.argmax(bad))
-            raise UsageError(_problem_at(model, grid, chunk, i, fixed, what, got.invalid[i]))
+            i = int(np.argmax(full(bad, box.shape)))
+            zero = bool(full(got.invalid, box.shape)[i])
+            raise UsageError(_problem_at(model, grid, box.flat(), i, fixed, what, zero))
 
 
 def _problem_at(model: Network, grid: Grid, chunk: Mapping[str, Any], i: int, fixed: Mapping[str, int] | None,
@@ -236,36 +313,65 @@ def iter_values(model: Network, grid: Grid, exprs: Mapping[str, Any],
                 fixed: Mapping[str, int] | None = None) -> Iterator[dict[str, Any]]:
     """Chunks of {name: exact values} over the grid (the grid's own columns first); checks every
     point before yielding anything."""
+    for box, values in _values(model, grid, exprs, fixed):
+        yield {**box.flat(), **{name: full(value, box.shape) for name, value in values.items()}}
+
+
+def _values(model: Network, grid: Grid, exprs: Mapping[str, Any], fixed: Mapping[str, int] | None
+            ) -> Iterator[tuple[Box, dict[str, Any]]]:
+    """Each box of the grid with every expression's values on it (arrays that broadcast to the box's shape),
+    after every point of the grid was checked."""
+    import numpy as np
+
     plan = _plan(model, grid, exprs, fixed)
     check_points(model, plan, grid, fixed)
     symbols = plan.symbols or [sympy.Dummy("unused")]
-    for _, chunk in grid.chunks():
-        n = len(next(iter(chunk.values()))) if chunk else 1
-        args = _args(plan, chunk, n)
-        out = dict(chunk)
-        for name, compiled in plan.outputs.items():
-            got = evaluate(compiled, symbols, args)
+    for box in grid.boxes():
+        args = _args(plan, box)
+        out: dict[str, Any] = {}
+        for name in exprs:
+            if name in plan.sums:
+                a, b = plan.sums[name]
+                out[name] = _add(out[a], out[b], all(id(plan.outputs.get(n)) in plan.proven for n in (a, b)))
+                continue
+            compiled = plan.outputs[name]
+            got = evaluate(compiled, symbols, args, id(compiled) in plan.proven, box.shape)
             bad = got.invalid | got.fraction
-            if bad.any():  # a cost that is not an integer where every size is (not expected; never printed)
-                i = int(bad.argmax())
-                raise UsageError(f"at grid point {_point(grid, chunk, i)}: {name} is not an exact integer")
+            if np.any(bad):  # a cost that is not an integer where every size is (not expected; never printed)
+                i = int(np.argmax(full(bad, box.shape)))
+                raise UsageError(f"at grid point {_point(grid, box.flat(), i)}: {name} is not an exact integer")
             out[name] = got.values
-        yield out
+        yield box, out
+
+
+def _add(a: Any, b: Any, proven: bool) -> Any:
+    """a + b exactly: in int64 when both are proven below 2**62 in magnitude (the sum stays below 2**63) or
+    checked to be; with Python integers otherwise."""
+    import numpy as np
+
+    a, b = np.asarray(a), np.asarray(b)
+    if proven or a.dtype == object or b.dtype == object:
+        return a + b
+    limit = 2**62
+    if ((a >= limit) | (a <= -limit) | (b >= limit) | (b <= -limit)).any():
+        return a.astype(object) + b.astype(object)
+    return a + b
 
 
 def evaluate_grid(model: Network, grid: Grid, exprs: Mapping[str, Any],
                   fixed: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """name -> array of each expression over the whole grid; other dims at `fixed` or defaults."""
+    """name -> array of each expression over the whole grid; other dims at `fixed` or defaults (int64,
+    or object arrays of Python ints where some value needs more than 62 bits)."""
     import numpy as np
 
-    parts: dict[str, list[Any]] = {name: [] for name in exprs}
-    for chunk in iter_values(model, grid, exprs, fixed):
-        for name in exprs:
-            parts[name].append(chunk[name])
-    out = {}
-    for name, pieces in parts.items():
-        dtype = object if any(p.dtype == object for p in pieces) else np.int64
-        out[name] = np.concatenate([p.astype(dtype) for p in pieces]) if pieces else np.zeros(0, dtype=np.int64)
+    out = {name: np.empty(grid.size, dtype=np.int64) for name in exprs}
+    for box, values in _values(model, grid, exprs, fixed):
+        stop = box.start + math.prod(box.shape)
+        for name, value in values.items():
+            value = np.asarray(value)
+            if value.dtype == object and out[name].dtype != object:
+                out[name] = out[name].astype(object)
+            np.copyto(out[name][box.start:stop].reshape(box.shape), value)
     return out
 
 

@@ -1,4 +1,10 @@
-"""`costspec eval`: per-layer Tensor-Core / CUDA-core FLOPs and parameters (and a roofline estimate)."""
+"""`costspec eval`: per-layer Tensor-Core / CUDA-core FLOPs and parameters (and a roofline estimate).
+
+A plain eval (no --gpu, --ladder, --lengths, --calibration or --alignment strict) is answered from the
+compiled-spec cache when it holds the spec (`costspec.cli.eval_fast`): no sympy, no jsonschema. The
+first such run builds the model and stores its compiled form. --no-cache builds the model and evaluates
+it symbolically (`build_report`, the reference every compiled number is checked against).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,13 +18,15 @@ from costspec.cli.options import Bindings, Hardware, PassPrecision, Ragged
 @dataclass(frozen=True)
 class EvalView:
     """What eval shows besides the per-layer costs, and how: --depth, --calibration (predicted executed
-    FLOPs), --format, --alignment (misaligned GEMMs) and --ladder (one row per precision instead)."""
+    FLOPs), --format, --alignment (misaligned GEMMs) and --ladder (one row per precision instead); and
+    --no-cache (build the model and evaluate it symbolically; neither read nor write the compiled-spec cache)."""
 
     depth: int | None
     calibration: str | None
     fmt: str
     alignment: str
     ladder: bool
+    no_cache: bool = False
 
 
 calibration = click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -30,8 +38,11 @@ alignment = click.option("--alignment", type=click.Choice(["warn", "strict"]), d
 ladder = click.option("--ladder", is_flag=True,
                       help="With --gpu: one row per precision the GPU runs (bytes, intensity, bound, time, speed-up "
                            "vs fp32 and bf16).")
+no_cache = click.option("--no-cache", is_flag=True,
+                        help="Build the model from the spec and evaluate it symbolically: neither read nor write "
+                             "the compiled-spec cache (COSTSPEC_CACHE_DIR; COSTSPEC_NO_CACHE=1 turns it off).")
 view_options = options.option_group("view", EvalView, options.depth, calibration, options.output_format(), alignment,
-                                 ladder)
+                                    ladder, no_cache)
 
 
 @cli.command("eval")
@@ -42,11 +53,29 @@ view_options = options.option_group("view", EvalView, options.depth, calibration
 @view_options
 @options.ragged
 def eval_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, view: EvalView, ragged: Ragged):
-    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
+    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too.
+
+    The first plain evaluation of a spec (any --batch, --set, --pass, --dtype, --depth, --format; not --gpu,
+    --ladder, --lengths, --lengths-file, --calibration or --alignment strict, which always build the model)
+    stores the spec compiled to exact integer programs in the cache folder (COSTSPEC_CACHE_DIR, else
+    $XDG_CACHE_HOME/costspec or ~/.cache/costspec; ~/Library/Caches/costspec on macOS), keyed by the spec's
+    bytes and path, the dtype, the pass and the installed costspec. Later runs read it instead of building
+    the model: the same output, in a fraction of the time. A damaged or stale entry is rebuilt. --no-cache
+    (or COSTSPEC_NO_CACHE=1) builds the model and evaluates it symbolically."""
+    from costspec.cli import eval_fast
     from costspec.core.render import render
+
+    plain = not (hardware.gpu or view.calibration or view.ladder or view.alignment != "warn" or view.no_cache
+                 or ragged.lengths is not None or ragged.lengths_file is not None)
+    key = eval_fast.entry_key(spec, run) if plain else None
+    if key is not None and (result := eval_fast.cached_result(key, dims, run, view.depth)) is not None:
+        click.echo(render(result, view.fmt))
+        return
     from costspec.model import load
 
     model = load(spec, run.dtype)
+    if key is not None:
+        eval_fast.remember(key, model, dims, run)
     lengths = ragged.read()
     if lengths is not None or view.ladder:
         result = _variant(model, dims, run, hardware, view, lengths, ragged.seq_dim)
@@ -59,10 +88,15 @@ def _costs(model, dims: Bindings, run: PassPrecision, hardware: Hardware, view: 
     """The per-layer costs, with the roofline (--gpu), misaligned GEMMs and predicted executed FLOPs."""
     from costspec.analysis.alignment import apply
     from costspec.analysis.backend_note import flash_backward_note
-    from costspec.export.report import eval_result
+    from costspec.cli.eval_fast import shown
 
     values = dims.bind(model)
-    report = model.report(run.pass_, values)
+    if view.no_cache:  # the reference: the symbolic evaluation, no compiled form in between
+        from costspec.analysis.evaluation import build_report
+
+        report = build_report(model, run.pass_, values)
+    else:
+        report = model.report(run.pass_, values)
     if note := flash_backward_note(model, run.pass_):
         report.notes.append(note)
     device = hardware.device()
@@ -72,10 +106,7 @@ def _costs(model, dims: Bindings, run: PassPrecision, hardware: Hardware, view: 
         from costspec.analysis.roofline import estimate
 
         roof = estimate(model, report, values, device, hardware.fusion, hardware.efficiency)
-    result = eval_result(report, view.depth, roof)
-    if aligned:
-        result.sections["Tensor-Core alignment (misaligned GEMM leading dims)"] = aligned
-        result.meta["tensor_core_alignment"] = aligned
+    result = shown(report, aligned, view.depth, roof)
     if view.calibration:
         from costspec.analysis.calibration import add_executed, executed_report, load_calibration
 

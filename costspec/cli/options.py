@@ -104,10 +104,10 @@ fusion = click.option("--fusion", type=click.Choice(Fusion.choices()), default=F
 
 
 def _parse_efficiency(ctx, param, value):
+    if not value:
+        return None  # the datasheet peaks (every consumer reads None as Efficiency()); no import of the roofline
     from costspec.analysis.roofline import Efficiency
 
-    if not value:
-        return Efficiency()
     fields = {}
     for item in value.split(","):
         key, sep, number = item.partition("=")
@@ -125,9 +125,11 @@ efficiency = click.option("--efficiency", callback=_parse_efficiency, default=No
 
 
 def _parse_lengths(ctx, param, value):
+    if value is None:
+        return None
     from costspec.analysis.ragged import parse_lengths
 
-    return None if value is None else parse_lengths(value)
+    return parse_lengths(value)
 
 
 lengths = click.option("--lengths", callback=_parse_lengths, default=None, metavar="3,5,2",
@@ -204,10 +206,12 @@ class Ragged:
 
     def read(self) -> list[int] | None:
         """The sequence lengths (None: not a ragged batch)."""
+        require(not (self.lengths and self.lengths_file), "give --lengths or --lengths-file, not both")
+        if not self.lengths_file:
+            return self.lengths
         from costspec.analysis.ragged import read_lengths_file
 
-        require(not (self.lengths and self.lengths_file), "give --lengths or --lengths-file, not both")
-        return read_lengths_file(self.lengths_file) if self.lengths_file else self.lengths
+        return read_lengths_file(self.lengths_file)
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sympy
-
 if TYPE_CHECKING:
+    import sympy
+
     from costspec.core.errors import Location
 
 FLOPS_PER_MAC = 2
@@ -31,13 +31,9 @@ FLOPS_PER_MAC = 2
 # Bytes per element. `fp8` is fp8_e4m3 (the format inference and forward passes use); `fp4` is
 # nvfp4, the 4-bit format Blackwell's Tensor Cores run natively with NVIDIA's scaling.
 NVFP4_BLOCK, MXFP4_BLOCK = 16, 32  # elements per block scale (nvfp4: fp8 E4M3 scale; mxfp4: E8M0)
-DTYPE_BYTES: dict[str, int | sympy.Rational] = {
-    "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1,
-    "fp4": sympy.Rational(1, 2) + sympy.Rational(1, NVFP4_BLOCK),
-    "nvfp4": sympy.Rational(1, 2) + sympy.Rational(1, NVFP4_BLOCK),
-    "mxfp4": sympy.Rational(1, 2) + sympy.Rational(1, MXFP4_BLOCK),
-}
-DTYPES = tuple(DTYPE_BYTES)
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "fp4", "nvfp4", "mxfp4")
+if TYPE_CHECKING:
+    DTYPE_BYTES: dict[str, int | sympy.Rational]  # in DTYPES order (built on first use: see __getattr__)
 _TENSOR_CORE_DTYPES = {"tf32", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "fp4", "nvfp4", "mxfp4"}
 DTYPE_ALIASES = {"fp8": "fp8_e4m3", "fp4": "nvfp4"}
 # The GPU catalog's Tensor-Core peak key of each dtype (both fp8 formats run at the fp8 peak, both
@@ -55,7 +51,28 @@ ELEMENT_BITS = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "fp8_e
 SPARSITY_PATTERNS = ("2:4",)
 DENSE = "none"
 SPARSE_SPEEDUP = 2
-SPARSE_KEPT = sympy.Rational(1, 2)  # fraction of the weight's values stored
+if TYPE_CHECKING:
+    SPARSE_KEPT: sympy.Rational  # fraction of the weight's values stored: 1/2 (built on first use)
+
+
+def _sympy_constant(name: str) -> Any:
+    # The two sympy-valued constants are built when first read, so that importing the conventions (the CLI's
+    # option lists do) does not import sympy: a warm `costspec eval` never needs it.
+    if name not in globals():
+        import sympy
+
+        scaled = {"fp4": NVFP4_BLOCK, "nvfp4": NVFP4_BLOCK, "mxfp4": MXFP4_BLOCK}
+        whole = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
+        globals()["DTYPE_BYTES"] = {d: whole[d] if d in whole else sympy.Rational(1, 2) + sympy.Rational(1, scaled[d])
+                                    for d in DTYPES}
+        globals()["SPARSE_KEPT"] = sympy.Rational(1, 2)
+    return globals()[name]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("DTYPE_BYTES", "SPARSE_KEPT"):
+        return _sympy_constant(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 # Matmul classes whose second operand is the layer's weight (attention's sdpa multiplies activations).
 SPARSE_MATMUL_CLASSES = ("gemm", "conv")
 # Parts that hold parameters but whose GEMM does not multiply by a weight matrix a sparse kernel could
@@ -95,7 +112,7 @@ class Precision:
     @property
     def bytes_per_element(self) -> int | sympy.Rational:
         """Bytes per stored element, block scales included (a Rational for the 4-bit formats)."""
-        return DTYPE_BYTES[self.dtype]
+        return _sympy_constant("DTYPE_BYTES")[self.dtype]
 
     @property
     def element_bits(self) -> int:
@@ -113,7 +130,9 @@ class Precision:
     def sparse_weight_bytes(self, weights: sympy.Expr) -> sympy.Expr:
         """Bytes of `weights` dense values stored 2:4 compressed: the kept half at the element size plus
         their position metadata (bf16: 1/2 x 2 B + 1/2 x 2 bits = 9/8 B per dense value, vs 2 B)."""
-        kept = SPARSE_KEPT * weights
+        import sympy
+
+        kept = _sympy_constant("SPARSE_KEPT") * weights
         return kept * self.bytes_per_element + kept * sympy.Rational(sparse_metadata_bits(self.dtype), 8)
 
     @staticmethod
@@ -141,7 +160,7 @@ class Precision:
     @staticmethod
     def parse(dtype: str) -> str:
         """`dtype` checked against the known dtypes (a clear usage error otherwise)."""
-        if dtype not in DTYPE_BYTES:
+        if dtype not in DTYPES:
             from costspec.core.errors import UsageError
 
             raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, TypeGuard
 
 from costspec.core.errors import CostspecError, SpecError
-from costspec.core.expr import MAX_INT_DIGITS
 
 if TYPE_CHECKING:
     from costspec.core.yaml_marks import MarkedDoc
@@ -79,7 +78,18 @@ MAX_JSON_DEPTH = 32  # nesting of JSON objects / arrays
 MAX_NUMBER_DIGITS = 100  # significant digits of a decimal number in a CSV, JSON or calibration file
 MAX_MAGNITUDE = 300  # decimal exponent of such a number: 1e300 is fine, 1e400 is not a float
 MIN_MAGNITUDE = -400  # below the smallest float (5e-324): such a value reads as 0; 1e-99999999 is refused
-MAX_FRACTION_DIGITS = MAX_INT_DIGITS  # digits of p and of q in a calibration's `exact: p/q`
+if TYPE_CHECKING:
+    MAX_FRACTION_DIGITS: int  # digits of p and of q in a calibration's `exact: p/q` (= expr.MAX_INT_DIGITS)
+
+
+def __getattr__(name: str) -> int:
+    # MAX_FRACTION_DIGITS is the spec expressions' MAX_INT_DIGITS; reading it lazily keeps this module (which a
+    # warm `costspec eval` reads its cache through) free of sympy, which costspec.core.expr imports
+    if name == "MAX_FRACTION_DIGITS":
+        from costspec.core.expr import MAX_INT_DIGITS
+
+        return MAX_INT_DIGITS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 
 @dataclass(frozen=True)
 class ZooSpec:
@@ -37,6 +35,8 @@ def resolve(spec: str | Path) -> str | Path:
 
 def zoo_specs() -> list[ZooSpec]:
     """Every zoo spec, by key, with its name and doc line (read without building the model)."""
+    import yaml
+
     out = []
     for path in sorted(zoo_dir().glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -2,7 +2,7 @@
 attached to it), shown down to a depth, with the header and notes."""
 from __future__ import annotations
 
-from costspec.analysis.evaluation import Report
+from costspec.analysis.reporting import Report
 from costspec.core import units
 from costspec.core.conventions import FLOPS_PER_MAC
 from costspec.core.results import Result, Row, Table

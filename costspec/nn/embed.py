@@ -26,7 +26,8 @@ class TokenEmbedding(nn.Module):
 
 
 class PositionEmbedding(nn.Module):
-    """x + table[:S] (a learned (length, C) table, broadcast over the batch; frozen: no gradient)."""
+    """x + table[:S] (a learned (length, C) table added as (1, S, C), broadcast over the batch: its
+    gradient is summed over the batch only when B > 1; frozen: no gradient)."""
 
     def __init__(self, length: int, dim: int, trainable: bool = True):
         super().__init__()
@@ -35,7 +36,7 @@ class PositionEmbedding(nn.Module):
             nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, C)
-        return x + self.weight[: x.shape[1]]
+        return x + self.weight[: x.shape[1]].unsqueeze(0)
 
 
 class ClsToken(nn.Module):

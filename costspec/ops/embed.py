@@ -14,6 +14,7 @@ from costspec.ops.work import (
     Part,
     Traffic,
     Work,
+    above_one,
     linear_backward,
     linear_forward,
     linear_outputs,
@@ -143,11 +144,24 @@ class PositionEmbedding(OpDef):
     def backward(self, call: OpCall, input_grad: bool):
         """d(table[:S]) = the output gradient summed over the batch; dx = the output gradient (no work).
 
-        NB: the (S, C) table gains a leading batch dim in the add, which autograd always reduces
-        (even at B = 1), so B*S*C elements are summed at every batch size. A frozen table: no work."""
+        NB: the table is added as a (1, S, C) tensor (ViT, DeiT, YOLOS hold it so): autograd sums its
+        gradient over the batch, B*S*C elements, only when B > 1; at B = 1 it runs no reduction
+        (the factor min(1, B - 1)). A frozen table: no work."""
         if not call.attrs.trainable:
             return [Part("", Work())]
-        return [Part("", pointwise("bias_grad", numel(call.in_shape)))]
+        return [Part("", pointwise("bias_grad", numel(call.in_shape) * above_one(call.in_shape[0])))]
+
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
+        """NB: a model that reads the table with an nn.Embedding lookup of its position ids (BERT, GPT-2,
+        CLIP: `runtime["lookup"]`, what validate --against saw run) also scatter-adds the table's S*C
+        gradient rows, at every batch size."""
+        if pass_ != Phase.BACKWARD or not call.attrs.trainable or not runtime.get("lookup"):
+            return []
+        _, s, c = call.in_shape
+        return [Reconcile("position-lookup", "", pointwise("scatter_add", s * c),
+                          "the real model reads the table with an nn.Embedding lookup of the position ids [1, S]: "
+                          "its backward scatter-adds the S*C rows of the table's gradient at every batch size "
+                          "(after summing the broadcast gradient over the batch when B > 1, as the spec's add does)")]
 
     def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """Forward reads the tokens and S table rows, writes the tokens; backward reads the output

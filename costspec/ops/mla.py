@@ -283,7 +283,7 @@ class MultiHeadLatentAttention(OpDef):
     def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
         """How the counters see its attention call (see attention's reconcile)."""
         return attention_rules(sdpa_call(call), call.attrs.backend, call.attrs.backend == Backend.EAGER, pass_,
-                               runtime)
+                               runtime, ev)
 
     # -- memory -------------------------------------------------------------------------------
     def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import sympy
 
 from costspec.core.expr import evaluator
 from costspec.core.vocab import Device, FusedRun, Phase
+from costspec.ops.attention.ran import EAGER
 from costspec.tree.nodes import OpNode
 from costspec.tree.walk import GradState, Step, own_slot, slot_of
 
@@ -54,16 +55,37 @@ def nonzero(d: Mapping[str, int]) -> dict[str, int]:
     return {k: v for k, v in sorted(d.items()) if v}
 
 
-def runtime_facts(measured, phases, path_op: dict[str, OpNode]) -> dict[str, dict[int, dict[str, FusedRun]]]:
-    """phase -> id(op node) -> fused-kernel key (the op's `Runtime.fused`) -> how it ran. An op that
-    declares a fused kernel none of whose aten ops ran ran it decomposed (as on meta)."""
-    facts: dict[str, dict[int, dict[str, FusedRun]]] = {phase: {} for phase in phases}
+def runtime_facts(measured, phases, path_op: dict[str, OpNode]) -> dict[str, dict[int, dict[str, Any]]]:
+    """phase -> id(op node) -> fused-kernel key (the op's `Runtime.fused`) -> how it ran, and "ran":
+    the attention computations recorded in its modules (`ran_facts`). An op that declares a fused
+    kernel none of whose aten ops ran ran it decomposed (as on meta)."""
+    facts: dict[str, dict[int, dict[str, Any]]] = {phase: {} for phase in phases}
     for phase in phases:
         for path, keys in measured.fused[phase].items():
             for key, calls in keys.items():
                 how = FusedRun.UNCOUNTED if calls.get(FusedRun.UNCOUNTED) else FusedRun.COUNTED
                 facts[phase].setdefault(id(path_op[path]), {})[key] = how
+    for op, runs in ran_facts(measured.regions, path_op.get).items():
+        for phase in phases:
+            facts[phase].setdefault(op, {})["ran"] = runs
     return facts
+
+
+def ran_facts(regions, node_of: Callable[[str], OpNode | None]) -> dict[int, tuple]:
+    """id(op node) -> the attention runs (`ops.attention.ran.Ran`) of its module instances, in forward
+    order: the SDPA calls made in its modules, or, where they made none, their eager attention (a layer
+    that calls SDPA after matmuls of its own, as relative positions' einsums, ran no eager attention).
+    Only attention ops (those declaring the fused "sdpa" kernel) take them."""
+    found: dict[int, list] = {}
+    for region in regions:
+        node = node_of(region.path)
+        if node is not None and "sdpa" in node.op.runtime.fused:
+            found.setdefault(id(node), []).append(region)
+    out: dict[int, tuple] = {}
+    for key, runs in found.items():
+        calls = [r for r in runs if r.opened_by != EAGER] or runs
+        out[key] = tuple(r.ran() for r in calls)
+    return out
 
 
 def reconciliations(steps: list[Step], phases: tuple[Phase, ...], runtime, device: Device | str,

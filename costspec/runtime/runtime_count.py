@@ -1,10 +1,12 @@
 """Runtime counts of a torch module: matmul-class FLOPs from torch's FlopCounterMode and
 CUDA-core work from a TorchDispatchMode that maps every executed aten op to a cost-table kind.
 
-Both are attributed to torch module paths with the ModuleTracker FlopCounterMode runs (the
-innermost module active when the op executes, forward and backward), per pass. Every aten op
-ends up in exactly one place: a cost-table kind (pointwise), a matmul-class op (FlopCounterMode
-counts it), ignored on purpose (with the reason), or unknown (listed, never dropped).
+Both are attributed to torch module paths with the tracker FlopCounterMode runs
+(`attribution.ScopeTracker`: the innermost module active when the op executes; in backward, by
+module scope or by the module that created the autograd node running), per pass; the attention
+computations (`attribution.Region`) are recorded with their ops. Every aten op ends up in exactly
+one place: a cost-table kind (pointwise), a matmul-class op (FlopCounterMode counts it), ignored on
+purpose (with the reason), or unknown (listed, never dropped).
 
 torch is imported by this module: import it only where torch is needed.
 """
@@ -15,17 +17,12 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import torch
-from torch.autograd.graph import register_multi_grad_hook
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
-from torch.utils.module_tracker import ModuleTracker
 
 from costspec.core.vocab import FusedRun
 from costspec.ops import OPS
-
-OUTSIDE = "(outside the model)"  # ops with no model module active: the loss and its gradient seed
-PASSES = ("forward", "backward")
+from costspec.runtime.attribution import EAGER, OUTSIDE, PASSES, QK_MATMULS, Region, ScopeTracker, SdpaCalls
 
 # -- classification tables (aten overload packet name -> what it is) ----------------------------
 _IGNORED_REASON = "moves or views data, no arithmetic"
@@ -88,31 +85,69 @@ BATCH_NORM: dict[str, tuple[int, str, str]] = {
 }
 
 
-# pooling: aten op -> kind; elements = output elements x the kernel's (the window elements)
-POOL_WINDOWS: dict[str, str] = {
-    "aten.max_pool2d_with_indices": "max_pool", "aten.max_pool1d": "max_pool", "aten.max_pool2d": "max_pool",
-    "aten.avg_pool2d": "avg_pool", "aten.avg_pool1d": "avg_pool",
+# pooling: aten op -> (kind, index of its dilation argument or None); elements = what the windows cover
+POOL_WINDOWS: dict[str, tuple[str, int | None]] = {
+    "aten.max_pool2d_with_indices": ("max_pool", 4), "aten.max_pool1d": ("max_pool", 4),
+    "aten.max_pool2d": ("max_pool", 4), "aten.avg_pool2d": ("avg_pool", None), "aten.avg_pool1d": ("avg_pool", None),
 }
 
 
-def _kernel_elements(value) -> int:
-    sizes = list(value) if isinstance(value, (list, tuple)) else [value]
+def _sizes(value, n: int, default) -> list[int]:
+    """A pooling argument (an int, or one per spatial dim; [] for the default) as n ints."""
+    if isinstance(value, (list, tuple)):
+        value = list(value) or default
+    sizes = [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    return sizes * n if len(sizes) == 1 else sizes
+
+
+def _covered(inp, out_spatial: list[int], kernel, stride, padding, dilation) -> int:
+    """Input elements (of the padded input) the windows of a pool cover, summed over the windows:
+    each window clipped to the padded extent [-padding, size + padding). Without ceil_mode every
+    window lies inside it (output x kernel area); with ceil_mode the last one may reach past it
+    (EfficientNet's AvgPool2d(2560, ceil_mode=True) on 7 x 7: 49 elements, not 2560^2)."""
+    n = len(out_spatial)
+    sizes = list(inp.shape[-n:])
+    k = _sizes(kernel, n, None)
+    s = _sizes(stride, n, k)
+    p = _sizes(padding, n, [0])
+    d = _sizes(dilation, n, [1])
+    total = inp.numel() // max(1, _product(sizes))  # the batch and channel dims
+    for size, outs, ki, si, pi, di in zip(sizes, out_spatial, k, s, p, d):
+        end = size + pi
+        total *= sum(sum(1 for t in range(ki) if j * si - pi + t * di < end) for j in range(outs))
+    return total
+
+
+def _product(values) -> int:
     out = 1
-    for size in sizes:
-        out *= int(size)
+    for v in values:
+        out *= int(v)
     return out
 
 
-def _issue14(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] | None:
+def _pool(name: str, args, out) -> list[tuple[str, int]]:
+    kind, dilation_at = POOL_WINDOWS[name]
+    out_t = out[0] if isinstance(out, (tuple, list)) else out
+    n = 1 if name.endswith("1d") else 2
+    dilation = args[dilation_at] if dilation_at is not None and len(args) > dilation_at else 1
+    stride = args[2] if len(args) > 2 else []
+    padding = args[3] if len(args) > 3 else 0
+    return [(kind, _covered(args[0], list(out_t.shape[-n:]), args[1], stride, padding, dilation))]
+
+
+def _computed(name: str, args, kwargs, out, phase: str) -> list[tuple[str, int]] | None:
     """(kind, elements) of the aten ops the dataflow and op-family modules emit beyond SIMPLE, or None."""
     if name in BATCH_NORM:
         index, train, eval_ = BATCH_NORM[name]
         training = index >= 0 and bool(args[index])
         return [(train if training else eval_, _numel(args[0]))]
     if name in POOL_WINDOWS:
-        return [(POOL_WINDOWS[name], _numel(out) * _kernel_elements(args[1]))]
+        return _pool(name, args, out)
     if name == "aten.avg_pool2d_backward":  # the output gradient spread over each window
-        return [("avg_pool_backward", _numel(args[0]) * _kernel_elements(args[2]))]
+        grad, inp = args[0], args[1]
+        stride = args[3] if len(args) > 3 else []
+        padding = args[4] if len(args) > 4 else 0
+        return [("avg_pool_backward", _covered(inp, list(grad.shape[-2:]), args[2], stride, padding, 1))]
     if name == "aten._adaptive_avg_pool2d_backward":  # even windows: every input element gets one add
         return [("avg_pool_backward", _numel(out))]
     if name in ("aten._adaptive_avg_pool2d", "aten.mean"):  # every input element added once
@@ -183,9 +218,9 @@ def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[st
             return f"fused:{key}", [(FusedRun.COUNTED if packet in flop_registry else FusedRun.UNCOUNTED, 1)]
     if name in IGNORED:
         return "ignored", []
-    issue14 = _issue14(name, args, kwargs, out, phase)
-    if issue14 is not None:
-        return "pointwise", issue14
+    computed = _computed(name, args, kwargs, out, phase)
+    if computed is not None:
+        return "pointwise", computed
     if name in ("aten.gelu", "aten.gelu_backward"):  # one aten op, two cost-table kinds by its argument
         approximate = kwargs.get("approximate", args[-1] if isinstance(args[-1], str) else "none")
         kind = "gelu_tanh" if approximate == "tanh" else "gelu"
@@ -217,48 +252,6 @@ def classify(name: str, func, args, kwargs, out, phase: str, module) -> tuple[st
     return "unknown", []
 
 
-class ScopeTracker(ModuleTracker):
-    """torch's ModuleTracker (what FlopCounterMode attributes with), with the backward scopes that
-    torch's opens late or leaves open for the rest of the backward pass (measured: torch 2.13
-    notes, §6a) opened and closed where the module's own backward work runs:
-
-    * a module whose inputs need no gradient (the first layer with parameters) leaves its
-      backward scope when its parameters' gradients are computed; torch's tracker waits for
-      input gradients that never come, and charges every later backward op to it as well;
-    * a module that returns its input unchanged (Dropout(p=0), a flatten of one axis) has no
-      backward scope; torch's tracker enters one when the output's gradient arrives and never
-      leaves it, because the exit hook (on the same tensor) fired first;
-    * a value that many modules return or read (T5's position bias: computed in the first layer,
-      returned by it and passed through every later one, added to the scores of all of them) has
-      its gradient complete only when the last reader's backward ran. A module enters its
-      backward scope when the first of its outputs' gradients arrives (torch's waits for all),
-      and leaves it when the gradients of the inputs it does not pass through are computed
-      (torch's waits for all inputs), so the pass-through value holds no scope open.
-    """
-
-    def _fw_pre_hook(self, mod, input) -> None:
-        self._get_append_fn(self._get_mod_name(mod), False)()  # the input-gradient exit: _fw_post_hook
-        args, _ = tree_flatten(input)
-        if torch.is_grad_enabled() and not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            params = [p for p in mod.parameters() if p.requires_grad]
-            if params:
-                self._hooks.append(register_multi_grad_hook(params, self._get_pop_fn(self._get_mod_name(mod), True)))
-
-    def _fw_post_hook(self, mod, input, output) -> None:
-        name = self._get_mod_name(mod)
-        self._get_pop_fn(name, False)()
-        inputs = [a for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
-        outputs = [a for a in tree_flatten(output)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
-        passed = {id(a) for a in outputs} & {id(a) for a in inputs}
-        if outputs and len(passed) == len({id(a) for a in outputs}):  # identity: no backward work of its own
-            return
-        own = [a for a in inputs if id(a) not in passed] or inputs
-        if own:
-            self._hooks.append(register_multi_grad_hook(own, self._get_pop_fn(name, True)))
-        if outputs:
-            self._hooks.append(register_multi_grad_hook(outputs, self._get_append_fn(name, True), mode="any"))
-
-
 @dataclass
 class Unknown:
     """An aten op the counter has no mapping for (listed in reports, never dropped)."""
@@ -282,6 +275,8 @@ class Measurement:
     outside: Counter = field(default_factory=Counter)  # ops outside the model: op -> calls
     unknown: list[Unknown] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # attribution problems (never expected)
+    regions: list[Region] = field(default_factory=list)  # attention computations, in forward order
+    lookups: set[str] = field(default_factory=set)  # module paths that read a table by index (aten.embedding)
 
 
 class PointwiseCounter(TorchDispatchMode):
@@ -299,6 +294,7 @@ class PointwiseCounter(TorchDispatchMode):
         self.outside: Counter = Counter()
         self.unknown: list[Unknown] = []
         self.problems: list[str] = []
+        self.lookups: set[str] = set()
 
     def _innermost(self) -> str:
         names = [n for n in self.tracker.parents if n != "Global"]
@@ -312,11 +308,29 @@ class PointwiseCounter(TorchDispatchMode):
             self.problems.append(f"{self.phase}: ambiguous module scope {ties}")
         return deepest
 
+    def _region(self, name: str, path: str) -> Region | None:
+        """The attention region this op belongs to. Forward: the one open in `path`; an eager one
+        opens at a QK^T matmul outside any SDPA call and closes at the next (its AV). Backward: the
+        region of the node running."""
+        nodes = self.tracker.nodes
+        if self.phase != "forward":
+            return nodes.current()[1]
+        if name in QK_MATMULS and path != OUTSIDE and nodes.region is None:
+            nodes.open(Region(path, EAGER))
+        region = nodes.region if nodes.region is not None and nodes.region.path == path else None
+        nodes.mark(path)
+        if region is not None and region.opened_by == EAGER and name in QK_MATMULS:
+            region.matmuls += 1
+            if region.matmuls == 2:
+                nodes.region = None
+        return region
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = str(func._overloadpacket)
         path = self._innermost()
+        region = self._region(name, path)
         if path == OUTSIDE:
             self.outside[name] += 1
             return out
@@ -324,6 +338,8 @@ class PointwiseCounter(TorchDispatchMode):
         category, kinds = classify(name, func, args, kwargs, out, self.phase, module)
         if category == "ignored":
             self.ignored[(name, IGNORED.get(name, _IGNORED_REASON))] += 1
+            if name == "aten.embedding":
+                self.lookups.add(path)
             return out
         decomposed = decomposed_kinds(module)
         if decomposed and category in ("pointwise", "unknown"):
@@ -336,9 +352,15 @@ class PointwiseCounter(TorchDispatchMode):
             kinds = [(f"unknown:{name}", _numel(out))]
         elif category.startswith("fused:"):
             self.fused[self.phase][path][category.partition(":")[2]][kinds[0][0]] += 1
+            if region is not None:
+                region.fused[kinds[0][0]] += 1
             return out
         for kind, elements in kinds:
             self.pointwise[self.phase][path][kind] += elements
+        if region is not None:
+            region.pointwise[self.phase].update(dict(kinds))
+            if category == "matmul" and func._overloadpacket in flop_registry:
+                region.matmul[self.phase] += flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
         return out
 
     def finish(self) -> None:
@@ -347,17 +369,19 @@ class PointwiseCounter(TorchDispatchMode):
         self.decomposed.clear()
 
 
-def measure(module: torch.nn.Module, x: torch.Tensor, train: bool) -> Measurement:
+def measure(module: torch.nn.Module, x: torch.Tensor, train: bool, by_node: bool = False) -> Measurement:
     """Run `module(x)` (and, if train, backward of out.float().sum()) under FlopCounterMode and the
-    pointwise counter."""
+    pointwise counter; `by_node`: backward work by the module that created its autograd node
+    (`ScopeTracker`)."""
     root = type(module).__name__
     modules = dict(module.named_modules())
     flops: dict[str, dict[str, int]] = {}
     fc = FlopCounterMode(display=False)
-    fc.mod_tracker = ScopeTracker()
+    tracker = ScopeTracker(root, by_node)
+    fc.mod_tracker = tracker
     with fc:
-        counter = PointwiseCounter(fc.mod_tracker, modules, root)
-        with counter:
+        counter = PointwiseCounter(tracker, modules, root)
+        with counter, SdpaCalls(tracker.nodes, tracker.innermost):
             out = module(x)
             loss = out.float().sum() if train else None
             forward = copy.deepcopy(fc.get_flop_counts())
@@ -375,7 +399,7 @@ def measure(module: torch.nn.Module, x: torch.Tensor, train: bool) -> Measuremen
         flops[phase] = _exclusive(inclusive[phase], root, problems, phase)
     total = {p: inclusive[p].get("Global", 0) for p in PASSES}
     return Measurement(root, flops, total, counter.pointwise, counter.fused, counter.ignored, counter.outside,
-                       counter.unknown, problems)
+                       counter.unknown, problems, [r for r in tracker.nodes.regions if r.complete], counter.lookups)
 
 
 def _totals(counts: dict) -> dict[str, int]:

@@ -1,0 +1,1 @@
+"""Tests of `costspec validate --against` (costspec/against/)."""

@@ -4,7 +4,7 @@ OlmoeSparseMoeBlock, GptOssMLP) built from a small config, the layers of the spe
 tests/against/test_moe_against.py.
 
 The experts run transformers' batched_mm path (`_experts_implementation`), the one of its three that
-FlopCounterMode counts on meta (tests/test_zoo_llm.py says why).
+FlopCounterMode counts on meta (tests/zoo/test_llm.py says why).
 """
 from __future__ import annotations
 

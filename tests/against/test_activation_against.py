@@ -8,11 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import ROOT  # noqa: E402
-
 from costspec.against.check import summary, validate_against  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
 from costspec.model import loads  # noqa: E402
+from tests.common import ROOT  # noqa: E402
 
 from .activation_models import ACTIVATIONS  # noqa: E402
 
@@ -43,7 +42,7 @@ def check(model, target: str, pass_: str):
 @pytest.mark.parametrize("pass_", ["forward", "train"])
 @pytest.mark.parametrize("key", sorted(ACTIVATIONS))
 def test_activation_matches_transformers(key, pass_):
-    result = check(loads(TINY.format(fn=ACTIVATIONS[key])), f"against.activation_models:{key}", pass_)
+    result = check(loads(TINY.format(fn=ACTIVATIONS[key])), f"tests.against.activation_models:{key}", pass_)
     (act,) = [r for r in result.phases["forward"].rows if r.name == "act"]
     assert act.status == "PASS" and act.real_pointwise == act.spec_pointwise
     if pass_ == "train":

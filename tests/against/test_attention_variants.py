@@ -193,9 +193,10 @@ MODERNBERT = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 
 def test_alternating_local_attention_matches_modernbert(pass_):
     result = check(load(SPECS / "modernbert_local.yaml"), "hf:ModernBertModel", pass_, MODERNBERT)
     assert_exact(result)
-    if pass_ == "forward":  # the local layer's mask: flash selects per score; meta's math SDPA adds it
+    if pass_ == "forward":  # the local layer's mask: flash selects per score (B*h*S*S); meta's math SDPA turns
+        # the boolean [1, 1, S, S] mask it is handed into a float one (S*S wheres) and adds it to the scores
         applied = [a for a in result.reconciliations if a.rule == "sdpa-math-decomposition" and a.row == "local.attn.sdpa"]
-        assert applied and applied[0].pointwise == {"add": 4 * 32 * 32, "select": -4 * 32 * 32}
+        assert applied and applied[0].pointwise == {"add": 4 * 32 * 32, "select": -4 * 32 * 32 + 32 * 32}
 
 
 # -- DeBERTa-v2/v3's disentangled attention ----------------------------------------------------------------

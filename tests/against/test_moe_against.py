@@ -19,7 +19,7 @@ from costspec.against.check import summary, validate_against  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
 from costspec.model import loads  # noqa: E402
 
-TARGETS = "against.moe_models"  # tests/ is on sys.path under pytest
+TARGETS = "tests.against.moe_models"
 
 GATHER_RULE = """\
   - module: "layers.*.mlp.experts"

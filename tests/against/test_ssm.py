@@ -14,11 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from conftest import ROOT  # noqa: E402
-
 from costspec.against.check import summary, validate_against  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
 from costspec.model import load, loads  # noqa: E402
+from tests.common import ROOT  # noqa: E402
 
 BACKBONE = """\
 costspec: 1

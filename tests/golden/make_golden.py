@@ -2,7 +2,7 @@
 
     python tests/golden/make_golden.py          # rewrites tests/golden/golden.json
 
-Written (and first run) before the one-walk / one-table refactor; `tests/test_golden.py` runs the
+Written (and first run) before the one-walk / one-table refactor; `tests/golden/test_golden.py` runs the
 same commands and compares the numbers, whatever the output layout. Numbers are collected from
 each command's JSON (or CSV / text) output into {row name: {quantity: value}} by `normalize`.
 """

@@ -11,19 +11,19 @@ import json
 import subprocess
 import sys
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 import yaml
-from synth_ncu import FADD, FFMA, raw_csv
 
 import costspec
 from costspec.analysis.calibration import executed_report, load_calibration
 from costspec.ncu.calibrate import bucket_phase, calibrate, render_summary
 from costspec.ncu.compare import compare
 from costspec.ncu.inputs import load_measured
+from tests.common import ROOT
+from tests.common import invoke as cli
+from tests.ncu.synth_ncu import FADD, FFMA, raw_csv
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "ncu"
 TOY = str(ROOT / "specs" / "toy_mlp.yaml")
 FWD, BWD = str(DATA / "toy_forward.details.csv"), str(DATA / "toy_backward.details.csv")
@@ -122,9 +122,6 @@ def test_compare_with_calibration_has_zero_residuals(toy):
         assert all(r.measured == r.executed for r in rows)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
 
 
 PROBE = """

@@ -2,28 +2,23 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from synth_ncu import FADD, FFMA, HFMA, TC_BF16_H100, raw_csv
 
 import costspec
 from costspec.core.errors import CostspecError
 from costspec.ncu.attribute import AttributionError, role_of, short_name
 from costspec.ncu.compare import compare, render_json, render_table
 from costspec.ncu.inputs import load_measured, read_sidecar, sidecar_path
+from tests.common import ROOT
+from tests.common import invoke as cli
+from tests.ncu.synth_ncu import FADD, FFMA, HFMA, TC_BF16_H100, raw_csv
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "ncu"
 TOY = str(ROOT / "specs" / "toy_mlp.yaml")
 FWD, BWD = str(DATA / "toy_forward.details.csv"), str(DATA / "toy_backward.details.csv")
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
 
 
 def _row(rows, name):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
@@ -10,8 +9,9 @@ from costspec.core.errors import CostspecError
 from costspec.ncu.kernels import KERNEL_CLASSES, classify, flops_from_metrics, inner_range
 from costspec.ncu.metrics import CUDA_CORE_METRICS, cuda_core_metric, metrics_for
 from costspec.ncu.parse import parse_csv
+from tests.common import DATA
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
+DATA = DATA / "ncu"
 
 
 @pytest.mark.parametrize(

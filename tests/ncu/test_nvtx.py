@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from synth_ncu import FFMA, raw_csv  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import costspec  # noqa: E402
@@ -26,8 +24,9 @@ from costspec.ncu.nvtx import (  # noqa: E402
 )
 from costspec.runtime.torch_build import build_module  # noqa: E402
 from costspec.tree.walk import row_name  # noqa: E402
+from tests.common import ROOT  # noqa: E402
+from tests.ncu.synth_ncu import FFMA, raw_csv  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "specs" / "toy_mlp.yaml"
 PHASES = {FORWARD_RANGE, BACKWARD_RANGE, LOSS_RANGE}
 TINY_VIT = textwrap.dedent("""\

@@ -1,8 +1,6 @@
 """costspec.ncu.parse: both ncu CSV pages, old and new column sets, NVTX, units, malformed input."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from costspec.core.errors import CostspecError
@@ -14,8 +12,9 @@ from costspec.ncu.parse import (
     parse_nvtx_cell,
     parse_value,
 )
+from tests.common import DATA
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
+DATA = DATA / "ncu"
 FADD = "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum"
 FFMA = "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
 FMUL = "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"

@@ -5,9 +5,6 @@ The expected values were read by hand from the files; each is quoted from its CS
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +13,8 @@ from costspec.ncu.compare import compare, render_table
 from costspec.ncu.inputs import load_measured
 from costspec.ncu.kernels import flops_from_metrics
 from costspec.ncu.parse import NcuFormatError, parse_csv
+from tests.common import ROOT, invoke
 
-ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "data" / "ncu" / "real"
 T = "sm__ops_path_tensor_"
 SOL = "GPU Speed Of Light Throughput :: "
@@ -141,7 +138,6 @@ def test_compare_takes_the_cc_from_the_csv_without_a_sidecar(tmp_path):
 
 def test_show_cli_on_every_real_export():
     for path in sorted(REAL.glob("*.csv")):
-        result = subprocess.run([sys.executable, "-m", "costspec", "ncu", "show", str(path)], cwd=ROOT,
-                                capture_output=True, text=True, timeout=120, check=False)
+        result = invoke("ncu", "show", path)
         assert result.returncode == 0, result.stderr
         assert "ncu show" in result.stdout.splitlines()[0]

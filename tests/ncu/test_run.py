@@ -2,22 +2,16 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from costspec.ncu.metrics import metrics_for
 from costspec.ncu.run import plan_run, resolve_arch, runner_argv
+from tests.common import invoke as cli
 
-ROOT = Path(__file__).resolve().parents[2]
 T = "sm__ops_path_tensor_"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
 
 
 def _printed(*args: str) -> tuple[dict[str, str], list[str]]:

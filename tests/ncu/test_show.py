@@ -3,16 +3,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from synth_ncu import raw_csv
 
 from costspec.ncu.metrics import metrics_for
 from costspec.ncu.show import render_json, render_table, show
+from tests.common import ROOT, invoke
+from tests.ncu.synth_ncu import raw_csv
 
-ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "data" / "ncu" / "real"
 T = "sm__ops_path_tensor_"
 
@@ -83,8 +81,7 @@ def test_hopper_wgmma_and_mma_sync_side_by_side_with_the_aggregate(tmp_path):
 
 def test_cli_formats_and_bad_input(tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "costspec", "ncu", "show", *args], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120, check=False)
+        return invoke("ncu", "show", *args)
 
     result = run(str(REAL / "gardenia_sgemm.details.csv"), "--format", "json")
     assert result.returncode == 0, result.stderr

@@ -150,7 +150,7 @@ def test_a_spec_breaking_one_rule_gets_its_error(name, monkeypatch):
 
 
 # Combinations the rules once refused and accept now (each validated against its module in
-# tests/test_ops_vs_torch.py's attention case): cross-attention with rope (q at positions 0..S-1, k at
+# tests/ops/test_vs_torch.py's attention case): cross-attention with rope (q at positions 0..S-1, k at
 # 0..T-1) and with a causal mask (PyTorch's top-left alignment when T != S).
 ACCEPTED = {
     "kv with rope": "heads: 2, kv: enc, rope: true",

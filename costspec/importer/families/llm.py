@@ -17,7 +17,6 @@ from costspec.importer.families.llm_parts import (
     decoder_layers,
     gated_fn,
     header_note,
-    mask_ignore,
     rope,
 )
 
@@ -55,7 +54,7 @@ def _finish(spec: SpecText, cfg: HFConfig, hf_class: str, dec: Decoder, block: s
     spec.input(TOKENS, "token ids")
     spec.block("decoder_block", block_text(params, block))
     header_note(spec, hf_class)
-    spec.ignore(ROTATE_HALF_IGNORE + mask_ignore(dec))
+    spec.ignore(ROTATE_HALF_IGNORE)
     spec.layers(decoder_layers(embed, "decoder_block", params, at))
     return spec.render()
 

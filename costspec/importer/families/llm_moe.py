@@ -22,7 +22,6 @@ from costspec.importer.families.llm_parts import (
     decoder_layers,
     gated_fn,
     header_note,
-    mask_ignore,
     rope,
 )
 
@@ -91,7 +90,7 @@ def build_mixtral(cfg: HFConfig) -> str:
            "              fused_gate_up: true}")
     spec.block("decoder_block", block_text(params, moe_block(dec, window, moe)))
     header_note(spec, "MixtralModel")
-    spec.ignore(ROTATE_HALF_IGNORE + mask_ignore(dec) + gather_ignore("L", "F"))
+    spec.ignore(ROTATE_HALF_IGNORE + gather_ignore("L", "F"))
     spec.layers(decoder_layers(EMBED, "decoder_block", params, at))
     cfg.check_understood(MOE_IGNORED)
     return spec.render()
@@ -162,7 +161,7 @@ def build_qwen2_moe(cfg: HFConfig) -> str:
         block = dense_block(dec, fn, window_arg, qkv_bias, qkv_bias, qkv_bias)
         spec.block("dense_block", block_text(params, block))
     header_note(spec, "Qwen2MoeModel")
-    spec.ignore(ROTATE_HALF_IGNORE + mask_ignore(dec) + gather_ignore("L" if not dense else str(n_moe), "FE"))
+    spec.ignore(ROTATE_HALF_IGNORE + gather_ignore("L" if not dense else str(n_moe), "FE"))
     if dense:
         spec.layers(EMBED + _uses(kinds, dec) + "- rmsnorm: {}\n  name: norm\n  source: norm\n")
     else:

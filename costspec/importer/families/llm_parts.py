@@ -144,23 +144,6 @@ def block_layout(dec: Decoder) -> tuple[str, str, str]:
     return params, "window", at
 
 
-def mask_ignore(dec: Decoder) -> str:
-    """transformers' boolean sliding-window mask, turned into a float mask per layer by the math SDPA."""
-    n = sum(dec.sliding)
-    if not n:
-        return ""
-    count = "L" if n == dec.layers else str(n)
-    return f"""\
-- module: "layers.*.self_attn"
-  extra: {{select: "{count}*B*S*S"}}
-  pass: forward
-  reason: >-
-    transformers hands SDPA the sliding-window causal mask as a boolean [B, 1, S, S] tensor, which
-    PyTorch's math SDPA (what runs on meta) turns into an additive float mask with one where per
-    element in each of the {n} sliding-window layers; the spec's module adds a float mask built once
-"""
-
-
 def gated_fn(cfg: HFConfig, keys: tuple[str, ...] = ("hidden_act",), default: str = "silu") -> str:
     """The gated MLP's activation from the first of `keys` present (Gemma: hidden_activation)."""
     for key in keys:

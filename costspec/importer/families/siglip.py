@@ -15,9 +15,9 @@ POOLED = "pooler_output"
 
 # nn.MultiheadAttention(need_weights=True), as SigLIP's head calls it: named differences to SDPA's math
 _HEAD_IGNORE = [
-    ("-B*S*C", None, "nn.MultiheadAttention scales q alone (B*C multiplies for the one probe), where SDPA's math "
-     "decomposition (the rule the spec's attention reconciles with on meta) scales q and k: B*S*C fewer "
-     "multiplies, forward and backward"),
+    ("B*C", None, "nn.MultiheadAttention scales q (B*C multiplies for the one probe) before its QK^T bmm, "
+     "forward and backward; the sdpa-eager rule finds no scale on the scores, which the flash kernel the spec "
+     "charges scales"),
     ("B*heads*S", "forward", "need_weights=True returns the attention probabilities averaged over the heads (a "
      "mean of B*heads*S elements), an output SigLIP discards"),
     ("min(B - 1, 1)*min(S - 1, 1)*2*B*S*C", "forward", "nn.MultiheadAttention runs batch-first inputs as a (S, B, "

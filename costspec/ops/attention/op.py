@@ -213,7 +213,7 @@ class Attention(OpDef):
         scale / mask are not separate ops, so the analytic work stands in. FlopCounterMode always
         counts causal SDPA over the full S x S: `causal_flops: useful` is reconciled by name.
         """
-        return rel_pos_rules(call, pass_, ev) + sdpa_rules(call, pass_, runtime)
+        return rel_pos_rules(call, pass_, ev) + sdpa_rules(call, pass_, runtime, ev)
 
     # -- memory -------------------------------------------------------------------------------
     def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):

@@ -1,7 +1,8 @@
 """The named differences between attention's analytic work and what the runtime counters measure:
-how the attention call ran (eagerly, or F.scaled_dot_product_attention decomposed, fused and counted,
-fused and not counted), causal_flops: useful, and autograd's skipped reductions over relative-position
-axes of length 1. `attention_rules` serves every op with an attention call (attention, mla)."""
+how the attention call ran (eagerly by the spec's own module; F.scaled_dot_product_attention decomposed,
+as recorded: `ran`, or eager attention without an SDPA call; fused and counted; fused and not counted),
+causal_flops: useful, and autograd's skipped reductions over relative-position axes of length 1.
+`attention_rules` serves every op with an attention call (attention, mla)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -9,6 +10,7 @@ from typing import Callable, Mapping
 
 from costspec.core.vocab import Backend, FusedRun, Phase
 from costspec.ops.attention.geometry import eager, geometry, sdpa_call
+from costspec.ops.attention.ran import EAGER, Ran, derived_delta
 from costspec.ops.attention.sdpa import Sdpa, sdpa_backward, sdpa_forward
 from costspec.ops.opdef import OpCall, Reconcile
 from costspec.ops.work import Expr, Work, is_zero, pointwise
@@ -58,15 +60,18 @@ def eager_rules(shape: Sdpa, backend: Backend, pass_: Phase) -> list[Reconcile]:
     return rules + [Reconcile("attention-eager", "sdpa", sdpa(full, Backend.EAGER) + executed.scaled(-1), text)]
 
 
-def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, str]) -> list[Reconcile]:
-    return attention_rules(sdpa_call(call), call.attrs.backend, eager(call), pass_, runtime)
+def sdpa_rules(call: OpCall, pass_: Phase, runtime: Mapping[str, object],
+               ev: Callable[[Expr], int] | None = None) -> list[Reconcile]:
+    return attention_rules(sdpa_call(call), call.attrs.backend, eager(call), pass_, runtime, ev)
 
 
 def attention_rules(shape: Sdpa, backend: Backend, eagerly: bool, pass_: Phase,
-                    runtime: Mapping[str, str]) -> list[Reconcile]:
+                    runtime: Mapping[str, object], ev: Callable[[Expr], int] | None = None) -> list[Reconcile]:
     """How the counters see one attention call (`shape`, costed as `backend`), by the way it ran: eagerly
-    (the module runs explicit matmuls: eager_rules), or as F.scaled_dot_product_attention decomposed,
-    fused and counted, or fused and not counted (runtime["sdpa"])."""
+    (the spec's module runs explicit matmuls: eager_rules), or as F.scaled_dot_product_attention decomposed,
+    fused and counted, or fused and not counted (runtime["sdpa"]). runtime["ran"]: the runs the counter
+    recorded for this layer's instances (`ran.Ran`; absent where nothing was recorded, as for an
+    analytic-only caller: the decomposition of costspec's own module is assumed then)."""
     if eagerly:
         return eager_rules(shape, backend, pass_)
     sdpa = sdpa_forward if pass_ == Phase.FORWARD else sdpa_backward
@@ -83,6 +88,8 @@ def attention_rules(shape: Sdpa, backend: Backend, eagerly: bool, pass_: Phase,
     full = replace(shape, useful=False)
     executed = sdpa(full, backend)
     rules = _useful(shape, executed, analytic)
+    if how == FusedRun.DECOMPOSED and "ran" in runtime and ev is not None:
+        return rules + _recorded_rule(full, backend, pass_, runtime["ran"], ev)  # type: ignore[arg-type]
     if how == FusedRun.DECOMPOSED:
         if backend == Backend.MATH:
             return rules
@@ -105,3 +112,24 @@ def attention_rules(shape: Sdpa, backend: Backend, eagerly: bool, pass_: Phase,
     return rules + [Reconcile("sdpa-fused-kernel", "sdpa", fused + executed.scaled(-1),
                               "SDPA ran as a fused kernel: FlopCounterMode counts it as flash does (backward "
                               "10*B*h*S^2*d), softmax, scaling and masking are not separate aten ops")]
+
+
+def _recorded_rule(full, backend: Backend, pass_: Phase, runs: tuple[Ran, ...],
+                   ev: Callable[[Expr], int]) -> list[Reconcile]:
+    """The decomposition rule derived from what the instances ran (all alike, else no rule: the
+    differences then show by kind)."""
+    if len(set(runs)) != 1:
+        return []
+    ran = runs[0]
+    delta, named = derived_delta(full, backend, pass_, ran, ev)
+    if not delta.matmul and not delta.pointwise:
+        return []
+    if ran.how == EAGER:
+        rule, what = "sdpa-eager", ("attention ran eagerly (its own matmuls, scale, mask and softmax; no "
+                                    "F.scaled_dot_product_attention call)")
+    else:
+        rule, what = "sdpa-math-decomposition", ("SDPA ran as PyTorch's math decomposition (always so on meta; "
+                                                 "the CPU fallback)")
+    spec = "the flash kernel" if backend == Backend.FLASH else "the spec's math decomposition"
+    return [Reconcile(rule, "sdpa", delta, f"{what}; as recorded: " + "; ".join(named)
+                      + f" (where {spec} is charged)")]

@@ -1,0 +1,72 @@
+"""The zoo against transformers: each spec checked with `validate --against` the transformers class it
+describes, built from its config on `meta` (forward and train): matmul FLOPs and parameters agree exactly and
+every other difference is a named rule. DeepEncoder, which has no transformers class, against
+tests/against/models.py's wiring of transformers' SAM and CLIP parts."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from costspec.against.check import summary  # noqa: E402
+from costspec.against.report import to_result  # noqa: E402
+from costspec.core.render import render  # noqa: E402
+from tests.against.helpers import against, failures_text  # noqa: E402
+from tests.common import ROOT  # noqa: E402
+
+ZOO = {
+    "vit_b": ("hf:ViTModel", {"add_pooling_layer": "false"}),
+    "vit_l": ("hf:ViTModel", {"add_pooling_layer": "false", "hidden_size": "1024", "num_hidden_layers": "24",
+                              "num_attention_heads": "16", "intermediate_size": "4096"}),
+    "vit_h": ("hf:ViTModel", {"add_pooling_layer": "false", "hidden_size": "1280", "num_hidden_layers": "32",
+                              "num_attention_heads": "16", "intermediate_size": "5120", "patch_size": "14"}),
+    "clip_vit_l14": ("hf:CLIPVisionModelWithProjection", {
+        "hidden_size": "1024", "intermediate_size": "4096", "num_hidden_layers": "24", "num_attention_heads": "16",
+        "patch_size": "14", "projection_dim": "768", "image_size": "224"}),
+    "sam_vit_b": ("hf:SamVisionModel", {}),
+    "bert_base": ("hf:BertModel", {"add_pooling_layer": "false"}),
+    "gpt2_small": ("hf:GPT2LMHeadModel", {"activation_function": "gelu_pytorch_tanh"}),
+    "llama_1b": ("hf:LlamaModel", {"hidden_size": "2048", "intermediate_size": "5632", "num_hidden_layers": "16",
+                                   "num_attention_heads": "32", "num_key_value_heads": "8", "vocab_size": "32000",
+                                   "max_position_embeddings": "2048"}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pass_", ["forward", "train"])
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_spec_matches_its_transformers_model(name, pass_):
+    pytest.importorskip("transformers")
+    target, sets = ZOO[name]
+    model, result = against(ROOT / f"specs/{name}.yaml", target, pass_, sets)
+    assert result.ok, failures_text(result)
+    totals = summary(result)
+    for phase in totals.values():  # matmul FLOPs (after the named rules) and parameters agree exactly
+        assert phase["real_reconciled"] == phase["spec_matmul"] and phase["real_params"] == phase["spec_params"]
+    # every layer with parameters found its real module (by source: or automatically)
+    assert not result.rowmap.unmatched_real
+    report = render(to_result(result))
+    assert "result: PASS" in report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pass_", ["forward", "train"])
+def test_deepencoder_matches_its_transformers_parts(pass_):
+    """DeepEncoder has no transformers class: tests/against/models.py wires SamVisionEncoder, the two
+    compressor convs and CLIP's embeddings and encoder as deepencoder.py does."""
+    pytest.importorskip("transformers")
+    _, result = against(ROOT / "specs/deepencoder.yaml", "tests.against.models:deepencoder", pass_)
+    assert result.ok, failures_text(result)
+    (unused,) = [e for e in result.ignored if e.pattern == "embeddings.patch_embedding"]
+    assert unused.params == 1024 * 3 * 14 * 14  # CLIP's patch conv (no bias), built but never run
+    assert unused.matmul.get("forward", 0) == 0
+
+
+@pytest.mark.slow
+def test_gpt2_default_activation_is_reported_by_name():
+    """HF's default gelu_new runs the tanh GELU as python-level ops: --against names each kind (x^3 is `cube`);
+    the spec's fn: gelu_new matches them (tests/against/test_activation_against.py)."""
+    pytest.importorskip("transformers")
+    _, result = against(ROOT / "specs/gpt2_small.yaml", "hf:GPT2LMHeadModel")
+    kinds = {kind for row, kind, _, _ in result.phases["forward"].failures if row == "h.mlp"}
+    assert {"gelu_tanh", "tanh", "cube"} <= kinds

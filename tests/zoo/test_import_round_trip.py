@@ -1,0 +1,57 @@
+"""Round trip with the zoo: importing the Hugging Face config of a zoo model reproduces the zoo spec's
+numbers exactly (TC FLOPs, CUDA-core FLOPs, parameters; batch 1 and 8; forward and train).
+
+The configs in tests/data/hf_configs/ are written by tools/make_hf_configs.py from the transformers
+config classes with each zoo spec's own values (see the comments there). No torch is needed here.
+"""
+from __future__ import annotations
+
+import pytest
+
+from costspec.importer import import_hf
+from costspec.model import load, loads
+from tests.common import ROOT
+
+CONFIGS = ROOT / "tests/data/hf_configs"
+ZOO = ["vit_b", "vit_l", "vit_h", "clip_vit_l14", "sam_vit_b", "bert_base", "gpt2_small", "llama_1b",
+       "t5_small_encoder", "whisper_tiny_encoder",
+       "mistral_7b", "mixtral_8x7b"]
+
+
+def numbers(model, pass_: str, batch: int) -> tuple[int, int, int]:
+    report = model.report(pass_, model.bind(batch))
+    return report.tc, report.cuda, report.params
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_import_reproduces_the_zoo_spec(name):
+    imported = loads(import_hf(CONFIGS / f"{name}.json").text)
+    zoo = load(ROOT / f"specs/{name}.yaml")
+    assert imported.precision.dtype == zoo.precision.dtype == "bf16"
+    for pass_ in ("forward", "train"):
+        for batch in (1, 8):
+            assert numbers(imported, pass_, batch) == numbers(zoo, pass_, batch), (pass_, batch)
+
+
+def test_every_zoo_spec_with_a_config_is_covered():
+    assert sorted(p.stem for p in CONFIGS.glob("*.json")) == sorted(ZOO)
+
+
+def test_vit_b_numbers_are_the_known_ones():
+    """ViT-B/16 at 224 px, batch 1: the matmul FLOPs by hand (as tests/golden/test_golden.py's)."""
+    model = loads(import_hf(CONFIGS / "vit_b.json").text)
+    S, C, L, F, P = 197, 768, 12, 3072, 196
+    per_layer = 2 * S * C * 3 * C + 2 * S * S * C * 2 + 2 * S * C * C + 2 * 2 * S * C * F  # qkv, QK^T+AV, proj, MLP
+    patch = 2 * P * C * 3 * 16 * 16
+    assert model.report("forward", model.bind(1)).tc == L * per_layer + patch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_import_matches_its_transformers_model(name):
+    """The imported full-size spec against its transformers class built from the same config on meta."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.importer.check import assert_exact, import_and_check_file
+
+    assert_exact(import_and_check_file(CONFIGS / f"{name}.json", batch=1))
