@@ -19,12 +19,11 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from import_check import assert_exact, import_and_check, write_config  # noqa: E402
-
 from costspec.cli import main  # noqa: E402
 from costspec.importer import FAMILIES, import_hf  # noqa: E402
 from costspec.importer.config import ImportProblem  # noqa: E402
 from costspec.model import loads  # noqa: E402
+from tests.importer.check import assert_exact, import_and_check, write_config  # noqa: E402
 
 BASE = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
             vocab_size=100, max_position_embeddings=16, pad_token_id=0, bos_token_id=1, eos_token_id=1)

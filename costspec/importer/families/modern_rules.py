@@ -34,7 +34,8 @@ def rotate_rule(t: Template, dims: Dims) -> str:
 
 
 def mask_rule(dims: Dims) -> str:
-    """How transformers builds its attention masks, where the spec's modules add a float mask built once."""
+    """Eager attention: transformers builds the model's two masks once per forward, where the spec's modules add
+    a float mask built once."""
     if dims.eager:
         return """\
 - module: "model"
@@ -45,18 +46,7 @@ def mask_rule(dims: Dims) -> str:
     layers, sliding-window causal for the local ones), each a boolean [B, 1, S, S] turned into an additive
     float mask with one where per element (2*B*S*S selects)
 """
-    if not dims.real_sliding:
-        return ""
-    count = "L" if dims.real_sliding == dims.layers else str(dims.real_sliding)
-    return f"""\
-- module: "model.layers.*.self_attn"
-  extra: {{select: "{count}*B*S*S"}}
-  pass: forward
-  reason: >-
-    transformers hands SDPA the sliding-window causal mask as a boolean [B, 1, S, S] tensor, which
-    PyTorch's math SDPA (what runs on meta) turns into an additive float mask with one where per
-    element in each of the {dims.real_sliding} sliding-window layers; the spec's module adds a float mask built once
-"""
+    return ""  # under SDPA, validate --against reads the sliding-window mask's where from what ran
 
 
 def rules(cfg: HFConfig, t: Template, dims: Dims) -> str:

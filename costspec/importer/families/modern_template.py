@@ -52,7 +52,6 @@ class Dims:
     window: int = 0
     extra: dict[str, int] = field(default_factory=dict)
     eager: bool = False  # transformers runs eager attention (soft-capping, sinks): masks built as floats
-    real_sliding: int = 0  # layers transformers hands a sliding-window mask (at this S)
     extra_rope: int = -1  # layers with RoPE (-1: all)
 
 
@@ -184,7 +183,6 @@ def read_dims(spec: SpecText, cfg: HFConfig, t: Template) -> Dims:
     spec.dim("L", L, "decoder layers", "num_hidden_layers")
     spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
     sliding, window = layer_kinds(cfg, t, L)
-    real_sliding = sum(sliding)
     if any(sliding) and S < window:
         spec.note(f"sliding_window {window} is longer than S = {S}: every query sees all earlier tokens, so every "
                   "layer is written as full causal attention (transformers' window mask then masks nothing more); at "
@@ -192,8 +190,7 @@ def read_dims(spec: SpecText, cfg: HFConfig, t: Template) -> Dims:
         sliding = [False] * L
     if any(sliding):
         spec.dim("W", window, "attention sliding window (query i sees keys i-W+1..i)", "sliding_window")
-    return Dims(C, heads, kv, head_dim, L, S, tuple(sliding), window if any(sliding) else 0,
-                real_sliding=real_sliding if S >= window else 0)
+    return Dims(C, heads, kv, head_dim, L, S, tuple(sliding), window if any(sliding) else 0)
 
 
 def precision(spec: SpecText, cfg: HFConfig) -> None:
