@@ -1,7 +1,7 @@
 """The families of the decoder template (modern_template.py), one `Template` entry each: Qwen3, Qwen3-MoE,
 Gemma 2, Gemma 3, Phi-3, StarCoder2, OLMo, OLMo-2, OLMoE, Granite, Cohere, Ministral, SmolLM3, gpt-oss,
 DeepSeek-V2 and DeepSeek-V3, each imported as its whole `*ForCausalLM` (LM head included, tied or not).
-A new Llama-like family is one entry here plus its test (tests/importer/test_import_modern.py)."""
+A new Llama-like family is one entry here plus its test (tests/importer/test_modern.py)."""
 from __future__ import annotations
 
 from functools import partial
