@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Bindings, Hardware, PassPrecision, Ragged
+from costspec.cli.options import Bindings, Hardware, PassPrecision, Ragged, Serving
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,16 @@ view_options = options.option_group("view", EvalView, options.depth, calibration
 @options.hardware(required=False)
 @view_options
 @options.ragged
-def eval_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, view: EvalView, ragged: Ragged):
-    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too."""
+@options.serving
+def eval_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, view: EvalView, ragged: Ragged,
+                 serving: Serving):
+    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too. With --phase decode,
+    the cost of one generated token per sequence after --context cached ones."""
     from costspec.core.render import render
-    from costspec.model import load
 
-    model = load(spec, run.dtype)
+    options.require(serving.phase is None or run.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
+    model = serving.load(spec, run.dtype)
     lengths = ragged.read()
     if lengths is not None or view.ladder:
         result = _variant(model, dims, run, hardware, view, lengths, ragged.seq_dim)
@@ -73,6 +77,11 @@ def _costs(model, dims: Bindings, run: PassPrecision, hardware: Hardware, view: 
 
         roof = estimate(model, report, values, device, hardware.fusion, hardware.efficiency)
     result = eval_result(report, view.depth, roof)
+    from costspec.model import serving_note
+
+    if note := serving_note(model, int(model.in_shape[0].xreplace(values)), roof.time_s if roof else None):
+        result.notes.insert(0, note)
+        result.meta["serving"] = {"phase": str(model.phase), "context_dim": model.context_dim}
     if aligned:
         result.sections["Tensor-Core alignment (misaligned GEMM leading dims)"] = aligned
         result.meta["tensor_core_alignment"] = aligned

@@ -16,11 +16,12 @@ import click
 
 from costspec.core.conventions import DTYPES
 from costspec.core.errors import UsageError
-from costspec.core.vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass
+from costspec.core.vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass, Serve
 
 if TYPE_CHECKING:
     from costspec.analysis.gpus import Gpu
     from costspec.analysis.roofline import Efficiency
+    from costspec.model import Model
     from costspec.tree.network import Network
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -154,6 +155,14 @@ rtol = click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_de
                     help="Relative tolerance on matmul-class FLOPs per row (pointwise counts must match exactly).")
 
 
+phase = click.option("--phase", type=click.Choice(Serve.choices()), default=None,
+                     help="Serve a decoder: prefill (the input's S tokens, the key/value cache written) or decode "
+                          "(one new token per sequence attending to --context cached tokens).")
+context = click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
+                       help="Tokens already in the key/value cache (a dim named N; default with --phase decode: "
+                            "the spec's token count).")
+
+
 # -- option groups -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Bindings:
@@ -211,6 +220,20 @@ class Ragged:
 
 
 @dataclass(frozen=True)
+class Serving:
+    """A serving phase: --phase prefill|decode and --context N (None, None: the spec as written)."""
+
+    phase: str | None = None
+    context: int | None = None
+
+    def load(self, spec: str, dtype: str | None = None) -> Model:
+        """The spec loaded for this phase (`costspec.analysis.serving`)."""
+        from costspec.model import load
+
+        return load(spec, dtype, self.phase, self.context)
+
+
+@dataclass(frozen=True)
 class ClosedForm:
     """Which closed forms formula and latex write: --keep, --set, --pass, --per-layer, --expand."""
 
@@ -234,6 +257,7 @@ pass_precision = option_group("run", PassPrecision, pass_, dtype)  # eval, repor
 pass_only = option_group("run", PassPrecision, pass_)  # roofline: the spec's precision
 run_pass_precision = option_group("run", PassPrecision, runnable_pass, run_dtype)  # time
 ragged = option_group("ragged", Ragged, lengths, lengths_file, seq_dim)
+serving = option_group("serving", Serving, phase, context)
 closed_form = option_group("form", ClosedForm, keep, sets, pass_, per_layer, expand)
 
 

@@ -189,6 +189,11 @@ class OpDef:
         is counted), for the report to print next to the numbers. Default: none."""
         return []
 
+    def kv_cache(self, call: OpCall) -> Expr:
+        """Elements one instance keeps in a key/value cache for later tokens (serving), as the step of this
+        call reads it: the cached tokens and the new ones. Default: none (only attention caches)."""
+        return ZERO
+
     def active_params(self, call: OpCall) -> Expr | None:
         """The parameters one token uses, where fewer than all of them (a mixture of experts: the router,
         top_k experts, shared experts); None when every parameter is used."""
