@@ -7,8 +7,8 @@ import json
 import pytest
 from conftest import ROOT
 
-from costspec.analysis.memory import largest_fitting, memory_kinds, memory_result
 from costspec.analysis.gpus import get_gpu
+from costspec.analysis.memory import largest_fitting, memory_kinds, memory_result
 from costspec.core.errors import UsageError
 from costspec.model import load
 

@@ -138,7 +138,8 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
                                                    "formula": str(total)}), label_title="kind")
     dims = " ".join(f"{k}={values[d.symbol]}" for k, d in model.dims.dims.items() if d.symbol in values)
     phase = getattr(model, "phase", None)
-    header = f"{model.name} | memory | pass: {pass_}{f' | phase: {phase}' if phase else ''} | "              f"precision: {model.precision.label} | {dims}"
+    shown_phase = f" | phase: {phase}" if phase else ""
+    header = f"{model.name} | memory | pass: {pass_}{shown_phase} | precision: {model.precision.label} | {dims}"
     meta: dict = {"spec": model.name, "pass": str(pass_), "phase": str(phase) if phase else None,
                   "dims": {k: int(values[d.symbol]) for k, d in model.dims.dims.items() if d.symbol in values},
                   "kinds": {k.name: {"bytes": n, "formula": str(k.bytes), "counted_as": k.how}

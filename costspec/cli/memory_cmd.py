@@ -36,7 +36,9 @@ training = options.option_group(
 @options.dtype
 @training
 @options.serving
-@options.gpu(required=False)
+@click.option("--gpu", default=None, metavar="NAME",
+              help="A GPU from `costspec gpus`, e.g. h100-sxm: its capacity, whether the total fits, and the "
+                   "largest batch (and context) that does.")
 @options.catalog
 @options.output_format()
 def memory_command(spec: str, dims: Bindings, dtype: str | None, training: Training, serving: Serving,

@@ -104,7 +104,7 @@ def sdpa_forward(a: Sdpa, backend: Backend) -> Work:
         work = work + pointwise("scale", 2 * a.scores) + pointwise("tanh", a.scores)
     if a.masked and backend == Backend.FLASH:  # masked in registers
         work = work + pointwise("select", a.scores)
-    elif a.causal and is_zero(a.window) and is_zero(a.offset) and backend == Backend.MATH:  # is_causal: tril + where, then added
+    elif a.causal and is_zero(a.window) and is_zero(a.offset) and backend == Backend.MATH:  # tril + where, added
         work = work + pointwise("select", 2 * a.sq * a.sk) + pointwise("add", a.scores)
     elif a.masked:  # a float mask built once, added to the scores
         work = work + pointwise("add", a.scores)
