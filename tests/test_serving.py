@@ -182,3 +182,22 @@ def test_sliding_window_decode_equals_transformers():
                                     KV=2, V=1000)
     assert spec_flops == flops
     assert held == 2 * 2 * 2 * 2 * 32 * 15 and cache == 2 * 2 * 2 * 2 * 32 * 16
+
+
+def test_backend_option_changes_the_attention_backward():
+    """--backend math drops flash's recomputed QK^T: 2*B*heads*S^2*d per layer of the backward."""
+    flash, math = (load(LLAMA, backend=b).evaluate("train") for b in ("flash", "math"))
+    assert flash.tc - math.tc == 16 * 2 * 32 * 2048 * 2048 * 64
+    assert load(LLAMA).evaluate("train").tc == flash.tc  # the spec's own choice is flash
+    with pytest.raises(UsageError, match="backend"):
+        load(LLAMA, backend="cudnn")
+
+
+def test_sweep_and_formula_take_the_phase(cli):
+    out = cli("sweep", LLAMA, "--phase", "decode", "--vary", "N=1023,2047", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    points = json.loads(out.stdout)["rows"]
+    assert [p["tc_flops"] for p in points] == [llama_decode_flops(1, 1023), llama_decode_flops(1, 2047)]
+    form = cli("formula", LLAMA, "--phase", "decode", "--keep", "B,N,L")
+    assert form.returncode == 0, form.stderr
+    assert "TC FLOPs    = L*(8192*B*N + 90185728*B)" in form.stdout  # 4*C*(N+1) + the per-token GEMMs

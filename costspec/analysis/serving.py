@@ -18,7 +18,7 @@ import copy
 from typing import Any
 
 from costspec.core.errors import UsageError
-from costspec.core.vocab import Serve
+from costspec.core.vocab import Backend, Serve
 from costspec.core.yaml_marks import MarkedDoc
 from costspec.tree.network import Network
 
@@ -64,6 +64,34 @@ def serving_doc(network: Network, phase: Serve | str, context: int | None) -> Ma
     return MarkedDoc(doc.file, data, doc.marks)
 
 
+BACKEND_OPS = ("attention", "mla")  # the ops with a `backend` attribute (the SDPA kernel family)
+
+
+def backend_doc(doc: MarkedDoc, backend: Backend | str | None) -> MarkedDoc:
+    """`doc` with `backend: <backend>` on every attention and mla layer (`--backend`: it replaces the
+    layers' own choice); `doc` itself for None."""
+    if backend is None:
+        return doc
+    backend = Backend.parse(backend, "--backend")
+    data: Any = copy.deepcopy(doc.data)
+    for path in ("blocks", "layers"):
+        if path in data:
+            _set_attr(data[path], BACKEND_OPS, "backend", str(backend))
+    return MarkedDoc(doc.file, data, doc.marks)
+
+
+def _set_attr(node: Any, ops: tuple[str, ...], attr: str, value: str) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _set_attr(item, ops, attr, value)
+    elif isinstance(node, dict):
+        for key, child in node.items():
+            if key in ops and (child is None or isinstance(child, dict)):
+                node[key] = {**(child or {}), attr: value}
+            else:
+                _set_attr(child, ops, attr, value)
+
+
 def _check_servable(network: Network, phase: Serve) -> None:
     if len(network.in_shape) < 2:
         raise UsageError(f"--phase {phase} needs an input of tokens ([B, S] ids or [B, S, C]); this spec's input has "
@@ -102,4 +130,4 @@ def _add_cache(node: Any, name: str, doc: MarkedDoc, path: tuple) -> None:
                 _add_cache(value, name, doc, path + (key,))
 
 
-__all__ = ["CONTEXT_DIMS", "PER_TOKEN_OPS", "context_dim", "serving_doc"]
+__all__ = ["BACKEND_OPS", "CONTEXT_DIMS", "PER_TOKEN_OPS", "backend_doc", "context_dim", "serving_doc"]

@@ -16,7 +16,7 @@ import click
 
 from costspec.core.conventions import DTYPES
 from costspec.core.errors import UsageError
-from costspec.core.vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass, Serve
+from costspec.core.vocab import RUNNABLE_PASSES, Backend, Device, Format, Fusion, Pass, Serve
 
 if TYPE_CHECKING:
     from costspec.analysis.gpus import Gpu
@@ -162,6 +162,10 @@ context = click.option("--context", type=click.IntRange(min=1), default=None, me
                        help="Tokens already in the key/value cache (a dim named N; default with --phase decode: "
                             "the spec's token count).")
 
+backend = click.option("--backend", type=click.Choice([Backend.FLASH.value, Backend.MATH.value, Backend.EAGER.value]),
+                       default=None, help="The attention kernel family every attention layer's cost follows "
+                                          "(replaces the spec's `backend:`): flash, math or eager.")
+
 
 # -- option groups -------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -221,16 +225,18 @@ class Ragged:
 
 @dataclass(frozen=True)
 class Serving:
-    """A serving phase: --phase prefill|decode and --context N (None, None: the spec as written)."""
+    """How the model runs: a serving phase (--phase prefill|decode, --context N) and the attention kernel
+    family (--backend); None: as the spec is written."""
 
     phase: str | None = None
     context: int | None = None
+    backend: str | None = None
 
     def load(self, spec: str, dtype: str | None = None) -> Model:
-        """The spec loaded for this phase (`costspec.analysis.serving`)."""
+        """The spec loaded for this phase and backend (`costspec.analysis.serving`)."""
         from costspec.model import load
 
-        return load(spec, dtype, self.phase, self.context)
+        return load(spec, dtype, self.phase, self.context, self.backend)
 
 
 @dataclass(frozen=True)
@@ -257,7 +263,7 @@ pass_precision = option_group("run", PassPrecision, pass_, dtype)  # eval, repor
 pass_only = option_group("run", PassPrecision, pass_)  # roofline: the spec's precision
 run_pass_precision = option_group("run", PassPrecision, runnable_pass, run_dtype)  # time
 ragged = option_group("ragged", Ragged, lengths, lengths_file, seq_dim)
-serving = option_group("serving", Serving, phase, context)
+serving = option_group("serving", Serving, phase, context, backend)
 closed_form = option_group("form", ClosedForm, keep, sets, pass_, per_layer, expand)
 
 
