@@ -201,3 +201,28 @@ def test_sweep_and_formula_take_the_phase(cli):
     form = cli("formula", LLAMA, "--phase", "decode", "--keep", "B,N,L")
     assert form.returncode == 0, form.stderr
     assert "TC FLOPs    = L*(8192*B*N + 90185728*B)" in form.stdout  # 4*C*(N+1) + the per-token GEMMs
+
+
+def test_other_zoo_decoders_decode_equal_transformers():
+    """Pythia (parallel residual, partial rope), Mixtral (MoE, transformers' batched_mm experts) and Gemma 2
+    (soft-capping, eager attention, sliding and global layers alternating: its spec's variants need 26
+    layers), each one token after 40 cached ones at B = 2; Gemma 2's sliding layers hold one token fewer
+    after the step (the convention of test_sliding_window_decode_equals_transformers)."""
+    t = pytest.importorskip("transformers")
+    pythia = t.GPTNeoXConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                             vocab_size=1000, max_position_embeddings=256, attn_implementation="sdpa")
+    assert hf_decode(t.GPTNeoXModel, pythia, 2, 40) == spec_decode(
+        ROOT / "specs/pythia_160m.yaml", 40, B=2, C=128, L=2, heads=4, F=256, V=1000)
+    mixtral = t.MixtralConfig(num_hidden_layers=2, hidden_size=256, intermediate_size=384, num_attention_heads=8,
+                              num_key_value_heads=2, vocab_size=1000, num_local_experts=4,
+                              _experts_implementation="batched_mm", attn_implementation="sdpa")
+    assert hf_decode(t.MixtralModel, mixtral, 2, 40) == spec_decode(
+        ROOT / "specs/mixtral_8x7b.yaml", 40, B=2, C=256, L=2, heads=8, KV=2, F=384, V=1000, E=4)
+    gemma = t.Gemma2Config(hidden_size=128, num_hidden_layers=26, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=32, intermediate_size=256, vocab_size=1000, sliding_window=16,
+                           attn_implementation="eager")
+    flops, held = hf_decode(t.Gemma2ForCausalLM, gemma, 2, 40)
+    spec_flops, cache = spec_decode(ROOT / "specs/gemma2_2b.yaml", 40, B=2, C=128, L=26, heads=4, KV=2, D=32,
+                                    F=256, V=1000, W=16)
+    assert spec_flops == flops
+    assert cache - held == 13 * 2 * 2 * 2 * 32  # 13 sliding layers: k and v of one token, B 2, 2 kv heads of 32
