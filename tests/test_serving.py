@@ -226,3 +226,60 @@ def test_other_zoo_decoders_decode_equal_transformers():
                                     F=256, V=1000, W=16)
     assert spec_flops == flops
     assert cache - held == 13 * 2 * 2 * 2 * 32  # 13 sliding layers: k and v of one token, B 2, 2 kv heads of 32
+
+
+MLA_SPEC = """costspec: 1
+name: tiny_mla
+dims: {B: 1, S: 16, C: 64, L: 2, F: 96, V: 100}
+input: [B, S]
+precision: {dtype: bf16}
+blocks:
+  blk:
+    - residual:
+        - rmsnorm: {}
+        - mla: {heads: 4, kv_lora_rank: 32, q_lora_rank: 16, qk_nope_head_dim: 8, qk_rope_head_dim: 4,
+                v_head_dim: 8, causal: true, absorb: ABSORB}
+    - residual:
+        - rmsnorm: {}
+        - mlp: {hidden: F, gated: true, fn: silu, bias: false}
+layers:
+  - embedding: {vocab: V, dim: C}
+  - repeat: L
+    body: blk
+  - rmsnorm: {}
+"""
+
+
+def test_mla_decode_equals_transformers_deepseek_v3():
+    """transformers' DeepseekV3 caches the latent and the rope key (r + d_r per token) and up-projects every
+    cached latent with kv_b each step; the absorbed form attends over the latent instead (no kv_b)."""
+    torch = pytest.importorskip("torch")
+    t = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import DynamicCache
+
+    from costspec.model import serve
+
+    batch, context = 2, 40
+    config = t.DeepseekV3Config(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                                num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=32, qk_nope_head_dim=8,
+                                qk_rope_head_dim=4, v_head_dim=8, vocab_size=100, first_k_dense_replace=2,
+                                n_routed_experts=4, attn_implementation="sdpa", max_position_embeddings=256)
+    with torch.device("meta"):
+        model = t.DeepseekV3Model(config).eval()
+    cache = DynamicCache(config=config)
+    for layer in range(2):
+        cache.update(torch.empty(batch, 1, context, 32, device="meta"),
+                     torch.empty(batch, 1, context, 4, device="meta"), layer)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = model(input_ids=torch.zeros(batch, 1, dtype=torch.long, device="meta"), past_key_values=cache,
+                    use_cache=True, position_ids=torch.full((batch, 1), context, device="meta"))
+    held = sum(x.numel() for layer in out.past_key_values.layers for x in (layer.keys, layer.values))
+    spec = serve(loads(MLA_SPEC.replace("ABSORB", "false")), "decode", context)
+    values = spec.bind(batch=batch)
+    cached = sum(n.op.kv_cache(n.call) for n in spec.op_nodes()) * 2  # one mla op node, 2 instances
+    assert (spec.report("forward", values).tc, int(cached.xreplace(values))) == (counter.get_total_flops(), held)
+    assert held == 2 * batch * (32 + 4) * (context + 1)
+    absorbed = serve(loads(MLA_SPEC.replace("ABSORB", "true")), "decode", context)
+    sdpa = absorbed.node("repeat.attn.sdpa").forward().matmul["sdpa"].xreplace(absorbed.bind(batch=batch))
+    assert sdpa == 2 * batch * 4 * (context + 1) * ((32 + 4) + 32)  # QK^T over r + d_r, AV over r, one query

@@ -2,7 +2,7 @@
 written) and decode (one new token per sequence, attending to N cached tokens and itself).
 
 A phase is a rewrite of the spec document, so every command costs it with the same ops: every
-`attention` layer gets `cache: N` (its SDPA reads N cached keys besides the new ones; its projections,
+`attention` and `mla` layer gets `cache: N` (its SDPA reads N cached keys besides the new ones; its projections,
 rope and norms run on the new tokens only), the context N becomes a dim (named `N`, or `ctx` when
 the spec already has an `N`), and decode sets the input's token axis (axis 1) to 1. Prefill without a
 context is the spec unchanged (its KV cache: every input token); prefill with one is a chunked
@@ -25,8 +25,9 @@ from costspec.tree.network import Network
 CONTEXT_DIMS = ("N", "ctx")  # the name the context dim takes: the first one the spec leaves free
 # ops that act on each token by itself: their decode cost is their cost on the one new token
 PER_TOKEN_OPS = frozenset({"activation", "add", "attention", "dropout", "embedding", "fanout", "layer_scale",
-                           "layernorm", "linear", "lm_head", "mlp", "moe", "mul", "position_embedding", "rmsnorm",
-                           "scale"})
+                           "layernorm", "linear", "lm_head", "mla", "mlp", "moe", "mul", "position_embedding",
+                           "rmsnorm", "scale"})
+CACHED_OPS = ("attention", "mla")  # the ops with a key/value cache (a `cache` attribute)
 
 
 def context_dim(doc: MarkedDoc) -> str:
@@ -97,7 +98,7 @@ def _check_servable(network: Network, phase: Serve) -> None:
         raise UsageError(f"--phase {phase} needs an input of tokens ([B, S] ids or [B, S, C]); this spec's input has "
                          f"rank {len(network.in_shape)}")
     ops = list(network.op_nodes())
-    if not any(n.op.name == "attention" and n.call.attrs.causal for n in ops):
+    if not any(n.op.name in CACHED_OPS and n.call.attrs.causal for n in ops):
         raise UsageError(f"--phase {phase} serves a decoder: this spec has no causal attention layer, so nothing is "
                          "cached")
     if phase is Serve.DECODE:
@@ -119,7 +120,7 @@ def _add_cache(node: Any, name: str, doc: MarkedDoc, path: tuple) -> None:
             _add_cache(item, name, doc, path + (i,))
     elif isinstance(node, dict):
         for key, value in node.items():
-            if key == "attention" and (value is None or isinstance(value, dict)):
+            if key in CACHED_OPS and (value is None or isinstance(value, dict)):
                 attrs = dict(value or {})
                 if "cache" in attrs:
                     raise UsageError(f"{doc.locate(path + (key, 'cache'))}: the layer sets cache itself; --context "
@@ -130,4 +131,4 @@ def _add_cache(node: Any, name: str, doc: MarkedDoc, path: tuple) -> None:
                 _add_cache(value, name, doc, path + (key,))
 
 
-__all__ = ["BACKEND_OPS", "CONTEXT_DIMS", "PER_TOKEN_OPS", "backend_doc", "context_dim", "serving_doc"]
+__all__ = ["BACKEND_OPS", "CACHED_OPS", "CONTEXT_DIMS", "PER_TOKEN_OPS", "backend_doc", "context_dim", "serving_doc"]
