@@ -10,7 +10,7 @@ Conventions (docs/conventions.md, memory):
   of the weights they update (fp32 with master weights, else the parameter's: torch's `zeros_like`);
   their per-tensor `step` counters live on the host (torch's default) and are not device memory;
 * the key/value cache (a serving phase): each attention layer's `kv_cache` elements (k and v of the cached
-  and new tokens, grouped-query aware) at the layer's precision;
+  and new tokens, grouped-query aware; mla's latent and rope key) at the layer's precision;
 * activations saved for backward are not modelled: a train total is the total WITHOUT them, and says so.
 """
 from __future__ import annotations
@@ -77,8 +77,8 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
                           f"{states} state(s) per parameter in {dtype}; step counters on the host"))
     if cache:
         kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
-        kinds.append(Kind("kv cache", kv, "k and v of every cached and new token per attention layer: "
-                          "2 x B x kv_heads x head_dim x tokens x bytes"))
+        kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
+                          "kv_heads x head_dim x tokens x bytes; mla: its latent and rope key, B x (r + d_r))"))
     return kinds
 
 
