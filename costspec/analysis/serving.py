@@ -32,7 +32,8 @@ CACHED_OPS = ("attention", "mla")  # the ops with a key/value cache (a `cache` a
 
 def context_dim(doc: MarkedDoc) -> str:
     """The name of the context dim for this spec (see CONTEXT_DIMS)."""
-    taken = set((doc.data or {}).get("dims") or {})  # type: ignore[union-attr]
+    data: Any = doc.data or {}
+    taken = set(data.get("dims") or {})
     for name in CONTEXT_DIMS:
         if name not in taken:
             return name
