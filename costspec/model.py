@@ -20,7 +20,7 @@ import sympy
 from costspec.analysis.compiled import PASSES, CompiledModel
 from costspec.analysis.evaluation import Report, build_report
 from costspec.core.errors import SpecError, UsageError
-from costspec.core.vocab import Pass
+from costspec.core.vocab import Pass, Serve
 from costspec.core.yaml_marks import load_marked
 from costspec.spec.load import parse_spec, read_bounded, schema_problems
 from costspec.tree.network import Network
@@ -28,6 +28,9 @@ from costspec.tree.network import Network
 
 class Model(Network):
     """A loaded, checked spec. Build with `costspec.load(path)`."""
+
+    phase: Serve | None = None  # the serving phase it was loaded for (`load(..., phase=)`), None: as written
+    context_dim: str | None = None  # the dim holding the cached tokens, when served with a context
 
     # -- numbers ----------------------------------------------------------------------------
     def evaluate(self, pass_: Pass | str = Pass.FORWARD, **dims: int) -> Report:
@@ -95,13 +98,49 @@ class Model(Network):
         return build_module(self, self.bind(sets=dims))
 
 
-def load(path: str | Path, dtype: str | None = None) -> Model:
+def load(path: str | Path, dtype: str | None = None, phase: Serve | str | None = None,
+         context: int | None = None, backend: str | None = None) -> Model:
     """Load, validate and build a spec file (or a zoo spec by name, e.g. "vit_b", when no such file
-    exists); `dtype` overrides the spec's default precision."""
+    exists); `dtype` overrides the spec's default precision. `phase` ("prefill" or "decode") and
+    `context` (tokens already cached) serve a decoder (`costspec.analysis.serving`): decode costs one new
+    token per sequence over `context` cached ones (default: the spec's token count). `backend` ("flash",
+    "math", "eager") replaces every attention layer's kernel family."""
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"costspec.load needs a file path (str or pathlib.Path), got {type(path).__name__}; "
                          "use costspec.loads for spec text")
-    return Model.from_file(path, dtype=dtype)
+    model = Model.from_file(path, dtype=dtype)
+    if backend is not None:
+        from costspec.analysis.serving import backend_doc
+
+        model = Model(backend_doc(model.doc, backend), dtype=dtype)
+    return serve(model, phase, context, dtype)
+
+
+def serve(model: Model, phase: Serve | str | None, context: int | None, dtype: str | None = None) -> Model:
+    """`model` for a serving phase (see `load`); `model` itself for no phase and no context."""
+    if phase is None and context is None:
+        return model
+    from costspec.analysis.serving import context_dim, serving_doc
+
+    phase = Serve.parse(Serve.PREFILL if phase is None else phase, "phase")
+    doc = serving_doc(model, phase, context)
+    served = Model(doc, dtype=dtype) if doc is not model.doc else model
+    served.phase = phase
+    served.context_dim = context_dim(model.doc) if doc is not model.doc else None
+    return served
+
+
+def serving_note(model: Model, batch: int, seconds: float | None = None) -> str | None:
+    """One line saying what a served model's costs are (and, with a roofline's time, tokens per second)."""
+    if model.phase is None:
+        return None
+    ctx = f" after {model.context_dim} cached tokens" if model.context_dim else ""
+    if model.phase is Serve.DECODE:
+        line = f"decode: one new token per sequence (input [{model.in_shape[0]}, 1]){ctx}; costs are per step"
+        if seconds:
+            line += f": {seconds * 1e3:.4g} ms per step of {batch} tokens, {batch / seconds:,.1f} tokens/s"
+        return line
+    return f"prefill: the input's tokens{ctx}, their keys and values written to the cache"
 
 
 def loads(text: str, file: str = "<spec>") -> Model:

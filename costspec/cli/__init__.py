@@ -18,7 +18,8 @@ from costspec.core.errors import CostspecError
 # the modules of validate, torch or time, and those import torch only inside their commands.
 COMMANDS = {
     "check": "check", "eval": "eval_cmd", "formula": "formula_cmd", "gpus": "gpus_cmd", "import": "import_cmd",
-    "init": "init_cmd", "latex": "latex_cmd", "ncu": "ncu_cmd", "report": "report_cmd", "roofline": "roofline_cmd",
+    "init": "init_cmd", "latex": "latex_cmd", "memory": "memory_cmd",
+    "ncu": "ncu_cmd", "report": "report_cmd", "roofline": "roofline_cmd",
     "sweep": "sweep_cmd", "time": "time_cmd", "torch": "torch_cmd", "validate": "validate_cmd", "zoo": "zoo_cmd",
 }
 

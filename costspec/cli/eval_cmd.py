@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Bindings, Hardware, PassPrecision, Ragged
+from costspec.cli.options import Bindings, Hardware, PassPrecision, Ragged, Serving
 
 
 @dataclass(frozen=True)
@@ -52,28 +52,32 @@ view_options = options.option_group("view", EvalView, options.depth, calibration
 @options.hardware(required=False)
 @view_options
 @options.ragged
-def eval_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, view: EvalView, ragged: Ragged):
-    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too.
+@options.serving
+def eval_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, view: EvalView, ragged: Ragged,
+                 serving: Serving):
+    """Evaluate SPEC's costs at concrete dims, per layer; with --gpu, bytes and time too. With --phase decode,
+    the cost of one generated token per sequence after --context cached ones.
 
     The first plain evaluation of a spec (any --batch, --set, --pass, --dtype, --depth, --format; not --gpu,
-    --ladder, --lengths, --lengths-file, --calibration or --alignment strict, which always build the model)
-    stores the spec compiled to exact integer programs in the cache folder (COSTSPEC_CACHE_DIR, else
-    $XDG_CACHE_HOME/costspec or ~/.cache/costspec; ~/Library/Caches/costspec on macOS), keyed by the spec's
-    bytes and path, the dtype, the pass and the installed costspec. Later runs read it instead of building
-    the model: the same output, in a fraction of the time. A damaged or stale entry is rebuilt. --no-cache
-    (or COSTSPEC_NO_CACHE=1) builds the model and evaluates it symbolically."""
+    --ladder, --lengths, --lengths-file, --calibration, --alignment strict, --phase, --context or --backend,
+    which always build the model) stores the spec compiled to exact integer programs in the cache folder
+    (COSTSPEC_CACHE_DIR, else $XDG_CACHE_HOME/costspec or ~/.cache/costspec; ~/Library/Caches/costspec on
+    macOS), keyed by the spec's bytes and path, the dtype, the pass and the installed costspec. Later runs
+    read it instead of building the model: the same output, in a fraction of the time. A damaged or stale
+    entry is rebuilt. --no-cache (or COSTSPEC_NO_CACHE=1) builds the model and evaluates it symbolically."""
     from costspec.cli import eval_fast
     from costspec.core.render import render
 
-    plain = not (hardware.gpu or view.calibration or view.ladder or view.alignment != "warn" or view.no_cache
+    options.require(serving.phase is None or run.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
+    served = (serving.phase, serving.context, serving.backend) != (None, None, None)
+    plain = not (served or hardware.gpu or view.calibration or view.ladder or view.alignment != "warn" or view.no_cache
                  or ragged.lengths is not None or ragged.lengths_file is not None)
     key = eval_fast.entry_key(spec, run) if plain else None
     if key is not None and (result := eval_fast.cached_result(key, dims, run, view.depth)) is not None:
         click.echo(render(result, view.fmt))
         return
-    from costspec.model import load
-
-    model = load(spec, run.dtype)
+    model = serving.load(spec, run.dtype)
     if key is not None:
         eval_fast.remember(key, model, dims, run)
     lengths = ragged.read()
@@ -107,6 +111,12 @@ def _costs(model, dims: Bindings, run: PassPrecision, hardware: Hardware, view: 
 
         roof = estimate(model, report, values, device, hardware.fusion, hardware.efficiency)
     result = shown(report, aligned, view.depth, roof)
+    if model.phase is not None:
+        from costspec.model import serving_note
+
+        if note := serving_note(model, int(model.in_shape[0].xreplace(values)), roof.time_s if roof else None):
+            result.notes.insert(0, note)
+            result.meta["serving"] = {"phase": str(model.phase), "context_dim": model.context_dim}
     if view.calibration:
         from costspec.analysis.calibration import add_executed, executed_report, load_calibration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import ClosedForm
+from costspec.cli.options import ClosedForm, Serving
 
 
 @cli.command("formula")
@@ -12,14 +12,16 @@ from costspec.cli.options import ClosedForm
 @options.closed_form
 @options.dtype
 @options.output_format("text", "json", default="text")
-def formula_command(spec: str, form: ClosedForm, dtype: str | None, fmt: str):
+@options.serving
+def formula_command(spec: str, form: ClosedForm, dtype: str | None, fmt: str, serving: Serving):
     """Print SPEC's costs as canonical polynomials in the kept symbols (totals; every layer with --per-layer)."""
     from costspec.analysis.backend_note import flash_backward_note
     from costspec.analysis.formula import formulas
     from costspec.export.formulas import RENDERERS
-    from costspec.model import load
 
-    model = load(spec, dtype)
+    options.require(serving.phase is None or form.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {form.pass_})")
+    model = serving.load(spec, dtype)
     result = formulas(model, form.pass_, form.keep, form.expand, form.sets, depth=None if form.per_layer else 0)
     click.echo(RENDERERS[fmt](result))
     if fmt == "text" and (note := flash_backward_note(model, form.pass_)):

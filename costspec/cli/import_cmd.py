@@ -3,6 +3,7 @@ TARGET`: a spec from the user's own model, traced on meta (costspec.trace), chec
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import click
 
@@ -56,33 +57,54 @@ def _key_values(ctx, param, values) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class RealModel:
+    """How `import torch` builds an hf:ModelClass target: --config, --config-set, --output-field."""
+
+    config: str | None
+    config_sets: dict[str, str]
+    output_field: str | None
+
+
+@dataclass(frozen=True)
+class SpecWriting:
+    """What `import torch` writes: --dtype, --allow-unmapped, --no-check."""
+
+    dtype: str | None
+    allow_unmapped: bool
+    no_check: bool
+
+
 @import_group.command("torch")
 @click.argument("target", metavar="TARGET")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=INPUT:AXIS",
               help="Name an input axis as a dim (repeatable; S=input_ids:1, img=x:2,3). Axis 0 of every input is B.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Spec file to write (default: print the spec).")
-@click.option("--config", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="With hf:ModelClass: a Hugging Face config.json (default: the class's default config).")
-@click.option("--config-set", "config_sets", multiple=True, callback=_key_values, metavar="KEY=VALUE",
-              help="With hf:ModelClass: set a config key or a constructor argument (repeatable).")
-@click.option("--output-field", default=None, metavar="NAME",
-              help="The model output the spec ends at (pooler_output; a tuple index); default: its first tensor.")
-@click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
-              help="The spec's precision (default: the config's dtype, else the parameters').")
-@click.option("--allow-unmapped", is_flag=True,
-              help="Write the spec even when parts cannot be mapped, as `unmapped` layers eval lists.")
-@click.option("--no-check", is_flag=True, help="Skip the validate --against check of the written spec.")
-@options.output_format("yaml", "json", default="yaml")
-@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
-def import_torch_command(target, dims, output, config, config_sets, output_field, dtype, allow_unmapped, no_check,
-                         fmt, quiet):
+@options.option_group(
+    "real", RealModel,
+    click.option("--config", type=click.Path(dir_okay=False, exists=True), default=None,
+                 help="With hf:ModelClass: a Hugging Face config.json (default: the class's default config)."),
+    click.option("--config-set", "config_sets", multiple=True, callback=_key_values, metavar="KEY=VALUE",
+                 help="With hf:ModelClass: set a config key or a constructor argument (repeatable)."),
+    click.option("--output-field", default=None, metavar="NAME",
+                 help="The model output the spec ends at (pooler_output; a tuple index); default: its first tensor."))
+@options.option_group(
+    "writing", SpecWriting,
+    click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
+                 help="The spec's precision (default: the config's dtype, else the parameters')."),
+    click.option("--allow-unmapped", is_flag=True,
+                 help="Write the spec even when parts cannot be mapped, as `unmapped` layers eval lists."),
+    click.option("--no-check", is_flag=True, help="Skip the validate --against check of the written spec."))
+@options.option_group("display", options.Display, options.output_format("yaml", "json", default="yaml"),
+                      click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."))
+def import_torch_command(target, dims, output, real: RealModel, writing: SpecWriting, display: options.Display):
     """Write a spec from TARGET (package.module:callable or hf:ModelClass) traced on meta; check it (docs/import.md)."""
     from costspec.trace.command import run_import
 
-    report = run_import(target, dims, output, config, config_sets, output_field, dtype, allow_unmapped,
-                        not no_check, quiet)
-    if fmt == "json":
+    report = run_import(target, dims, output, real.config, real.config_sets, real.output_field, writing.dtype,
+                        writing.allow_unmapped, not writing.no_check, display.quiet)
+    if display.fmt == "json":
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:
         if not output:

@@ -16,11 +16,12 @@ import click
 
 from costspec.core.conventions import DTYPES
 from costspec.core.errors import UsageError
-from costspec.core.vocab import RUNNABLE_PASSES, Device, Format, Fusion, Pass
+from costspec.core.vocab import RUNNABLE_PASSES, Backend, Device, Format, Fusion, Pass, Serve
 
 if TYPE_CHECKING:
     from costspec.analysis.gpus import Gpu
     from costspec.analysis.roofline import Efficiency
+    from costspec.model import Model
     from costspec.tree.network import Network
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -156,6 +157,18 @@ rtol = click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_de
                     help="Relative tolerance on matmul-class FLOPs per row (pointwise counts must match exactly).")
 
 
+phase = click.option("--phase", type=click.Choice(Serve.choices()), default=None,
+                     help="Serve a decoder: prefill (the input's S tokens, the key/value cache written) or decode "
+                          "(one new token per sequence attending to --context cached tokens).")
+context = click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
+                       help="Tokens already in the key/value cache (a dim named N; default with --phase decode: "
+                            "the spec's token count).")
+
+backend = click.option("--backend", type=click.Choice([Backend.FLASH.value, Backend.MATH.value, Backend.EAGER.value]),
+                       default=None, help="The attention kernel family every attention layer's cost follows "
+                                          "(replaces the spec's `backend:`): flash, math or eager.")
+
+
 # -- option groups -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Bindings:
@@ -215,6 +228,22 @@ class Ragged:
 
 
 @dataclass(frozen=True)
+class Serving:
+    """How the model runs: a serving phase (--phase prefill|decode, --context N) and the attention kernel
+    family (--backend); None: as the spec is written."""
+
+    phase: str | None = None
+    context: int | None = None
+    backend: str | None = None
+
+    def load(self, spec: str, dtype: str | None = None) -> Model:
+        """The spec loaded for this phase and backend (`costspec.analysis.serving`)."""
+        from costspec.model import load
+
+        return load(spec, dtype, self.phase, self.context, self.backend)
+
+
+@dataclass(frozen=True)
 class ClosedForm:
     """Which closed forms formula and latex write: --keep, --set, --pass, --per-layer, --expand."""
 
@@ -238,6 +267,7 @@ pass_precision = option_group("run", PassPrecision, pass_, dtype)  # eval, repor
 pass_only = option_group("run", PassPrecision, pass_)  # roofline: the spec's precision
 run_pass_precision = option_group("run", PassPrecision, runnable_pass, run_dtype)  # time
 ragged = option_group("ragged", Ragged, lengths, lengths_file, seq_dim)
+serving = option_group("serving", Serving, phase, context, backend)
 closed_form = option_group("form", ClosedForm, keep, sets, pass_, per_layer, expand)
 
 

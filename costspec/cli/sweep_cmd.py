@@ -7,7 +7,7 @@ from typing import Mapping
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Hardware, PassPrecision, Ragged
+from costspec.cli.options import Hardware, PassPrecision, Ragged, Serving
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,18 @@ output_options = options.option_group(
 @options.hardware(required=False)
 @output_options
 @options.ragged
-def sweep_command(spec: str, grid: Grid, run: PassPrecision, hardware: Hardware, out: SweepOutput, ragged: Ragged):
-    """Evaluate SPEC over the cartesian product of --vary values (exact integers; CSV by default)."""
+@options.serving
+def sweep_command(spec: str, grid: Grid, run: PassPrecision, hardware: Hardware, out: SweepOutput, ragged: Ragged,
+                  serving: Serving):
+    """Evaluate SPEC over the cartesian product of --vary values (exact integers; CSV by default). Served
+    (--phase decode), --vary N=... sweeps the context."""
     from costspec.core.safeio import check_not_input
-    from costspec.model import load
 
     if out.output:
         check_not_input(out.output, [spec])  # before any work: the spec would be lost
-    model = load(spec, run.dtype)
+    options.require(serving.phase is None or run.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
+    model = serving.load(spec, run.dtype)
     lengths = ragged.read()
     if lengths is not None:
         from costspec.analysis.ragged import ragged_sweep_csv

@@ -45,6 +45,14 @@ class Phase(Word):
     BACKWARD = "backward"
 
 
+class Serve(Word):
+    """A serving phase of a decoder: prefill (the input's tokens, the key/value cache written) or decode (one
+    new token per sequence attending to the cached ones)."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
 class Pass(Word):
     """What a cost is asked for: a phase, or `train` = forward + backward."""
 
@@ -103,4 +111,4 @@ class Format(Word):
     MARKDOWN = "markdown"
 
 
-__all__ = ["Backend", "Device", "Format", "Fusion", "FusedRun", "Pass", "Phase", "RUNNABLE_PASSES", "Word"]
+__all__ = ["Backend", "Device", "Format", "Fusion", "FusedRun", "Pass", "Phase", "RUNNABLE_PASSES", "Serve", "Word"]

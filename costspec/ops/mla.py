@@ -71,6 +71,11 @@ ATTRS = (
     Attr("backend", "choice", "attention kernel family the cost follows: flash (GPU default: the backward "
          "recomputes QK^T), math (PyTorch's SDPA decomposition, as on meta tensors) or eager (explicit matmul, "
          "softmax, matmul)", default="flash", choices=("flash", "math", "eager")),
+    Attr("cache", "count", "tokens already in the layer's key/value cache (serving: `--phase decode --context N`): "
+         "the cache holds the latent and the rope key of every token (r + d_r); the projections run on the S new "
+         "tokens, except kv_b, which (as transformers runs it) up-projects every cached latent again (absorb: true "
+         "does not); the SDPA's S queries attend to cache + S keys. Causal only. 0: none",
+         default=0),
     Attr("absorb", "bool", "the weight-absorbed inference form: W_UK applied to q (uk: per head d_n -> r), W_UV to "
          "the attention output (uv: per head r -> d_v), attention over the latent (one key/value head of r + d_r, "
          "values r). Same parameters; the projections cost the same per token (uk + uv: 2*B*S*h*r*(d_n + d_v) "
@@ -104,17 +109,22 @@ class Geom:
     dn: Expr
     dr: Expr
     dv: Expr
+    cached: Expr = sympy.Integer(0)  # keys read from the cache besides the s new ones (serving)
 
     @property
     def m(self) -> Expr:  # rows of the projections
         return self.b * self.s
+
+    @property
+    def sk(self) -> Expr:  # keys each query sees: the cached and the new ones
+        return self.cached + self.s
 
     @classmethod
     def of(cls, call: OpCall) -> Geom:
         a = call.attrs
         b, s, c = call.in_shape
         return cls(b, s, c, a.heads, a.q_lora_rank, a.kv_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim,
-                   a.v_head_dim)
+                   a.v_head_dim, sympy.sympify(a.cache))
 
 
 def low_rank_q(call: OpCall) -> bool:
@@ -129,7 +139,8 @@ def linears(call: OpCall) -> tuple[list[Linear], list[Linear]]:
          else [Linear("q", g.m, g.c, dq, False)])
     before = q + [Linear("kv_a", g.m, g.c, g.r + g.dr, bias)]
     if not call.attrs.absorb:
-        before.append(Linear("kv_b", g.m, g.r, g.h * (g.dn + g.dv), False))
+        # (over a cache, every cached latent is up-projected again: transformers' expand_kv)
+        before.append(Linear("kv_b", g.b * g.sk, g.r, g.h * (g.dn + g.dv), False))
     return before, [Linear("proj", g.m, g.h * g.dv, g.c, bias)]
 
 
@@ -145,10 +156,11 @@ def heads_products(call: OpCall) -> list[Linear]:
 def sdpa_call(call: OpCall) -> Sdpa:
     a, g = call.attrs, Geom.of(call)
     useful = a.causal and a.causal_flops == "useful"
+    causal = a.causal and not (sympy.sympify(g.s) == 1 and not is_zero(g.cached))  # one query over a cache: no mask
     if a.absorb:  # one key/value head of the latent: multi-query
-        return Sdpa(g.b, g.h, 1, g.s, g.s, g.r + g.dr, g.r, gqa=True, grouped=above_one(g.h), causal=a.causal,
-                    useful=useful)
-    return Sdpa(g.b, g.h, g.h, g.s, g.s, g.dn + g.dr, g.dv, causal=a.causal, useful=useful)
+        return Sdpa(g.b, g.h, 1, g.s, g.sk, g.r + g.dr, g.r, gqa=True, grouped=above_one(g.h), causal=causal,
+                    offset=g.cached, useful=useful)
+    return Sdpa(g.b, g.h, g.h, g.s, g.sk, g.dn + g.dr, g.dv, causal=causal, offset=g.cached, useful=useful)
 
 
 def _heads_work(p: Linear, h: Expr, pass_: Phase) -> Work:
@@ -182,6 +194,9 @@ class MultiHeadLatentAttention(OpDef):
         same_size_constraint(call, "dim", call.attrs.dim, call.in_shape[-1], "the input's last dim")
         if call.attrs.mscale <= 0:
             raise call.fail(f"mscale must be positive, got {call.attrs.mscale}", "mscale", "a positive factor (1)")
+        if not is_zero(call.attrs.cache) and not call.attrs.causal:
+            raise call.fail("cache holds the keys and values of earlier tokens of one sequence: it needs causal: true",
+                            "cache", "causal: true, or cache: 0")
         return call.in_shape
 
     def constraints(self, call: OpCall):
@@ -318,11 +333,20 @@ class MultiHeadLatentAttention(OpDef):
         found = {t.part: t for t in [*lin.values(), *norms, rope, sdpa]}
         return [found[p.name] for p in self.forward(call) if p.name in found]
 
+    def kv_cache(self, call: OpCall):
+        """Causal MLA caches the latent and the shared rope key per token (r + d_r), in both forms: the
+        absorbed one attends over them, transformers' form up-projects every cached latent each step."""
+        g = Geom.of(call)
+        return g.b * (g.r + g.dr) * g.sk if call.attrs.causal else ZERO
+
     # -- torch --------------------------------------------------------------------------------
     def build(self, call: OpCall, ev):
         from costspec.nn.mla import LatentAttention, MlaShape
 
         a, g = call.attrs, Geom.of(call)
+        if not is_zero(a.cache):
+            raise call.fail("the generated module has no key/value cache: validate, time and ncu run the model "
+                            "without one (prefill with no --context)", "cache", "cache: 0")
         shape = MlaShape(ev(a.dim), ev(g.h), ev(g.rq), ev(g.r), ev(g.dn), ev(g.dr), ev(g.dv))
         scale = float(a.mscale) ** 2 / float(ev(g.dn + g.dr)) ** 0.5
         return LatentAttention(shape, ev(g.s), bool(a.bias), a.causal, bool(a.absorb), a.backend == Backend.EAGER,

@@ -194,6 +194,10 @@ class OpDef:
         its parameters alone, read by later layers): the running value before it is then not consumed
         by it and must be `save:`d to be used. Default: True."""
         return True
+    def kv_cache(self, call: OpCall) -> Expr:
+        """Elements one instance keeps in a key/value cache for later tokens (serving), as the step of this
+        call reads it: the cached tokens and the new ones. Default: none (only attention caches)."""
+        return ZERO
 
     def active_params(self, call: OpCall) -> Expr | None:
         """The parameters one token uses, where fewer than all of them (a mixture of experts: the router,

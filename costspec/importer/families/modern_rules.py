@@ -9,7 +9,7 @@ from costspec.importer.config import HFConfig
 from costspec.importer.families.modern_moe import DEEPSEEK_V2_ROPE_RULE, deepseek_v3_rope_rule
 
 if TYPE_CHECKING:
-    from costspec.importer.families.modern_template import Dims, Template
+    from costspec.importer.families.modern_switches import Dims, Template
 
 
 def rotate_rule(t: Template, dims: Dims) -> str:

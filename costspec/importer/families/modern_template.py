@@ -8,14 +8,13 @@ header says so); S is min(4096, max_position_embeddings), the maximum named in t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText, wrap_comment
 from costspec.importer.families.common import activation, check_divides
-from costspec.importer.families.modern_moe import MLA_IGNORED, MoE, gather_rule, mla_op, moe_op
+from costspec.importer.families.modern_moe import MLA_IGNORED, gather_rule, mla_op, moe_op
 from costspec.importer.families.modern_moe import layer_kinds as moe_layers
 from costspec.importer.families.modern_rules import rules
+from costspec.importer.families.modern_switches import Dims, Template
 
 DEFAULT_S = 4096  # the sequence length when the model allows more (its maximum is the dim's doc)
 DEFAULT_DTYPE = "bf16"
@@ -36,67 +35,6 @@ BASE_IGNORED = {
     "router_aux_loss_coef": "the load-balancing loss: training objective, not the model",
     "output_router_logits": "returns the router logits the model computes anyway",
 }
-
-
-@dataclass
-class Dims:
-    """What the shared dims resolved to."""
-
-    C: int
-    heads: int
-    kv: int
-    head_dim: int
-    layers: int
-    S: int
-    sliding: tuple[bool, ...] = ()
-    window: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
-    eager: bool = False  # transformers runs eager attention (soft-capping, sinks): masks built as floats
-    extra_rope: int = -1  # layers with RoPE (-1: all)
-
-
-@dataclass(frozen=True)
-class Template:
-    """The switches of one Llama-like family (see the module doc); `None` / "" switch a feature off."""
-
-    model_type: str
-    hf_class: str  # the *ForCausalLM class the spec describes
-    title: str
-    norm: str = "rmsnorm"  # rmsnorm | layernorm | layernorm_nobias | layernorm_plain (no weights)
-    layout: str = "pre"  # pre | sandwich (pre and post norms) | post (norms after, OLMo-2) | parallel (Cohere)
-    qk_norm: str = "none"  # none | rmsnorm | layernorm
-    qk_norm_over: str = "head"  # head | all
-    qk_norm_weight: str = "shared"  # shared | per_head
-    qk_norm_key: str = ""  # a config bool switching the q/k norm on (Cohere's use_qk_norm); "": always on
-    bias_key: str = "attention_bias"  # the config bool of the attention's biases ("": none)
-    bias_default: bool = False
-    o_bias: bool = True  # the bias key covers o_proj too
-    mlp: str = "gated"  # gated | plain (fc, act, proj)
-    mlp_bias_key: str = ""  # a config bool for the MLP's biases ("": none)
-    fused_qkv: bool = False  # one qkv_proj (Phi-3)
-    fused_gate_up: bool = False  # one gate_up_proj (Phi-3)
-    act_keys: tuple[str, ...] = ("hidden_act",)
-    act_default: str = "silu"
-    sliding: str = "none"  # none | all (sliding_window on every layer) | layer_types | qwen (use_sliding_window)
-    attn_softcap_key: str = ""
-    final_softcap_key: str = ""
-    partial_rotary: bool = False  # rope_parameters.partial_rotary_factor (q and k always sliced, as Phi-3)
-    nope_key: str = ""  # a per-layer list of RoPE on (1) / off (0): SmolLM3's no_rope_layers
-    embed_scale: str = ""  # "" | sqrt (x sqrt(C)) | a config key (Granite's embedding_multiplier)
-    residual_scale_key: str = ""  # Granite's residual_multiplier: each branch scaled before its residual add
-    logits: str = ""  # "" | "div:<key>" | "mul:<key>": the logits divided / multiplied by a config constant
-    refuse_true: tuple[str, ...] = ()  # bool keys whose true the family cannot price
-    refuse_set: tuple[str, ...] = ()  # keys whose non-null value the family cannot price
-    needs: tuple[str, ...] = ()  # keys transformers' class cannot do without (Ministral's head_dim)
-    tied_default: bool = False
-    positions_default: int = 4096  # transformers' max_position_embeddings default
-    sinks: bool = False  # gpt-oss's attention sinks (eager attention)
-    eager: bool = False  # transformers always runs eager attention (Gemma 2: no SDPA, soft-cap or not)
-    moe: MoE | None = None  # the MoE switches (modern_moe.py)
-    mla: str = ""  # "" | v2 | v3: DeepSeek's multi-head latent attention
-    ignored: dict[str, str] = field(default_factory=dict)
-    refused: tuple[str, ...] = ()  # what else the family refuses, for docs/import.md
-    blurb: str = ""  # what the family is, for docs/import.md
 
 
 # ----------------------------------------------------------------------------------------------

@@ -99,6 +99,11 @@ ATTRS = (
          "Gemma 3) or one per head (per_head, a (heads, d) weight: Cohere)", default="shared",
          choices=("shared", "per_head")),
     Attr("qk_norm_bias", "bool", "qk_norm: layernorm -- a learned bias beside the weight", default=False),
+    Attr("cache", "count", "tokens already in the layer's key/value cache (serving: `--phase decode --context N` "
+         "sets it to N with one new token; `--phase prefill --context N` to N with the input's S new tokens): the "
+         "projections, rope and q/k norms run on the S new tokens only, the SDPA's S queries attend to cache + S keys "
+         "(a sliding window keeps the last sliding_window - 1 cached tokens), the new k and v are appended. Causal "
+         "self-attention only. 0 (default): no cache", default=0),
     Attr("kv", "value", "cross-attention: keys and values projected from this value ([B, T, Ckv], a `save:`d "
          "value or an `inputs:` name, e.g. an encoder's output); q and the output projection run on the "
          "running value's B*S rows, k and v on B*T (fused_qkv fuses k and v)", default=None),

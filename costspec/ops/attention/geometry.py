@@ -30,14 +30,23 @@ class Geom:
     tq: Expr  # queries per attention problem (t, or the learned queries)
     mq: Expr  # rows the q and output projections run on (m, or B * learned queries)
     ckv: Expr | None = None  # cross-attention: the width of the value keys and values are projected from
+    cached: Expr = sympy.Integer(0)  # keys read from the KV cache besides the t new ones (serving)
 
     @property
     def nq(self) -> Expr:  # elements of q (and of O)
         return self.nb * self.h * self.tq * self.d
 
     @property
-    def nk(self) -> Expr:  # elements of k (and of v)
+    def nk(self) -> Expr:  # elements of the new k (and of v): what the projections write
         return self.nb * self.kv * self.t * self.d
+
+    @property
+    def sk(self) -> Expr:  # keys each query of the SDPA sees: the cached ones and the t new ones
+        return self.cached + self.t
+
+    @property
+    def nkc(self) -> Expr:  # elements of k (and of v) the SDPA reads: the cache and the new ones
+        return self.nb * self.kv * self.sk * self.d
 
 
 class Projection(NamedTuple):
@@ -85,6 +94,16 @@ def grouped(call: OpCall) -> Expr:
     return sympy.Min(1, a.heads - a.kv_heads)
 
 
+def cached_keys(call: OpCall) -> Expr:
+    """Keys the layer reads from its KV cache: `cache`, or with a sliding window w at most the last w - 1
+    (the cache keeps what the next query can still see: w keys with the new one, as transformers'
+    sliding-window cache layer keeps them)."""
+    a = call.attrs
+    if is_zero(a.cache) or is_zero(a.sliding_window):
+        return sympy.sympify(a.cache)
+    return sympy.Min(a.cache, a.sliding_window - 1)
+
+
 def geometry(call: OpCall) -> Geom:
     a = call.attrs
     b, s, c = call.in_shape
@@ -99,7 +118,7 @@ def geometry(call: OpCall) -> Geom:
     if cross(call):
         _, t, ckv = call.wiring.extra[0]
         return Geom(b, s, c, h, kv, d, b * t, b, t, gh, gw, s, b * s, ckv)
-    return Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, s, b * s)
+    return Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, s, b * s, cached=cached_keys(call))
 
 
 def local(call: OpCall) -> bool:
@@ -115,8 +134,9 @@ def eager(call: OpCall) -> bool:
 
 def sdpa_call(call: OpCall) -> Sdpa:
     a, g = call.attrs, geometry(call)
-    return Sdpa(g.nb, g.h, g.kv, g.tq, g.t, g.d, g.d, gqa=gqa(call), grouped=grouped(call),
-                causal=a.causal, window=a.sliding_window, local=a.local_window,
+    single = sympy.sympify(g.tq) == 1 and not is_zero(g.cached)  # one new query sees every cached key: no mask
+    return Sdpa(g.nb, g.h, g.kv, g.tq, g.sk, g.d, g.d, gqa=gqa(call), grouped=grouped(call),
+                causal=a.causal and not single, offset=g.cached, window=a.sliding_window, local=a.local_window,
                 useful=(a.causal or local(call)) and a.causal_flops == "useful",
                 bias=a.rel_pos or a.rel_bias != "none" or not is_zero(a.shift),
                 softcap=bool(a.softcap), sinks=bool(a.sinks))

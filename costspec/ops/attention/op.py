@@ -10,6 +10,7 @@ from costspec.ops.attention import positions, qk_norm, rules
 from costspec.ops.attention.attributes import ATTRS
 from costspec.ops.attention.geometry import (
     computes_dx,
+    cross,
     eager,
     geometry,
     gqa,
@@ -135,7 +136,7 @@ class Attention(OpDef):
             out.append("soft-capping / sinks counted as one fused flash kernel (flash-attn has both); PyTorch's SDPA "
                        "has neither, so the generated module (and transformers) runs eager attention: validate names "
                        "the difference (attention-eager)")
-        if not (a.causal or local(call)):
+        if not (sdpa_call(call).causal or local(call)):  # (one new query over a cache sees every key)
             return out
         if a.causal_flops == "useful":
             return out + ["masked attention counted as useful work: QK^T and AV over the unmasked pairs only (causal: "
@@ -236,10 +237,10 @@ class Attention(OpDef):
         extra = (6 if a.softcap else 3) * scores if unfused else ZERO
         bias = scores if a.rel_pos or a.rel_bias != "none" else ZERO
         if pass_ == Phase.FORWARD:
-            sdpa = Traffic("sdpa", g.nq + 2 * g.nk + bias + extra, g.nq + extra)
+            sdpa = Traffic("sdpa", g.nq + 2 * g.nkc + bias + extra, g.nq + extra)
         else:
             grouped = 2 * g.nq * shape.grouped if shape.gqa else ZERO
-            sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nk + bias + grouped + extra,
+            sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nkc + bias + grouped + extra,
                            g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO))
         out = [linear_traffic(n, m, k, o, bias_, pass_, computes_dx(call, n, input_grad))
                for n, m, k, o, bias_ in qkv]
@@ -253,12 +254,23 @@ class Attention(OpDef):
         n, m, k, o, bias_ = proj
         return out + [sdpa, linear_traffic(n, m, k, o, bias_, pass_, True)]
 
+    def kv_cache(self, call: OpCall):
+        """Causal self-attention caches k and v of every token a later query sees: 2 * B * kv_heads * d per
+        token, over the cached and the new tokens (with a sliding window, the last w - 1 cached ones)."""
+        a, g = call.attrs, geometry(call)
+        if not a.causal or cross(call):
+            return ZERO
+        return 2 * g.nb * g.kv * g.d * g.sk
+
     # -- torch --------------------------------------------------------------------------------
     def build(self, call: OpCall, ev):
         from costspec.nn.attention import Scores, SelfAttention
         from costspec.nn.qk_norm import QKNorm
 
         a, g = call.attrs, geometry(call)
+        if not is_zero(a.cache):
+            raise call.fail("the generated module has no key/value cache: validate, time and ncu run the model "
+                            "without one (prefill with no --context)", "cache", "cache: 0")
         grid = tuple(ev(x) for x in pair(a.grid)) if (windowed(call) or a.rel_pos) else None
         rel_bias = None
         if a.rel_bias == "t5":

@@ -103,6 +103,11 @@ RULES: tuple[Rule, ...] = (
          _NO_POSITIONS.format("causal"), "queries without causal"),
     Rule("queries-attend-to-all", "queries", lambda u: u.queries and (u.windowed or u.rel_bias),
          "learned queries attend to all tokens: no window or rel_bias", "queries without window / rel_bias"),
+    Rule("cache-is-causal-self-attention", "cache",
+         lambda u: not is_zero(u.a.cache) and (not u.a.causal or u.windowed or u.queries or u.cross or u.a.rel_pos
+                                               or u.rel_bias),
+         "cache holds the keys and values of earlier tokens of one sequence: it needs causal self-attention (no "
+         "window, queries, kv, rel_pos or rel_bias)", "causal: true, or cache: 0"),
     Rule("kv-is-tokens", "kv", lambda u: u.cross and len(u.kv_shape) != 3,
          "kv: '{a.kv}' has shape {kv_shape}, not tokens [B, T, C]", "a value of rank 3"),
     Rule("kv-batch", "kv", lambda u: u.cross and same_size(u.kv_shape[0], u.batch) is False,

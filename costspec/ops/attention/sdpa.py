@@ -28,6 +28,7 @@ class Sdpa:
     gqa: bool = False  # kv may be < h: each k/v head serves h/kv query heads
     grouped: Expr = sympy.Integer(1)  # 1 when kv < h, 0 when kv == h (see geometry.grouped), with gqa
     causal: bool = False
+    offset: Expr = sympy.Integer(0)  # keys before the first query (a KV cache): causal masks align bottom-right
     useful: bool = False  # causal_flops: useful -- matmuls over the unmasked pairs only
     bias: bool = False  # an additive float bias on every score (SAM's relative positions)
     window: Expr = sympy.Integer(0)  # causal sliding window (Mistral): query i sees keys i-w+1..i; 0 = none
@@ -53,13 +54,16 @@ class Sdpa:
     def pairs(self) -> Expr:
         """(query, key) pairs the matmuls are counted over, per problem and head: all sq*sk, or for
         causal_flops: useful the unmasked ones -- the lower triangle (diagonal included; PyTorch's
-        top-left alignment when sq != sk: query i sees keys 0..min(i, sk-1)), the band of a sliding
-        window, or the |i - j| <= r band of a local window (r = local // 2)."""
+        top-left alignment when sq != sk: query i sees keys 0..min(i, sk-1); after `offset` cached keys
+        bottom-right: query i sees keys 0..offset+i), the band of a sliding window, or the |i - j| <= r
+        band of a local window (r = local // 2)."""
         if not self.useful:
             return self.sq * self.sk
         if self.causal and not is_zero(self.window):
-            m = sympy.Min(self.sq, self.window)  # queries 0..m-1 see i+1 keys, the rest w each
-            return m * (m + 1) / 2 + (self.sq - m) * self.window
+            m = sympy.Min(self.sq, self.window - self.offset)  # queries 0..m-1 see offset+i+1 keys, the rest w each
+            return m * self.offset + m * (m + 1) / 2 + (self.sq - m) * self.window
+        if self.causal and not is_zero(self.offset):
+            return self.sq * self.offset + self.sq * (self.sq + 1) / 2
         if self.causal:
             m = sympy.Min(self.sq, self.sk)  # queries 0..m-1 see i+1 keys, the rest all sk
             return m * (m + 1) / 2 + (self.sq - m) * self.sk
@@ -100,7 +104,7 @@ def sdpa_forward(a: Sdpa, backend: Backend) -> Work:
         work = work + pointwise("scale", 2 * a.scores) + pointwise("tanh", a.scores)
     if a.masked and backend == Backend.FLASH:  # masked in registers
         work = work + pointwise("select", a.scores)
-    elif a.causal and is_zero(a.window) and backend == Backend.MATH:  # is_causal: tril + where, then added
+    elif a.causal and is_zero(a.window) and is_zero(a.offset) and backend == Backend.MATH:  # tril + where, added
         work = work + pointwise("select", 2 * a.sq * a.sk) + pointwise("add", a.scores)
     elif a.masked:  # a float mask built once, added to the scores
         work = work + pointwise("add", a.scores)

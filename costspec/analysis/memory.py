@@ -1,0 +1,170 @@
+"""Device memory of a model by kind: weights, gradients, master weights, optimizer state and the
+key/value cache, each an exact symbolic byte count in the spec's dims, evaluated at bound dims, and
+the fit against a GPU's capacity (with the largest batch that fits).
+
+Conventions (docs/conventions.md, memory):
+* weights at each layer's precision (its bytes per element, block scales included); a tied weight once;
+* gradients (train): one per parameter, in the parameter's dtype (what autograd's `.grad` holds);
+* master weights (`master=True`, train): an fp32 copy of every parameter not already stored in 32 bits;
+* optimizer state (train): sgd none (no momentum), adam / adamw two moments per parameter, in the dtype
+  of the weights they update (fp32 with master weights, else the parameter's: torch's `zeros_like`);
+  their per-tensor `step` counters live on the host (torch's default) and are not device memory;
+* the key/value cache (a serving phase): each attention layer's `kv_cache` elements (k and v of the cached
+  and new tokens, grouped-query aware; mla's latent and rope key) at the layer's precision;
+* activations saved for backward are not modelled: a train total is the total WITHOUT them, and says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import sympy
+
+from costspec.core.errors import UsageError
+from costspec.core.results import Column, Result, Row, Table
+from costspec.core.vocab import Pass, Word
+from costspec.tree.network import Network
+from costspec.tree.nodes import OpNode
+
+FP32_BYTES = 4
+
+
+class Optimizer(Word):
+    """The optimizers whose state `memory` counts (states per parameter: `STATES`)."""
+
+    SGD = "sgd"
+    ADAM = "adam"
+    ADAMW = "adamw"
+
+
+STATES = {Optimizer.SGD: 0, Optimizer.ADAM: 2, Optimizer.ADAMW: 2}  # per parameter (momentum-free SGD: none)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of memory: its name, exact bytes as an expression of the dims, and how it is counted."""
+
+    name: str
+    bytes: sympy.Expr
+    how: str
+
+
+def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str = Optimizer.ADAMW,
+                 master: bool = False, cache: bool = False) -> list[Kind]:
+    """The kinds of memory a forward or training step of `model` holds (see the module docstring);
+    `cache`: the model is served (a phase), so its attention layers hold a key/value cache."""
+    pass_ = Pass.parse(pass_, "--pass", (Pass.FORWARD, Pass.TRAIN))
+    optimizer = Optimizer.parse(optimizer, "--optimizer")
+    if master and pass_ is not Pass.TRAIN:
+        raise UsageError("--master-weights is the fp32 copy an optimizer updates: it needs --pass train")
+    ops = [(step.node, step.instances) for step in model.walk() if isinstance(step.node, OpNode)]
+    for node, _ in ops:
+        if node.precision.sparse:
+            raise UsageError(f"layer '{node.name}' stores 2:4 sparse weights, whose memory is not modelled")
+    params = _total(ops, lambda n: n.params)
+    weights = _total(ops, lambda n: n.params * n.precision.bytes_per_element)
+    kinds = [Kind("weights", weights, "parameters x bytes per element of each layer's precision")]
+    if pass_ is Pass.TRAIN:
+        kinds.append(Kind("gradients", weights, "one gradient per parameter, in the parameter's dtype"))
+        narrow = _total(ops, lambda n: n.params if n.precision.bytes_per_element < FP32_BYTES else 0)
+        if master:
+            kinds.append(Kind("master weights", FP32_BYTES * narrow,
+                              "an fp32 copy of every parameter stored in fewer than 32 bits"))
+        states = STATES[optimizer]
+        state_bytes = FP32_BYTES * params if master else weights
+        dtype = "fp32 (master weights)" if master else "the parameter's dtype"
+        kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
+                          f"{states} state(s) per parameter in {dtype}; step counters on the host"))
+    if cache:
+        kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
+        kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
+                          "kv_heads x head_dim x tokens x bytes; mla: its latent and rope key, B x (r + d_r))"))
+    return kinds
+
+
+def _total(ops: list[tuple[OpNode, sympy.Expr]], per_instance: Callable[[OpNode], object]) -> sympy.Expr:
+    total = sympy.Integer(0)
+    for node, instances in ops:
+        total += instances * node.canonical(sympy.sympify(per_instance(node)))
+    return sympy.expand(total)
+
+
+def exact_bytes(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Integer]) -> int:
+    """The byte count at bound dims (whole bytes: 4-bit formats round their last partial byte up)."""
+    value = sympy.sympify(expr).xreplace(values)
+    if not value.is_number:
+        raise UsageError(f"bytes {expr} do not evaluate at the given dims")
+    return int(sympy.ceiling(value))
+
+
+def largest_fitting(total: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Integer], dim: sympy.Symbol,
+                    capacity: int, limit: int = 1 << 40) -> int | None:
+    """The largest value of `dim` (>= 1) at which `total` bytes fit in `capacity`, the others as bound; None
+    when even 1 does not fit. Memory grows with every dim, so a doubling then a bisection finds it."""
+    def fits(n: int) -> bool:
+        return exact_bytes(total, {**values, dim: sympy.Integer(n)}) <= capacity
+
+    if not fits(1):
+        return None
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    if high > limit:
+        return low
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+COLUMNS = [Column("bytes", "bytes", "bytes"), Column("exact", "exact bytes", "count"),
+           Column("share", "share", "percent"), Column("formula", "formula (bytes)", "text"),
+           Column("how", "counted as", "text", hidden=True)]
+
+
+def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbol, sympy.Integer],
+                  pass_: Pass | str, gpu=None) -> Result:
+    """One row per kind (bytes, exact, share, formula) and the total; with `gpu` (an analysis.gpus.Gpu),
+    the capacity, whether the total fits and the largest batch B that does."""
+    pass_ = Pass.parse(pass_, "--pass")
+    total = sympy.expand(sum((k.bytes for k in kinds), sympy.Integer(0)))
+    sizes = [exact_bytes(k.bytes, values) for k in kinds]
+    whole = exact_bytes(total, values)
+    rows = [Row(k.name, k.name, 0, {"bytes": n, "exact": n, "share": n / whole if whole else 0.0,
+                                    "formula": str(k.bytes), "how": k.how}) for k, n in zip(kinds, sizes)]
+    train = pass_ is Pass.TRAIN
+    label = "total (without saved activations)" if train else "total"
+    table = Table(COLUMNS, rows, Row("", label, 0, {"bytes": whole, "exact": whole, "share": 1.0,
+                                                   "formula": str(total)}), label_title="kind")
+    dims = " ".join(f"{k}={values[d.symbol]}" for k, d in model.dims.dims.items() if d.symbol in values)
+    phase = getattr(model, "phase", None)
+    shown_phase = f" | phase: {phase}" if phase else ""
+    header = f"{model.name} | memory | pass: {pass_}{shown_phase} | precision: {model.precision.label} | {dims}"
+    meta: dict = {"spec": model.name, "pass": str(pass_), "phase": str(phase) if phase else None,
+                  "dims": {k: int(values[d.symbol]) for k, d in model.dims.dims.items() if d.symbol in values},
+                  "kinds": {k.name: {"bytes": n, "formula": str(k.bytes), "counted_as": k.how}
+                            for k, n in zip(kinds, sizes)},
+                  "total_bytes": whole, "activations_included": False}
+    notes = [f"{k.name}: {k.how}" for k in kinds]
+    if train:
+        notes.insert(0, "activations saved for backward are not modelled: the total is a lower bound of a training "
+                        "step's peak")
+    if gpu is not None:
+        capacity = int(gpu.memory_gb * 10**9)
+        fits = whole <= capacity
+        meta["gpu"] = {"key": gpu.key, "capacity_bytes": capacity, "fits": fits}
+        line = (f"{gpu.name}: {gpu.memory_gb:g} GB = {capacity:,} bytes (the catalog's decimal GB); "
+                f"{'fits' if fits else 'does NOT fit'} ({100 * whole / capacity:.1f}% of it)")
+        growing = [(name, key) for name, key in (("B", "largest_batch"), (getattr(model, "context_dim", None),
+                                                                          "largest_context"))
+                   if name in model.dims.dims and model.dims.dims[name].symbol in total.free_symbols]
+        for name, key in growing if not train else []:  # (a training total lacks the activations that grow)
+            largest = largest_fitting(total, values, model.dims.dims[name].symbol, capacity)
+            meta["gpu"][key] = largest
+            line += f"; largest {name} that fits: " + (f"{largest:,}" if largest is not None else "none")
+        notes.insert(0, line + (" (without activations)" if train else ""))
+    return Result(header, [table], {}, notes, meta)
+
+
+__all__ = ["COLUMNS", "Kind", "Optimizer", "STATES", "exact_bytes", "largest_fitting", "memory_kinds",
+           "memory_result"]

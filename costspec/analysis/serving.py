@@ -1,0 +1,135 @@
+"""Serving phases of a decoder: prefill (the spec's forward over its S input tokens, the KV cache
+written) and decode (one new token per sequence, attending to N cached tokens and itself).
+
+A phase is a rewrite of the spec document, so every command costs it with the same ops: every
+`attention` and `mla` layer gets `cache: N` (its SDPA reads N cached keys besides the new ones; its projections,
+rope and norms run on the new tokens only), the context N becomes a dim (named `N`, or `ctx` when
+the spec already has an `N`), and decode sets the input's token axis (axis 1) to 1. Prefill without a
+context is the spec unchanged (its KV cache: every input token); prefill with one is a chunked
+prefill (S new tokens after N cached ones).
+
+Decode is exact for specs whose layers act on each token alone besides causal self-attention (norms,
+linears, MLPs, MoE, embeddings, pointwise ops): any other layer mixes tokens in ways a cache does not
+describe, and is refused by name.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from costspec.core.errors import UsageError
+from costspec.core.vocab import Backend, Serve
+from costspec.core.yaml_marks import MarkedDoc
+from costspec.tree.network import Network
+
+CONTEXT_DIMS = ("N", "ctx")  # the name the context dim takes: the first one the spec leaves free
+# ops that act on each token by itself: their decode cost is their cost on the one new token
+PER_TOKEN_OPS = frozenset({"activation", "add", "attention", "dropout", "embedding", "fanout", "layer_scale",
+                           "layernorm", "linear", "lm_head", "mla", "mlp", "moe", "mul", "position_embedding",
+                           "rmsnorm", "scale"})
+CACHED_OPS = ("attention", "mla")  # the ops with a key/value cache (a `cache` attribute)
+
+
+def context_dim(doc: MarkedDoc) -> str:
+    """The name of the context dim for this spec (see CONTEXT_DIMS)."""
+    data: Any = doc.data or {}
+    taken = set(data.get("dims") or {})
+    for name in CONTEXT_DIMS:
+        if name not in taken:
+            return name
+    raise UsageError(f"the spec defines dims {' and '.join(CONTEXT_DIMS)}, the names the serving context takes: "
+                     "rename one")
+
+
+def serving_doc(network: Network, phase: Serve | str, context: int | None) -> MarkedDoc:
+    """The spec document of `network` rewritten for `phase` with `context` cached tokens (see the module
+    docstring); the document unchanged for prefill without a context. UsageError when the spec cannot
+    be served this way (no causal attention, a layer that mixes tokens, an input without a token axis)."""
+    phase = Serve.parse(phase, "--phase")
+    if context is not None and context < 1:
+        raise UsageError(f"--context must be a positive number of cached tokens, not {context}")
+    if phase is Serve.PREFILL and context is None:
+        return network.doc
+    _check_servable(network, phase)
+    doc = network.doc
+    data: Any = copy.deepcopy(doc.data)
+    name = context_dim(doc)
+    if context is None:  # decode after a prompt of the spec's own length
+        context = int(network.in_shape[1].xreplace(network.dims.values())) if network.in_shape[1].free_symbols \
+            else int(network.in_shape[1])
+    data.setdefault("dims", {})[name] = {"value": context, "doc": "tokens already in the key/value cache (--context)"}
+    if phase is Serve.DECODE:
+        data["input"] = [*data["input"][:1], 1, *data["input"][2:]]
+    for path in ("blocks", "layers"):
+        if path in data:
+            _add_cache(data[path], name, doc, (path,))
+    return MarkedDoc(doc.file, data, doc.marks)
+
+
+BACKEND_OPS = ("attention", "mla")  # the ops with a `backend` attribute (the SDPA kernel family)
+
+
+def backend_doc(doc: MarkedDoc, backend: Backend | str | None) -> MarkedDoc:
+    """`doc` with `backend: <backend>` on every attention and mla layer (`--backend`: it replaces the
+    layers' own choice); `doc` itself for None."""
+    if backend is None:
+        return doc
+    backend = Backend.parse(backend, "--backend")
+    data: Any = copy.deepcopy(doc.data)
+    for path in ("blocks", "layers"):
+        if path in data:
+            _set_attr(data[path], BACKEND_OPS, "backend", str(backend))
+    return MarkedDoc(doc.file, data, doc.marks)
+
+
+def _set_attr(node: Any, ops: tuple[str, ...], attr: str, value: str) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _set_attr(item, ops, attr, value)
+    elif isinstance(node, dict):
+        for key, child in node.items():
+            if key in ops and (child is None or isinstance(child, dict)):
+                node[key] = {**(child or {}), attr: value}
+            else:
+                _set_attr(child, ops, attr, value)
+
+
+def _check_servable(network: Network, phase: Serve) -> None:
+    if len(network.in_shape) < 2:
+        raise UsageError(f"--phase {phase} needs an input of tokens ([B, S] ids or [B, S, C]); this spec's input has "
+                         f"rank {len(network.in_shape)}")
+    ops = list(network.op_nodes())
+    if not any(n.op.name in CACHED_OPS and n.call.attrs.causal for n in ops):
+        raise UsageError(f"--phase {phase} serves a decoder: this spec has no causal attention layer, so nothing is "
+                         "cached")
+    if phase is Serve.DECODE:
+        for node in ops:
+            if node.op.name not in PER_TOKEN_OPS:
+                raise UsageError(f"--phase decode: layer '{node.name}' ({node.op.name}) mixes tokens in a way a key/"
+                                 f"value cache does not model; decode covers causal attention and per-token layers "
+                                 f"({', '.join(sorted(PER_TOKEN_OPS))})")
+    for node in ops:
+        if node.op.name == "attention" and node.call.attrs.kv is not None:
+            raise UsageError(f"--phase {phase}: layer '{node.name}' is cross-attention, whose cached encoder keys "
+                             "and values are not modelled; serve the decoder without it")
+
+
+def _add_cache(node: Any, name: str, doc: MarkedDoc, path: tuple) -> None:
+    """Set `cache: name` on every attention layer under `node` (a spec's blocks or layers)."""
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            _add_cache(item, name, doc, path + (i,))
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key in CACHED_OPS and (value is None or isinstance(value, dict)):
+                attrs = dict(value or {})
+                if "cache" in attrs:
+                    raise UsageError(f"{doc.locate(path + (key, 'cache'))}: the layer sets cache itself; --context "
+                                     "sets it on every attention layer: drop one")
+                attrs["cache"] = name
+                node[key] = attrs
+            else:
+                _add_cache(value, name, doc, path + (key,))
+
+
+__all__ = ["BACKEND_OPS", "CACHED_OPS", "CONTEXT_DIMS", "PER_TOKEN_OPS", "backend_doc", "context_dim", "serving_doc"]

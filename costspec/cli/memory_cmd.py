@@ -1,0 +1,58 @@
+"""`costspec memory`: device memory by kind (weights, gradients, master weights, optimizer state, key/value
+cache), each with its formula, and with --gpu whether it fits and the largest batch that does."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+
+from costspec.cli import cli, options
+from costspec.cli.options import Bindings, Serving
+
+
+@dataclass(frozen=True)
+class Training:
+    """The step whose bytes are counted: --pass, --dtype, --optimizer, --master-weights."""
+
+    pass_: str
+    dtype: str | None
+    optimizer: str
+    master_weights: bool
+
+
+training = options.option_group(
+    "training", Training,
+    click.option("--pass", "pass_", type=click.Choice(["forward", "train"]), default="forward", show_default=True,
+                 help="forward: the weights (and the cache of a served decoder); train: also gradients and "
+                      "optimizer state."),
+    options.dtype,
+    click.option("--optimizer", type=click.Choice(["sgd", "adam", "adamw"]), default="adamw", show_default=True,
+                 help="Whose state --pass train counts (sgd: none; adam, adamw: two moments per parameter)."),
+    click.option("--master-weights", is_flag=True,
+                 help="Mixed precision: an fp32 copy of the low-precision weights; the optimizer state in fp32."))
+
+
+@cli.command("memory")
+@options.spec_arg
+@options.bindings
+@training
+@options.serving
+@click.option("--gpu", default=None, metavar="NAME",
+              help="A GPU from `costspec gpus`, e.g. h100-sxm: its capacity, whether the total fits, and the "
+                   "largest batch (and context) that does.")
+@options.catalog
+@options.output_format()
+def memory_command(spec: str, dims: Bindings, training: Training, serving: Serving, gpu: str | None,
+                   catalog: str | None, fmt: str):
+    """Bytes SPEC holds on the device, by kind, each with its formula; with --gpu, the fit."""
+    from costspec.analysis.memory import memory_kinds, memory_result
+    from costspec.core.render import render
+
+    options.require(serving.phase is None or training.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {training.pass_})")
+    model = serving.load(spec, training.dtype)
+    values = dims.bind(model)
+    kinds = memory_kinds(model, training.pass_, training.optimizer, training.master_weights,
+                         cache=model.phase is not None)
+    device = options.Hardware(gpu, catalog).device()
+    click.echo(render(memory_result(model, kinds, values, training.pass_, device), fmt))

@@ -1,0 +1,90 @@
+"""`costspec memory`: bytes by kind on real zoo specs against hand arithmetic, the key/value cache against
+the formula 2*L*KV*head_dim*tokens*bytes, the fit on a GPU, and bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from costspec.analysis.gpus import get_gpu
+from costspec.analysis.memory import largest_fitting, memory_kinds, memory_result
+from costspec.core.errors import UsageError
+from costspec.model import load
+from tests.common import ROOT
+
+LLAMA = ROOT / "specs/llama_1b.yaml"
+LLAMA_PARAMS = 787_023_872  # embedding 65.5 M, 16 blocks of 45.1 M, the final norm (test_llama_params_by_hand)
+
+
+def sizes(model, pass_, **kw) -> dict[str, int]:
+    values = model.bind(kw.pop("batch", None))
+    result = memory_result(model, memory_kinds(model, pass_, **kw), values, pass_)
+    return {row.name: row.exact for row in result.tables[0].rows} | {"total": result.tables[0].total.exact}
+
+
+def test_llama_params_by_hand():
+    c, kv, f, layers, v = 2048, 512, 5632, 16, 32000
+    block = 2 * c * c + 2 * c * kv + 3 * c * f + 2 * c  # q, o; k, v; gate, up, down; two RMSNorm weights
+    assert layers * block + v * c + c == LLAMA_PARAMS == load(LLAMA).evaluate().params
+
+
+def test_llama_train_adamw():
+    got = sizes(load(LLAMA), "train", optimizer="adamw")
+    bf16 = 2 * LLAMA_PARAMS
+    assert got == {"weights": bf16, "gradients": bf16, "optimizer state (adamw)": 2 * bf16, "total": 4 * bf16}
+
+
+def test_llama_train_master_weights_and_sgd():
+    got = sizes(load(LLAMA), "train", optimizer="adam", master=True)
+    assert got["master weights"] == 4 * LLAMA_PARAMS
+    assert got["optimizer state (adam)"] == 2 * 4 * LLAMA_PARAMS  # fp32 moments beside fp32 master weights
+    assert got["total"] == (2 + 2 + 4 + 8) * LLAMA_PARAMS
+    assert sizes(load(LLAMA), "train", optimizer="sgd")["optimizer state (sgd)"] == 0
+
+
+def test_fp32_weights_have_no_master_copy():
+    got = sizes(load(LLAMA, dtype="fp32"), "train", master=True)
+    assert got["weights"] == 4 * LLAMA_PARAMS and got["master weights"] == 0
+
+
+def test_llama_decode_kv_cache_is_2_L_KV_d_tokens_bytes():
+    model = load(LLAMA, phase="decode", context=2048)
+    got = sizes(model, "forward", cache=True, batch=8)
+    assert got["kv cache"] == 2 * 16 * 8 * 64 * 2049 * 8 * 2  # k and v, 16 layers, 8 kv heads of 64, bf16
+    assert got["total"] == 2 * LLAMA_PARAMS + got["kv cache"]
+    prefill = sizes(load(LLAMA, phase="prefill"), "forward", cache=True)
+    assert prefill["kv cache"] == 2 * 16 * 8 * 64 * 2048 * 2
+
+
+def test_fit_and_largest_batch_and_context():
+    model = load(LLAMA, phase="decode", context=2048)
+    values = model.bind(8)
+    kinds = memory_kinds(model, "forward", cache=True)
+    result = memory_result(model, kinds, values, "forward", get_gpu("h100-sxm"))
+    gpu = result.meta["gpu"]
+    per_token = 2 * 16 * 8 * 64 * 2  # bytes of one cached token of one sequence
+    capacity = 80 * 10**9
+    assert gpu["fits"] and gpu["capacity_bytes"] == capacity
+    assert gpu["largest_batch"] == (capacity - 2 * LLAMA_PARAMS) // (per_token * 2049)
+    assert gpu["largest_context"] == (capacity - 2 * LLAMA_PARAMS) // (per_token * 8) - 1
+    total = sum((k.bytes for k in kinds), 0)
+    assert largest_fitting(total, values, model.dims.dims["B"].symbol, 2 * LLAMA_PARAMS) is None
+
+
+def test_memory_cli(cli):
+    out = cli("memory", LLAMA, "--phase", "decode", "--context", "2048", "--gpu", "h100-sxm", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["kinds"]["kv cache"]["bytes"] == 67_141_632
+    assert data["kinds"]["kv cache"]["formula"] == "4*B*C*KV*L*N/heads + 4*B*C*KV*L/heads"
+    text = cli("memory", LLAMA, "--pass", "train").stdout
+    assert "total (without saved activations)" in text and "not modelled" in text
+    for args in (["--master-weights"], ["--phase", "decode", "--pass", "train"], ["--optimizer", "lion"],
+                 ["--gpu", "no-such-gpu"], ["--set", "C=7"]):
+        bad = cli("memory", LLAMA, *args)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr, (args, bad.stderr)
+
+
+def test_bad_optimizer_in_the_api():
+    with pytest.raises(UsageError, match="optimizer"):
+        memory_kinds(load(LLAMA), "train", optimizer="lion")
