@@ -16,11 +16,10 @@ from costspec.core.conventions import Precision
 from costspec.core.cost_table import declared_activations
 from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
-from costspec.core.expr import parse_expr
 from costspec.ops import OPS, spec_ops
 from costspec.ops.opdef import GRAD_INPUT, NO_WIRING, Constraint, OpCall, OpDef, Wiring
 from costspec.spec.schema import COMPOSITION_KEYS
-from costspec.tree.attributes import AttributeReader, Env, looks_numeric
+from costspec.tree.attributes import AttributeReader, Env, bind_param
 from costspec.tree.dataflow import Dataflow, grad_of, join_wiring
 from costspec.tree.naming import assign_names
 from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
@@ -215,9 +214,13 @@ class TreeBuilder:
         node.transparent = name is None
         return node, self._sequence(node, layers, path, shape, env.deeper())
 
-    def _block_env(self, block: str, args: dict, env: Env, path: tuple) -> tuple[list, tuple, Env]:
-        """A block's layers, their spec path, and the scope they see: the dims and the block's parameters
-        (arguments are expressions in the caller's scope; defaults in the dims' scope)."""
+    def _block_env(self, block: str, args: dict[str, tuple[object, tuple]], env: Env,
+                   path: tuple) -> tuple[list, tuple, Env]:
+        """A block's layers, their spec path, and the scope they see: the dims and the block's parameters.
+
+        `args` maps a parameter to its argument and the argument's spec path. An argument is an expression
+        in the scope of the use that writes it (`env`), bound here once: the block's layers, and the uses of
+        other blocks inside them, see its value, never its text. A default is read in the dims' scope."""
         where = self.locate(path)
         if block not in self.blocks:
             known = ", ".join(sorted(self.blocks)) or "none defined"
@@ -228,35 +231,22 @@ class TreeBuilder:
                             "blocks that do not contain themselves")
         spec = self.blocks[block]
         layers, params = (spec, {}) if isinstance(spec, list) else (spec["layers"], spec.get("params", {}))
-        unknown = set(args) - set(params)
+        unknown = sorted(set(args) - set(params))
         if unknown:
-            raise SpecError(f"block '{block}' has no parameter '{sorted(unknown)[0]}'",
-                            self.locate(path[:-1] + ("args", sorted(unknown)[0])),
+            raise SpecError(f"block '{block}' has no parameter '{unknown[0]}'", self.locate(args[unknown[0]][1]),
                             "one of: " + (", ".join(params) or "no parameters"))
-        names, raw_params = dict(self.dims.symbols), {}
+        defaults = Env(dict(self.dims.symbols), {}, env.precision)
+        names: dict[str, object] = dict(self.dims.symbols)
+        values: dict[str, object] = {}
         for pname, default in params.items():
-            given = pname in args
-            raw = args[pname] if given else default
-            ppath = path[:-1] + ("args", pname) if given else ("blocks", block, "params", pname)
-            scope = env.names if given else self.dims.symbols
-            value = raw if not isinstance(raw, str) or raw not in env.raw_params else env.raw_params[raw]
-            raw_params[pname] = value
-            if isinstance(value, bool):
-                names[pname] = sympy.true if value else sympy.false
-            elif isinstance(value, str) and not looks_numeric(value, scope):
-                pass  # a string parameter (e.g. an activation name), usable by choice attributes
-            else:
-                names[pname] = parse_expr(raw_params[pname], scope, self.locate(ppath))
-            if pname not in names and isinstance(raw_params[pname], str):
-                try:  # keep the argument's own error for the place it is used as a number
-                    parse_expr(raw_params[pname], scope, self.locate(ppath))
-                except SpecError as exc:
-                    names[pname] = exc
-        inner = Env(names, raw_params, env.precision, env.blocks_stack + (block,), env.depth + 1)
+            raw, ppath = args[pname] if pname in args else (default, ("blocks", block, "params", pname))
+            bind_param(pname, raw, env if pname in args else defaults, self.locate(ppath), names, values)
+        inner = Env(names, values, env.precision, env.blocks_stack + (block,), env.depth + 1)
         return layers, ("blocks", block) if isinstance(spec, list) else ("blocks", block, "layers"), inner
 
     def _block_use(self, block, args, name, path, shape, env) -> tuple[Node, tuple]:
-        layers, bpath, inner = self._block_env(block, args, env, path + ("block",))
+        given = {p: (raw, path + ("args", p)) for p, raw in args.items()}
+        layers, bpath, inner = self._block_env(block, given, env, path + ("block",))
         node = ScopeNode(name or block, self.locate(path), name is not None)
         return node, self._sequence(node, layers, bpath, shape, inner)
 
@@ -286,13 +276,16 @@ class TreeBuilder:
             self.constraints.append(Constraint(sympy.Gt(times, largest),
                                                "variant index {i} is not below repeat count {n}",
                                                self.locate(path + ("at",)), {"i": sympy.Integer(largest), "n": times}))
+        shared = {p: (raw, path + ("args", p)) for p, raw in layer.get("args", {}).items()}
         groups: list[tuple[str, tuple[int, ...] | None, dict, tuple]] = [
                   (variant.get("name") or "[" + ",".join(map(str, variant["indices"])) + "]",
-                   tuple(variant["indices"]), {**layer.get("args", {}), **variant.get("args", {})}, path + ("at", j))
+                   tuple(variant["indices"]),
+                   {**shared, **{p: (raw, path + ("at", j, "args", p)) for p, raw in variant.get("args", {}).items()}},
+                   path + ("at", j))
                   for j, variant in enumerate(variants)]
         rest = times - len(taken)
         if not (rest.is_number and rest == 0):
-            groups.append(("others" if variants else "", None, layer.get("args", {}), path))
+            groups.append(("others" if variants else "", None, shared, path))
         out = None
         outer = self.flow.outside()
         for label, indices, args, gpath in groups:
