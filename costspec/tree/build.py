@@ -7,6 +7,7 @@ names (`tree.naming`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Mapping
 
 import sympy
@@ -26,15 +27,22 @@ from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNod
 
 MAX_TREE_DEPTH = 64  # nested blocks / scopes
 MAX_OP_NODES = 20_000  # op instances in the tree (repeats count once)
+AFTER_PROBLEM = " (after an earlier problem in this sequence, which it may follow from)"
 
 
 class TreeBuilder:
     """Builds the model tree of a validated spec document."""
 
     def __init__(self, data: dict, locate: Callable[[tuple], Location], dims: Dims,
-                 table: Mapping[str, sympy.Expr], collect: list[SpecError] | None = None):
+                 table: Mapping[str, sympy.Expr], collect: list[SpecError] | None = None,
+                 reported: frozenset[tuple] = frozenset()):
         self.data, self.locate, self.dims, self.table = data, locate, dims, table
         self.collect = collect  # not None: a bad layer is recorded and the build goes on (costspec check)
+        # with `collect`: the paths of layers whose problems the schema check already reported; building
+        # them only gives their output shape, and what fails there follows from those problems
+        self.reported = reported
+        self.unknown: set[sympy.Symbol] = set()  # stand-ins for input sizes that did not read (with collect)
+        self.in_shape: tuple = ()
         self.blocks = data.get("blocks", {})
         self.constraints: list[Constraint] = []
         self.op_count = 0
@@ -44,16 +52,30 @@ class TreeBuilder:
     def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:
         check_op_instances(self.data, self.locate(("layers",)))
         env = Env(dict(self.dims.symbols), {}, precision)
-        shape = tuple(self.read.size(v, env, ("input", i)) for i, v in enumerate(self.data["input"]))
+        shape = self.in_shape = self._input_shape(self.data["input"], env, ("input",))
         for name, dims in self.data.get("inputs", {}).items():
-            self.flow.add_input(name, tuple(self.read.size(v, env, ("inputs", name, i)) for i, v in enumerate(dims)),
-                                self.locate(("inputs", name)))
+            self.flow.add_input(name, self._input_shape(dims, env, ("inputs", name)), self.locate(("inputs", name)))
         root = ScopeNode("", self.locate(()))
         shape = self._sequence(root, self.data["layers"], ("layers",), shape, env)
         self.flow.insert_fanouts(self.table, self.dims.canonical)
         assign_names(root, "")
         root.inputs = self.flow.inputs()
         return root, shape
+
+    def _input_shape(self, sizes: list, env: Env, path: tuple) -> tuple:
+        """A model input's shape. With `collect`, a size that does not read is recorded and stands in as an
+        unknown symbol, so the layers are still checked (what involves it is not)."""
+        shape = []
+        for i, raw in enumerate(sizes):
+            try:
+                shape.append(self.read.size(raw, env, path + (i,)))
+            except SpecError as exc:
+                if self.collect is None:
+                    raise
+                self.collect.append(exc)
+                self.unknown.add(stand_in := sympy.Dummy(f"unknown{len(self.unknown)}", integer=True, positive=True))
+                shape.append(stand_in)
+        return tuple(shape)
 
     def _sequence(self, parent: Node, layers: list, path: tuple, shape: tuple, env: Env,
                   fork: str | None = None) -> tuple:
@@ -63,6 +85,8 @@ class TreeBuilder:
             raise SpecError(f"layers nested deeper than {MAX_TREE_DEPTH} levels", self.locate(path))
         failed = False
         for i, layer in enumerate(layers):
+            reported = self.collect is not None and path + (i,) in self.reported
+            constraints_before = len(self.constraints)
             try:
                 reads = None
                 if isinstance(layer, dict) and "input" in layer:
@@ -83,11 +107,19 @@ class TreeBuilder:
                     raise
                 # go on with the input shape, so later layers are still checked; what they report may
                 # follow from this problem, and says so
-                self.collect.append(exc if not failed else SpecError(
-                    exc.message + " (after an earlier problem in this sequence, which it may follow from)",
-                    exc.location, exc.expected))
+                if not reported:
+                    self.collect.append(exc if not failed else SpecError(exc.message + AFTER_PROBLEM,
+                                                                         exc.location, exc.expected))
                 failed = True
                 continue
+            except (TypeError, KeyError, ValueError, AttributeError, IndexError):
+                if not reported:  # a layer the schema check passed is built without these
+                    raise
+                failed = True  # a layer the schema rejected, whose problems are reported
+                continue
+            if failed and self.collect is not None:  # its sizes are checked at the shape an earlier problem left
+                self.constraints[constraints_before:] = [
+                    replace(c, message=c.message + AFTER_PROBLEM) for c in self.constraints[constraints_before:]]
             if "source" in layer:  # the real model's counterpart (validate --against)
                 if node.transparent:
                     raise SpecError(f"a {node.kind} has no source of its own", self.locate(path + (i, "source")),
