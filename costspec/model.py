@@ -23,6 +23,7 @@ from costspec.core.errors import SpecError, UsageError
 from costspec.core.vocab import Pass, Serve
 from costspec.core.yaml_marks import load_marked
 from costspec.spec.load import parse_spec, read_bounded, schema_problems
+from costspec.spec.repair import buildable
 from costspec.tree.network import Network
 
 
@@ -151,19 +152,23 @@ def loads(text: str, file: str = "<spec>") -> Model:
 
 
 def check_file(path: str) -> list[SpecError]:
-    """Every problem `costspec check` finds in `path`: all schema problems; if the schema passes, the
-    semantic problems (dims, blocks, shapes: layers after a bad one are still checked, their problems
-    marked as possibly following from it) and every violated constraint at the dims' defaults."""
+    """Every problem `costspec check` finds in `path`, each independent one once: all schema problems;
+    then, unless one lies outside the layers, the semantic problems (dims, input sizes, blocks, shapes:
+    layers after a bad one are still checked, their problems marked as possibly following from it; a
+    layer the schema rejected is not reported again) and every violated constraint at the dims' defaults."""
     try:
         doc = load_marked(read_bounded(path), path)
     except SpecError as exc:
         return [exc]
-    problems = list(schema_problems(doc))
-    if problems:
-        return problems
-    found: list[SpecError] = []
+    found = list(schema_problems(doc))
+    reported: frozenset[tuple] = frozenset()
+    if found:
+        repaired = buildable(doc)
+        if repaired is None:  # a problem outside the layers: nothing else can be checked safely
+            return found
+        doc, reported = repaired
     try:
-        Model(doc, collect=found)
+        Model(doc, collect=found, reported=reported)
     except SpecError as exc:
         found.append(exc)
     unique: dict[str, SpecError] = {}

@@ -57,14 +57,21 @@ def schema_problems(doc: MarkedDoc) -> Iterator[SpecError]:
         yield SpecError(f"a spec must be a YAML mapping, got {found}", doc.locate(()),
                         "a mapping with keys " + ", ".join(_REQUIRED))
         return
-    errors = [_descend(e) for e in _validator().iter_errors(doc.data)]
-    errors.sort(key=_rank)
+    errors = schema_errors(doc)
+    # a required key missing where an unknown key stands is most likely that key misspelt: one problem
+    unknown_at = {tuple(e.absolute_path) for e in errors if e.validator == "additionalProperties"}
+    errors = [e for e in errors if not (e.validator == "required" and tuple(e.absolute_path) in unknown_at)]
     seen = set()
     for error in errors:
         problem = _to_spec_error(doc, error)
         if str(problem) not in seen:
             seen.add(str(problem))
             yield problem
+
+
+def schema_errors(doc: MarkedDoc) -> list[jsonschema.ValidationError]:
+    """The schema's errors in `doc` (a mapping), each the most specific of its branches, the most specific first."""
+    return sorted((_descend(e) for e in _validator().iter_errors(doc.data)), key=_rank)
 
 
 def _descend(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
@@ -112,7 +119,9 @@ def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecErr
                              "an op (" + ", ".join(ops) + ") or " + ", ".join(COMPOSITION_KEYS))
         allowed = ", ".join(sorted(schema.get("properties", {}))) or "no keys"
         what = "cost kind" if path == ("costs",) else "key"
-        return SpecError(f"unknown {what} '{key}'", key_where, f"one of: {allowed}")
+        missing = [k for k in schema.get("required", ()) if k not in value]
+        lacking = f"; {', '.join(missing)} is required and missing" if missing else ""
+        return SpecError(f"unknown {what} '{key}'", key_where, f"one of: {allowed}{lacking}")
     if kind == "required":
         missing = [k for k in error.validator_value if k not in value]
         return SpecError(f"missing required key '{missing[0] if missing else '?'}'", where,

@@ -23,18 +23,18 @@ from costspec.ops.opdef import Constraint, OpDef
 class Env:
     """What expressions in one place of the spec can see."""
 
-    names: dict[str, sympy.Expr]  # dims and block parameters, as sympy values
-    raw_params: dict[str, object]  # block parameters as written (for bool / choice attributes)
+    names: dict[str, object]  # dims and block parameters, as sympy values (an argument's error, kept for its use)
+    params: dict[str, object]  # block parameters as bound: a bool, a choice string, a number or a sympy value
     precision: Precision
     blocks_stack: tuple[str, ...] = ()
     depth: int = 0
 
     def deeper(self) -> Env:
         """The same scope, one level of nesting further down."""
-        return Env(self.names, self.raw_params, self.precision, self.blocks_stack, self.depth + 1)
+        return Env(self.names, self.params, self.precision, self.blocks_stack, self.depth + 1)
 
     def with_precision(self, precision: Precision) -> Env:
-        return Env(self.names, self.raw_params, precision, self.blocks_stack, self.depth)
+        return Env(self.names, self.params, precision, self.blocks_stack, self.depth)
 
     def value_name(self, raw):
         """The name of a value a layer saves or reads: a block parameter's name stands for its argument
@@ -94,8 +94,8 @@ class AttributeReader:
 
     def attr_value(self, attr: Attr, raw, env: Env, path: tuple):
         where = self.locate(path)
-        if attr.kind in ("bool", "choice", "number", "axis") and isinstance(raw, str) and raw in env.raw_params:
-            raw = env.raw_params[raw]  # a block parameter passed through
+        if attr.kind in ("bool", "choice", "number", "axis") and isinstance(raw, str) and raw in env.params:
+            raw = _plain(env.params[raw])  # a block parameter passed through
         if attr.kind == "bool":
             if not isinstance(raw, bool):
                 raise SpecError(f"bad value {raw!r}", where, "true or false, or the name of a block parameter "
@@ -140,6 +140,38 @@ class AttributeReader:
         if attr.kind in ("pair", "triple", "count"):
             return self.count(raw, env, path)
         return self.size(raw, env, path)
+
+
+def bind_param(name: str, raw, scope: Env, where: Location, names: dict, params: dict) -> None:
+    """Bind block parameter `name` to `raw`, written in `scope` (the use's scope for an argument, the dims'
+    for a default): into `names` its sympy value, into `params` its value for bool / choice attributes.
+
+    A parameter of `scope` passed by name keeps the value it has there; an expression is read in `scope`
+    (never re-read in another block's scope); a string that is no expression there is a choice (e.g. an
+    activation name), and its parse error is kept for a use as a number."""
+    if isinstance(raw, str) and raw in scope.params:
+        params[name] = scope.params[raw]
+        if raw in scope.names:
+            names[name] = scope.names[raw]
+        return
+    if isinstance(raw, str) and not looks_numeric(raw, scope.names):
+        params[name] = raw
+        try:
+            parse_expr(raw, scope.names, where)
+        except SpecError as exc:
+            names[name] = exc
+        return
+    value = parse_expr(raw, scope.names, where)
+    names[name] = value
+    params[name] = raw if isinstance(raw, (bool, int, float)) else value
+
+
+def _plain(value):
+    """A block parameter's value for a bool / choice / number / axis attribute: a number read from an
+    expression as a Python int or float."""
+    if isinstance(value, sympy.Basic) and value.is_number and not isinstance(value, sympy.logic.boolalg.Boolean):
+        return int(value) if value.is_integer else float(value)
+    return value
 
 
 def looks_numeric(raw: str, scope) -> bool:

@@ -7,6 +7,7 @@ names (`tree.naming`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Mapping
 
 import sympy
@@ -16,26 +17,32 @@ from costspec.core.conventions import Precision
 from costspec.core.cost_table import declared_activations
 from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
-from costspec.core.expr import parse_expr
 from costspec.ops import OPS, spec_ops
 from costspec.ops.opdef import GRAD_INPUT, NO_WIRING, Constraint, OpCall, OpDef, Wiring
 from costspec.spec.schema import COMPOSITION_KEYS
-from costspec.tree.attributes import AttributeReader, Env, looks_numeric
+from costspec.tree.attributes import AttributeReader, Env, bind_param
 from costspec.tree.dataflow import Dataflow, grad_of, join_wiring
 from costspec.tree.naming import assign_names
 from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 
 MAX_TREE_DEPTH = 64  # nested blocks / scopes
 MAX_OP_NODES = 20_000  # op instances in the tree (repeats count once)
+AFTER_PROBLEM = " (after an earlier problem in this sequence, which it may follow from)"
 
 
 class TreeBuilder:
     """Builds the model tree of a validated spec document."""
 
     def __init__(self, data: dict, locate: Callable[[tuple], Location], dims: Dims,
-                 table: Mapping[str, sympy.Expr], collect: list[SpecError] | None = None):
+                 table: Mapping[str, sympy.Expr], collect: list[SpecError] | None = None,
+                 reported: frozenset[tuple] = frozenset()):
         self.data, self.locate, self.dims, self.table = data, locate, dims, table
         self.collect = collect  # not None: a bad layer is recorded and the build goes on (costspec check)
+        # with `collect`: the paths of layers whose problems the schema check already reported; building
+        # them only gives their output shape, and what fails there follows from those problems
+        self.reported = reported
+        self.unknown: set[sympy.Symbol] = set()  # stand-ins for input sizes that did not read (with collect)
+        self.in_shape: tuple = ()
         self.blocks = data.get("blocks", {})
         self.constraints: list[Constraint] = []
         self.op_count = 0
@@ -45,16 +52,30 @@ class TreeBuilder:
     def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:
         check_op_instances(self.data, self.locate(("layers",)))
         env = Env(dict(self.dims.symbols), {}, precision)
-        shape = tuple(self.read.size(v, env, ("input", i)) for i, v in enumerate(self.data["input"]))
+        shape = self.in_shape = self._input_shape(self.data["input"], env, ("input",))
         for name, dims in self.data.get("inputs", {}).items():
-            self.flow.add_input(name, tuple(self.read.size(v, env, ("inputs", name, i)) for i, v in enumerate(dims)),
-                                self.locate(("inputs", name)))
+            self.flow.add_input(name, self._input_shape(dims, env, ("inputs", name)), self.locate(("inputs", name)))
         root = ScopeNode("", self.locate(()))
         shape = self._sequence(root, self.data["layers"], ("layers",), shape, env)
         self.flow.insert_fanouts(self.table, self.dims.canonical)
         assign_names(root, "")
         root.inputs = self.flow.inputs()
         return root, shape
+
+    def _input_shape(self, sizes: list, env: Env, path: tuple) -> tuple:
+        """A model input's shape. With `collect`, a size that does not read is recorded and stands in as an
+        unknown symbol, so the layers are still checked (what involves it is not)."""
+        shape = []
+        for i, raw in enumerate(sizes):
+            try:
+                shape.append(self.read.size(raw, env, path + (i,)))
+            except SpecError as exc:
+                if self.collect is None:
+                    raise
+                self.collect.append(exc)
+                self.unknown.add(stand_in := sympy.Dummy(f"unknown{len(self.unknown)}", integer=True, positive=True))
+                shape.append(stand_in)
+        return tuple(shape)
 
     def _sequence(self, parent: Node, layers: list, path: tuple, shape: tuple, env: Env,
                   fork: str | None = None) -> tuple:
@@ -64,6 +85,8 @@ class TreeBuilder:
             raise SpecError(f"layers nested deeper than {MAX_TREE_DEPTH} levels", self.locate(path))
         failed = False
         for i, layer in enumerate(layers):
+            reported = self.collect is not None and path + (i,) in self.reported
+            constraints_before = len(self.constraints)
             try:
                 reads = None
                 if isinstance(layer, dict) and "input" in layer:
@@ -90,11 +113,19 @@ class TreeBuilder:
                     raise
                 # go on with the input shape, so later layers are still checked; what they report may
                 # follow from this problem, and says so
-                self.collect.append(exc if not failed else SpecError(
-                    exc.message + " (after an earlier problem in this sequence, which it may follow from)",
-                    exc.location, exc.expected))
+                if not reported:
+                    self.collect.append(exc if not failed else SpecError(exc.message + AFTER_PROBLEM,
+                                                                         exc.location, exc.expected))
                 failed = True
                 continue
+            except (TypeError, KeyError, ValueError, AttributeError, IndexError):
+                if not reported:  # a layer the schema check passed is built without these
+                    raise
+                failed = True  # a layer the schema rejected, whose problems are reported
+                continue
+            if failed and self.collect is not None:  # its sizes are checked at the shape an earlier problem left
+                self.constraints[constraints_before:] = [
+                    replace(c, message=c.message + AFTER_PROBLEM) for c in self.constraints[constraints_before:]]
             if "source" in layer:  # the real model's counterpart (validate --against)
                 if node.transparent:
                     raise SpecError(f"a {node.kind} has no source of its own", self.locate(path + (i, "source")),
@@ -221,9 +252,13 @@ class TreeBuilder:
         node.transparent = name is None
         return node, self._sequence(node, layers, path, shape, env.deeper())
 
-    def _block_env(self, block: str, args: dict, env: Env, path: tuple) -> tuple[list, tuple, Env]:
-        """A block's layers, their spec path, and the scope they see: the dims and the block's parameters
-        (arguments are expressions in the caller's scope; defaults in the dims' scope)."""
+    def _block_env(self, block: str, args: dict[str, tuple[object, tuple]], env: Env,
+                   path: tuple) -> tuple[list, tuple, Env]:
+        """A block's layers, their spec path, and the scope they see: the dims and the block's parameters.
+
+        `args` maps a parameter to its argument and the argument's spec path. An argument is an expression
+        in the scope of the use that writes it (`env`), bound here once: the block's layers, and the uses of
+        other blocks inside them, see its value, never its text. A default is read in the dims' scope."""
         where = self.locate(path)
         if block not in self.blocks:
             known = ", ".join(sorted(self.blocks)) or "none defined"
@@ -234,35 +269,22 @@ class TreeBuilder:
                             "blocks that do not contain themselves")
         spec = self.blocks[block]
         layers, params = (spec, {}) if isinstance(spec, list) else (spec["layers"], spec.get("params", {}))
-        unknown = set(args) - set(params)
+        unknown = sorted(set(args) - set(params))
         if unknown:
-            raise SpecError(f"block '{block}' has no parameter '{sorted(unknown)[0]}'",
-                            self.locate(path[:-1] + ("args", sorted(unknown)[0])),
+            raise SpecError(f"block '{block}' has no parameter '{unknown[0]}'", self.locate(args[unknown[0]][1]),
                             "one of: " + (", ".join(params) or "no parameters"))
-        names, raw_params = dict(self.dims.symbols), {}
+        defaults = Env(dict(self.dims.symbols), {}, env.precision)
+        names: dict[str, object] = dict(self.dims.symbols)
+        values: dict[str, object] = {}
         for pname, default in params.items():
-            given = pname in args
-            raw = args[pname] if given else default
-            ppath = path[:-1] + ("args", pname) if given else ("blocks", block, "params", pname)
-            scope = env.names if given else self.dims.symbols
-            value = raw if not isinstance(raw, str) or raw not in env.raw_params else env.raw_params[raw]
-            raw_params[pname] = value
-            if isinstance(value, bool):
-                names[pname] = sympy.true if value else sympy.false
-            elif isinstance(value, str) and not looks_numeric(value, scope):
-                pass  # a string parameter (e.g. an activation name), usable by choice attributes
-            else:
-                names[pname] = parse_expr(raw_params[pname], scope, self.locate(ppath))
-            if pname not in names and isinstance(raw_params[pname], str):
-                try:  # keep the argument's own error for the place it is used as a number
-                    parse_expr(raw_params[pname], scope, self.locate(ppath))
-                except SpecError as exc:
-                    names[pname] = exc
-        inner = Env(names, raw_params, env.precision, env.blocks_stack + (block,), env.depth + 1)
+            raw, ppath = args[pname] if pname in args else (default, ("blocks", block, "params", pname))
+            bind_param(pname, raw, env if pname in args else defaults, self.locate(ppath), names, values)
+        inner = Env(names, values, env.precision, env.blocks_stack + (block,), env.depth + 1)
         return layers, ("blocks", block) if isinstance(spec, list) else ("blocks", block, "layers"), inner
 
     def _block_use(self, block, args, name, path, shape, env) -> tuple[Node, tuple]:
-        layers, bpath, inner = self._block_env(block, args, env, path + ("block",))
+        given = {p: (raw, path + ("args", p)) for p, raw in args.items()}
+        layers, bpath, inner = self._block_env(block, given, env, path + ("block",))
         node = ScopeNode(name or block, self.locate(path), name is not None)
         with self.flow.block_use():
             return node, self._sequence(node, layers, bpath, shape, inner)
@@ -293,13 +315,16 @@ class TreeBuilder:
             self.constraints.append(Constraint(sympy.Gt(times, largest),
                                                "variant index {i} is not below repeat count {n}",
                                                self.locate(path + ("at",)), {"i": sympy.Integer(largest), "n": times}))
+        shared = {p: (raw, path + ("args", p)) for p, raw in layer.get("args", {}).items()}
         groups: list[tuple[str, tuple[int, ...] | None, dict, tuple]] = [
                   (variant.get("name") or "[" + ",".join(map(str, variant["indices"])) + "]",
-                   tuple(variant["indices"]), {**layer.get("args", {}), **variant.get("args", {})}, path + ("at", j))
+                   tuple(variant["indices"]),
+                   {**shared, **{p: (raw, path + ("at", j, "args", p)) for p, raw in variant.get("args", {}).items()}},
+                   path + ("at", j))
                   for j, variant in enumerate(variants)]
         rest = times - len(taken)
         if not (rest.is_number and rest == 0):
-            groups.append(("others" if variants else "", None, layer.get("args", {}), path))
+            groups.append(("others" if variants else "", None, shared, path))
         out = None
         outer = self.flow.outside()
         for label, indices, args, gpath in groups:

@@ -13,7 +13,6 @@ from costspec.core.conventions import Precision
 from costspec.core.cost_table import flops_per_element
 from costspec.core.dims import Dims, as_dim_value, parse_dims
 from costspec.core.errors import SpecError, UsageError
-from costspec.core.expr import parse_expr
 from costspec.core.vocab import Pass
 from costspec.core.yaml_marks import MarkedDoc
 from costspec.core.zoo import resolve
@@ -28,11 +27,13 @@ from costspec.tree.walk import NO_GRAD, Step, node_cost, walk
 class Network:
     """A loaded, checked spec: the model tree and everything needed to cost it at bound dims."""
 
-    def __init__(self, doc: MarkedDoc, collect: list[SpecError] | None = None, dtype: str | None = None):
+    def __init__(self, doc: MarkedDoc, collect: list[SpecError] | None = None, dtype: str | None = None,
+                 reported: frozenset[tuple] = frozenset()):
         """Build the model tree of a validated spec document. With `collect`, problems that do not stop
-        the build (violated constraints at the default dims, layers after a bad one) are appended to it
-        instead of raising the first. `dtype` (--dtype) replaces the spec's default precision; layers
-        with their own `precision:` keep it."""
+        the build (a bad input size, violated constraints at the default dims, layers after a bad one) are
+        appended to it instead of raising the first; `reported` names layers whose problems are already
+        reported (the schema check's, on a document repaired to be built), whose own failures are not.
+        `dtype` (--dtype) replaces the spec's default precision; layers with their own `precision:` keep it."""
         self.doc = doc
         data: Any = doc.data
         if dtype is not None:
@@ -48,7 +49,7 @@ class Network:
         self.dims: Dims = parse_dims(data.get("dims"), doc.locate)
         self.precision = Precision.of_spec(data.get("precision", {}), Precision(), doc.locate(("precision",)))
         self.table = flops_per_element(data.get("costs"), lambda kind: doc.locate(("costs", kind)))
-        builder = TreeBuilder(data, doc.locate, self.dims, self.table, collect)
+        builder = TreeBuilder(data, doc.locate, self.dims, self.table, collect, reported)
         self.root, self.out_shape = builder.build(self.precision)
         for kind in sorted(builder.read.declared - builder.read.declared_used):  # a typo of a kind, most likely
             unused = SpecError(f"cost kind '{kind}' declares an activation that no layer uses",
@@ -57,9 +58,11 @@ class Network:
             if collect is None:
                 raise unused
             collect.append(unused)
-        self.in_shape = tuple(self.dims.canonical(parse_expr(v, self.dims.symbols, doc.locate(("input", i))))
-                              for i, v in enumerate(data["input"]))
-        self.constraints: list[Constraint] = builder.constraints
+        self.in_shape = builder.in_shape
+        # what involves an input size that did not read (with collect) follows from that problem
+        self.constraints: list[Constraint] = [c for c in builder.constraints
+                                              if not (sympy.sympify(c.condition).free_symbols & builder.unknown)]
+        self.unknown = frozenset(builder.unknown)
         problems = self.problems(self.dims.values())  # the defaults must give a consistent model
         if collect is not None:
             collect.extend(problems)
@@ -132,6 +135,8 @@ class Network:
                 out.append(SpecError(c.message.format(**shown), c.where, c.expected))
         for node in self.op_nodes():
             for i, size in enumerate(node.out_shape):
+                if sympy.sympify(size).free_symbols & self.unknown:
+                    continue
                 try:
                     value: Any = sympy.sympify(size).xreplace(values)
                 except ZeroDivisionError:
