@@ -147,16 +147,15 @@ def calibrate_command(spec: str, measured: Measurement, out: str, fmt: str):
     """Fit epsilon (GEMM), rho (split-K) and kappa (pointwise kinds) per phase; write a calibration file."""
     import json
 
-    from costspec.analysis.calibration import dump_calibration
     from costspec.core.safeio import check_not_input, write_text
     from costspec.model import load
-    from costspec.ncu.calibrate import calibrate, render_summary
+    from costspec.ncu.calibrate import calibrate, calibration_text, render_summary
     from costspec.ncu.inputs import sidecar_path
 
     inputs: list[str | Path] = [spec, *measured.csv, *(sidecar_path(c) for c in measured.csv)]
     check_not_input(out, inputs)  # before any work: a raw profile may need a GPU to recreate
     result = calibrate(measured.load(load(spec)), spec)
-    write_text(out, dump_calibration(result.data), inputs)
+    write_text(out, calibration_text(result, out), inputs)  # read back first: never a file its reader refuses
     if fmt == "json":
         click.echo(json.dumps({**result.data, "written": out}, indent=2))
     else:
