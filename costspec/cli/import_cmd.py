@@ -15,8 +15,8 @@ def import_group() -> None:
 
 
 @import_group.command("hf")
-@click.argument("source", type=click.Path(exists=True))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.argument("source", type=options.InputFile("Hugging Face config", dir_okay=True))
+@click.option("-o", "--output", type=options.OutputFile(), default=None,
               help="Spec file to write (default: print the spec).")
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
               help="The spec's precision (default: the config's torch_dtype; float32 when it names none).")

@@ -38,11 +38,11 @@ vary = click.option("--vary", "varies", multiple=True, required=True, metavar="N
 grid_options = options.option_group("grid", Grid, vary, options.sets)
 output_options = options.option_group(
     "out", SweepOutput, options.output_format("csv", "json", "table", default="csv"),
-    click.option("--plot", type=click.Path(dir_okay=False), default=None, metavar="OUT.png|svg",
+    click.option("--plot", type=options.OutputFile(), default=None, metavar="OUT.png|svg",
                  help="Also draw total FLOPs (estimated time with --gpu) against the first swept dim, one line per "
                       "value of the second (matplotlib)."),
     click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
-    click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write here (default stdout)."))
+    click.option("-o", "--output", type=options.OutputFile(), default=None, help="Write here (default stdout)."))
 
 
 @cli.command("sweep")
