@@ -24,6 +24,7 @@ def import_group() -> None:
 def import_hf_command(source, output, dtype, fmt):
     """Write a spec from SOURCE (a Hugging Face config.json or a folder holding it), read offline (docs/import.md)."""
     from costspec.core.errors import CostspecError
+    from costspec.core.text import for_terminal
     from costspec.importer import check_command, import_hf, write_import
     from costspec.model import loads
 
@@ -40,6 +41,6 @@ def import_hf_command(source, output, dtype, fmt):
                                "hf_class": imported.family.hf_class, "check": check,
                                **({} if output else {"spec": imported.text})}, indent=2))
     elif output:
-        click.echo(f"wrote {output}; check it with: {check}", err=True)
+        click.echo(for_terminal(f"wrote {output}; check it with: {check}"), err=True)
     else:
         click.echo(imported.text, nl=False)
