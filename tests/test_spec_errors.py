@@ -264,3 +264,19 @@ layers:
     assert "$.layers[2].attention.heads: dim 8 is not divisible by heads 3" in "".join(lines)
     assert "in=7 does not match the input's last dim 10" in "".join(lines)
 
+
+
+@pytest.mark.parametrize("value, says", [
+    ("null", "$.dims.S: bad value null (expected a positive integer (free dim)"),
+    ("{value: null}", "$.dims.S.value: bad value null (expected an integer or a string)"),
+    ("{value: true}", "$.dims.S.value: bad value true (expected an integer or a string)"),
+])
+def test_a_yaml_value_in_a_message_is_written_as_yaml_writes_it(value, says):
+    """Never Python's repr (`dim S = None`, `None is not valid under any of the given schemas`)."""
+    text = f"costspec: 1\nname: n\ndims:\n  B: 1\n  S: {value}\ninput: [B, S]\nlayers:\n  - linear: {{out: 4}}\n"
+    from costspec.core.errors import SpecError
+    from costspec.model import loads
+
+    with pytest.raises(SpecError) as caught:
+        loads(text)
+    assert says in str(caught.value) and "None" not in str(caught.value) and "True" not in str(caught.value)

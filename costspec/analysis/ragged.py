@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 from costspec.core.results import Column, Result, Row, Table
 
 MAX_LENGTHS = 1_000_000
+MAX_LENGTH_DIGITS = 19  # a sequence length below 2**63: longer text is refused before int() reads it
 
 
 class LengthsError(CostspecError):
@@ -61,7 +62,7 @@ def read_lengths_file(path: str | Path) -> list[int]:
 
 def _length(item: str, where: str) -> int:
     text = item.strip().replace("_", "")
-    if len(text) > 19:  # a sequence length beyond 64-bit integers: refused before int() reads it
+    if len(text) > MAX_LENGTH_DIGITS:
         raise LengthsError(f"{where}: {text[:20]}... is not a sequence length (a positive integer below 2**63)")
     try:
         value = int(text)

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costspec.core.errors import CostspecError
-from costspec.core.safeio import Kind, read_json, write_text
+from costspec.core.safeio import HF_CONFIG, read_json, write_text
 from costspec.core.text import for_terminal
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.families import FAMILIES, Family
 from costspec.importer.starter import schema_line, schema_path, schema_ref
 from costspec.spec.load import parse_spec
 
-CONFIG = Kind("Hugging Face config", 4_000_000)
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -48,7 +47,7 @@ def config_file(source: str | os.PathLike) -> Path:
 def read_config(source: str | os.PathLike, dtype: str | None = None) -> HFConfig:
     """The config at SOURCE (a config.json or a folder holding one), as an HFConfig."""
     path = config_file(source)
-    data = read_json(path, CONFIG)
+    data = read_json(path, HF_CONFIG)
     if not isinstance(data, dict):
         raise ImportProblem(f"{path}: expected a JSON object (a Hugging Face config.json)")
     return HFConfig(data, os.fspath(path), dtype=dtype, name=_spec_name(data, path))

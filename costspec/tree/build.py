@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 
 import sympy
 
-from costspec.core.budget import check_op_instances
+from costspec.core.budget import MAX_OP_INSTANCES, check_op_instances
 from costspec.core.conventions import Precision
 from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
@@ -25,7 +25,6 @@ from costspec.tree.naming import assign_names
 from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 
 MAX_TREE_DEPTH = 64  # nested blocks / scopes
-MAX_OP_NODES = 20_000  # op instances in the tree (repeats count once)
 
 
 class TreeBuilder:
@@ -135,8 +134,9 @@ class TreeBuilder:
     def _op(self, kind, given, name, path, shape, env: Env, where: Location,
             wiring: Wiring = NO_WIRING) -> tuple[Node, tuple]:
         self.op_count += 1
-        if self.op_count > MAX_OP_NODES:
-            raise SpecError(f"more than {MAX_OP_NODES} op instances after expanding blocks", where)
+        if self.op_count > MAX_OP_INSTANCES:  # counted up front (check_op_instances); this holds if that count is low
+            raise SpecError(f"more than {MAX_OP_INSTANCES:,} op layers after expanding blocks", where,
+                            f"at most {MAX_OP_INSTANCES:,} op layers (repeats count once)")
         op = OPS[kind]
         if type(op).example_input is not OpDef.example_input and self.op_count > 1 and not self._reads_input(path):
             raise SpecError(f"{kind} reads the model input (e.g. token ids) and must be the first layer", where,
