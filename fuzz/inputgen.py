@@ -288,6 +288,9 @@ def _csv_texts(draw):
             if not lines[i].endswith('"'):
                 lines[i] += '"'
         return "\n".join(lines), False
+    if choice < 7:  # another line ending: CR alone (old Mac), CRLF (Windows), or mixed
+        ending = draw(st.sampled_from(["\r", "\r\n"]))
+        return (text.replace("\n", ending) if draw(st.booleans()) else text.replace("\n", ending, 2)), False
     return draw(text_edits(text, CSV_INSERTS)), False
 
 

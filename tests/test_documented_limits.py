@@ -11,6 +11,7 @@ import pytest
 from costspec.analysis import ragged, sweep
 from costspec.core import budget, expr, safeio, yaml_marks
 from costspec.importer import config
+from costspec.ops.opdef import MAX_RANK
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "spec-language.md").read_text(encoding="utf-8")
@@ -85,6 +86,7 @@ def test_the_limits_in_the_prose_are_the_constants():
     assert f"files up to {yaml_marks.MAX_BYTES:,} bytes" in errors
     assert f"{budget.MAX_OP_INSTANCES:,} op layers after expanding blocks" in errors
     assert re.search(rf"nesting up to\s+{yaml_marks.MAX_DEPTH} levels", errors)
+    assert re.search(rf"values of at most {MAX_RANK} dims", errors)
     bounds = re.sub(r"\s+", " ", DOC)
     assert (f"at most {expr.MAX_TEXT:,} characters and {expr.MAX_DEPTH} levels of nesting per expression, "
             f"{expr.MAX_INT_DIGITS} digits per number, polynomial degree at most {expr.MAX_DEGREE} in the dims, "

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fuzz.input_properties import check_input
-from fuzz.inputgen import STRATEGIES
+from fuzz.surfacegen import STRATEGIES
 
 # A few seconds per kind on 2 shared cores, reproducible.
 # No shrinking: an input that fails is printed as drawn (shrinking a 5,000-digit CSV takes minutes).

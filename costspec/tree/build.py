@@ -17,7 +17,7 @@ from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
 from costspec.core.expr import parse_expr
 from costspec.ops import OPS, spec_ops
-from costspec.ops.opdef import GRAD_INPUT, NO_WIRING, Constraint, OpCall, OpDef, Wiring
+from costspec.ops.opdef import GRAD_INPUT, MAX_RANK, NO_WIRING, Constraint, OpCall, OpDef, Wiring
 from costspec.spec.schema import COMPOSITION_KEYS
 from costspec.tree.attributes import AttributeReader, Env, looks_numeric
 from costspec.tree.dataflow import Dataflow, grad_of, join_wiring
@@ -138,6 +138,9 @@ class TreeBuilder:
             raise SpecError(f"more than {MAX_OP_INSTANCES:,} op layers after expanding blocks", where,
                             f"at most {MAX_OP_INSTANCES:,} op layers (repeats count once)")
         op = OPS[kind]
+        if len(shape) > MAX_RANK:  # every op alike: a value of more dims is refused where it is read
+            raise SpecError(f"{kind} reads a value of rank {len(shape)}, shape {_fmt(shape)}", where,
+                            f"at most {MAX_RANK} dims")
         if type(op).example_input is not OpDef.example_input and self.op_count > 1 and not self._reads_input(path):
             raise SpecError(f"{kind} reads the model input (e.g. token ids) and must be the first layer", where,
                             f"{kind} as the first layer of the spec, or on a model input (`input:` a name "
@@ -149,6 +152,9 @@ class TreeBuilder:
             wiring, reads = self.flow.read_values(op, attrs, value_attrs, path)
         call = OpCall(attrs, shape, env.precision, where, wiring)
         out = tuple(self.dims.canonical(sympy.sympify(d)) for d in op.output_shape(call))
+        if len(out) > MAX_RANK:  # and where it is made (a reshape to 7 dims, even as the last layer)
+            raise SpecError(f"{kind} gives a value of rank {len(out)}, shape {_fmt(out)}", where,
+                            f"at most {MAX_RANK} dims")
         self.constraints.extend(op.constraints(call))
         node = OpNode(op, call, out, self.table, name or op.default_name, name is not None, self.dims.canonical)
         node.reads = reads

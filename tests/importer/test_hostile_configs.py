@@ -180,3 +180,14 @@ def test_a_newline_in_the_schema_reference_of_init_stays_in_its_comment(tmp_path
     text = out.read_text()
     assert "costs" not in yaml.safe_load(text) and text.splitlines()[0].endswith("\\n#")
     loads(text)
+
+
+@pytest.mark.parametrize("entry", [{"M": 64}, [[1]], 3, None])
+def test_a_layer_types_entry_that_is_no_name_is_refused(tmp_path, capsys, entry):
+    """Found by fuzzing (fuzz/run_fuzz.py --mode hf): an object in layer_types was a TypeError (exit 3)."""
+    transformers = pytest.importorskip("transformers")
+    data = transformers.AutoConfig.for_model("qwen2", num_hidden_layers=2, layer_types=["full_attention"] * 2).to_dict()
+    data["layer_types"][1] = entry
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    code, _, err = _run(["import", "hf", str(tmp_path / "config.json")], capsys)
+    assert code == 2 and "layer_types" in err and "each full_attention or sliding_attention" in err, err

@@ -79,8 +79,9 @@ def layer_types(cfg: HFConfig, layers: int, window: int, derive: Callable[[int],
     listed = cfg.get("layer_types")
     if listed is None:
         return [bool(window) and derive(i) for i in range(layers)]
-    if not isinstance(listed, list) or len(listed) != layers or not set(listed) <= {"full_attention",
-                                                                                   "sliding_attention"}:
+    kinds = ("full_attention", "sliding_attention")
+    if not isinstance(listed, list) or len(listed) != layers or not all(isinstance(t, str) and t in kinds
+                                                                        for t in listed):
         raise cfg.refuse("layer_types", f"expected {layers} entries (num_hidden_layers), each full_attention or "
                          "sliding_attention")
     sliding = [t == "sliding_attention" for t in listed]
