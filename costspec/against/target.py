@@ -71,8 +71,8 @@ def _where_raised(exc: BaseException) -> str:
     """`file:line` of the innermost frame of `exc` outside torch (where the user's code raised it)."""
     frames = traceback.extract_tb(exc.__traceback__)
     outside = [f for f in frames if f"{os.sep}torch{os.sep}" not in f.filename and f.filename != __file__]
-    frame = (outside or frames or [None])[-1]
-    return f" (at {frame.filename}:{frame.lineno})" if frame is not None else ""
+    chosen = outside or list(frames)
+    return f" (at {chosen[-1].filename}:{chosen[-1].lineno})" if chosen else ""
 
 
 @contextlib.contextmanager
