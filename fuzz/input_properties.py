@@ -7,7 +7,9 @@ must be read without an error (`check_input` raises AssertionError otherwise).
 * calibration: `costspec eval toy --pass train --calibration F` (table or json, alternately);
 * ncu CSV: the file is parsed (`parse_csv`), then `costspec ncu compare toy F` and
   `costspec ncu calibrate toy F -o calib.yaml`, whose output is read back by `eval --calibration`;
-* sidecar: written next to a copy of a valid toy CSV, then `costspec ncu compare toy CSV`.
+* sidecar: written next to a copy of a valid toy CSV, then `costspec ncu compare toy CSV`;
+* hf: `costspec import hf F -o spec.yaml` (which builds the spec before it writes it);
+* validation / compare: `costspec report toy --validation F` / `--compare F -o report.html`.
 """
 from __future__ import annotations
 
@@ -121,4 +123,10 @@ def _runs(kind: str, folder: Path, text: str | bytes) -> list:
         shutil.copyfile(TOY_CSV, folder / "run.csv")
         _write(folder, "run.json", text)
         return [["ncu", "compare", TOY, str(folder / "run.csv")]]
+    if kind == "hf":
+        path = _write(folder, "config.json", text)
+        return [["import", "hf", str(path), "-o", str(folder / "spec.yaml")]]
+    if kind in ("validation", "compare"):
+        path = _write(folder, f"{kind}.json", text)
+        return [["report", TOY, f"--{kind}", str(path), "-o", str(folder / "report.html")]]
     raise ValueError(f"unknown input kind {kind}")

@@ -75,22 +75,24 @@ def catalog_docs(draw) -> dict:
     return {"version": 1, "gpus": gpus}
 
 
-fraction_text = st.builds(lambda p, q: f"{p}/{q}", st.integers(-10**6, 10**6), st.integers(1, 10**6))
+# a valid coefficient keeps executed work >= 0: epsilon and kappa >= -1 (p >= -q), rho >= 0
+fraction_text = st.integers(1, 10**6).flatmap(lambda q: st.integers(-q, 10**6).map(lambda p: f"{p}/{q}"))
+rho_text = st.builds(lambda p, q: f"{p}/{q}", st.integers(0, 10**6), st.integers(1, 10**6))
 share_text = st.builds(lambda p: f"{p}/100", st.integers(0, 100))
 
 
 @st.composite
 def calibration_docs(draw) -> dict:
-    def coefficient():
-        return draw(st.one_of(st.floats(-0.5, 2, allow_nan=False), fraction_text,
-                              st.builds(lambda v, e: {"value": v, "exact": e}, st.floats(-0.5, 2), fraction_text)))
+    def coefficient(minimum: float = -0.5, exact_text: st.SearchStrategy = fraction_text):
+        return draw(st.one_of(st.floats(minimum, 2, allow_nan=False), exact_text,
+                              st.builds(lambda v, e: {"value": v, "exact": e}, st.floats(minimum, 2), exact_text)))
 
     doc: dict[str, Any] = {"costspec_calibration": 1, "spec": "toy_mlp", "precision": draw(st.sampled_from(DTYPES)),
                            "dims": {"M": draw(st.integers(1, 512)), "D": 1024, "N": 10}}
     for phase in draw(st.lists(st.sampled_from(["forward", "backward"]), min_size=1, unique=True)):
         eps = {c: {"value": 0.0, "exact": draw(fraction_text), "cuda_share": draw(share_text)}
                for c in draw(st.lists(st.sampled_from(["gemm", "conv", "sdpa"]), unique=True))}
-        doc[phase] = {"epsilon": eps, "rho": draw(st.one_of(st.none(), st.just(coefficient()))),
+        doc[phase] = {"epsilon": eps, "rho": draw(st.one_of(st.none(), st.just(coefficient(0, rho_text)))),
                       "kappa": {k: coefficient() for k in draw(st.lists(st.sampled_from(["sigmoid", "bias_add", "gelu"]),
                                                                          unique=True))},
                       "fused": draw(st.lists(st.sampled_from(["bias_add", "add"]), unique=True)),
@@ -286,6 +288,9 @@ def _csv_texts(draw):
             if not lines[i].endswith('"'):
                 lines[i] += '"'
         return "\n".join(lines), False
+    if choice < 7:  # another line ending: CR alone (old Mac), CRLF (Windows), or mixed
+        ending = draw(st.sampled_from(["\r", "\r\n"]))
+        return (text.replace("\n", ending) if draw(st.booleans()) else text.replace("\n", ending, 2)), False
     return draw(text_edits(text, CSV_INSERTS)), False
 
 

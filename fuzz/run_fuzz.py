@@ -5,6 +5,7 @@ of fuzz/properties.py checked on each, and a count of what happened.
     python fuzz/run_fuzz.py --examples 500 --mode valid --meta-every 1 --out /tmp/fuzz-failures
     python fuzz/run_fuzz.py --examples 10000 --mode inputs   # catalogs, calibrations, ncu CSVs, sidecars
     python fuzz/run_fuzz.py --examples 1000 --mode csv       # one input kind
+    python fuzz/run_fuzz.py --examples 10000 --mode surfaces # HF configs, ncu CSVs, report --validation / --compare
     python fuzz/run_fuzz.py --examples 500 --mode flow       # a dataflow construct in every spec
 
 Unlike the bounded CI tests (tests/fuzz/test_specs.py), a failing example does not stop the run: it is
@@ -29,12 +30,13 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fuzz.input_properties import check_input  # noqa: E402
-from fuzz.inputgen import STRATEGIES as INPUT_STRATEGIES  # noqa: E402
 from fuzz.properties import check_repeat, check_spec  # noqa: E402
 from fuzz.specgen import FLOWS, dump, flow_specs, mutated_specs, repeat_cases, unknown_ops, valid_specs  # noqa: E402
+from fuzz.surfacegen import STRATEGIES as INPUT_STRATEGIES  # noqa: E402
 
 MODES = {"valid": 0.40, "mutated": 0.45, "repeat": 0.15}
-INPUT_MODES = {kind: 0.25 for kind in INPUT_STRATEGIES}  # --mode inputs: every non-spec input kind
+INPUT_MODES = {kind: 1 / len(INPUT_STRATEGIES) for kind in INPUT_STRATEGIES}  # --mode inputs: every non-spec kind
+SURFACES = ("hf", "csv", "validation", "compare")  # --mode surfaces: the inputs added since the first round
 
 
 class Timeout(Exception):
@@ -133,7 +135,7 @@ def run_inputs(kind: str, examples: int, tally: Tally, timeout: float, rng_seed:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2000, help="total examples (split over the modes)")
-    parser.add_argument("--mode", choices=["all", *MODES, "flow", "inputs", *INPUT_MODES], default="all",
+    parser.add_argument("--mode", choices=["all", *MODES, "flow", "inputs", "surfaces", *INPUT_MODES], default="all",
                         help="all: the spec modes; flow: valid specs built around one dataflow construct each; "
                              "inputs: every non-spec input kind; or one mode")
     parser.add_argument("--meta-every", type=int, default=3,
@@ -145,7 +147,8 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     signal.signal(signal.SIGALRM, _alarm)
 
-    shares = MODES if args.mode == "all" else INPUT_MODES if args.mode == "inputs" else {args.mode: 1.0}
+    shares = (MODES if args.mode == "all" else INPUT_MODES if args.mode == "inputs" else
+              {kind: 1 / len(SURFACES) for kind in SURFACES} if args.mode == "surfaces" else {args.mode: 1.0})
     plan = {mode: round(args.examples * share) for mode, share in shares.items()}
     tally = Tally()
     start = time.perf_counter()

@@ -42,6 +42,7 @@ from costspec.core.cost_table import default_table
 from costspec.core.errors import CostspecError
 from costspec.ops import spec_ops
 from costspec.ops.attrs import REQUIRED
+from costspec.ops.opdef import MAX_RANK
 from costspec.ops.pointwise import ACTIVATIONS
 
 ACTS = tuple(ACTIVATIONS)
@@ -342,7 +343,7 @@ def g_reshape(g: Gen, shape):
     if not all(s.exact for s in shape):  # re-anchor: literal sizes are what costspec will hold
         shape = [Size(s.value, s.value) for s in shape]
     r = len(shape)
-    if r >= 2 and g.flag():  # merge two neighbours, keeping the others as written
+    if r >= 2 and (r >= MAX_RANK or g.flag()):  # merge two neighbours (always at the rank limit), keeping the others
         i = g.num(0, r - 2)
         merged = Size(f"{shape[i].paren()}*{shape[i + 1].paren()}", shape[i].value * shape[i + 1].value)
         new = shape[:i] + [merged] + shape[i + 2:]
@@ -1005,11 +1006,11 @@ def flow_specs(draw, kind: str) -> dict:
             shape = out[1]
             break
         layers.append({"layernorm": {}})  # a rank this generator may not take: change nothing and retry
-        layers.append({"reshape": {"shape": [s.value for s in shape[:-1]] + [2, -1]}} if shape[-1].value % 2 == 0
+        split = shape[-1].value % 2 == 0 and len(shape) < MAX_RANK  # a split keeps the rank within the limit
+        layers.append({"reshape": {"shape": [s.value for s in shape[:-1]] + [2, -1]}} if split
                       else {"linear": {"out": 6}})
         shape = [Size(s.value, s.value) for s in shape[:-1]] + (
-            [Size(2, 2), Size(shape[-1].value // 2, shape[-1].value // 2, False)] if shape[-1].value % 2 == 0
-            else [Size(6, 6)])
+            [Size(2, 2), Size(shape[-1].value // 2, shape[-1].value // 2, False)] if split else [Size(6, 6)])
     if g.flag(0.3):
         layers += free_body(g, shape, 1)[0]
     return _spec(g, dims, shape0, layers)

@@ -6,24 +6,34 @@ keyword arguments, or none, returning an nn.Module or `(module, example_inputs)`
 `KEY=VALUE` settings). Modules are built on the device the check runs on: on `meta` no weight
 is allocated and nothing is downloaded.
 
+The user's code runs guarded (`user_code`): an exception it raises while its module is imported,
+built, put in eval mode or run forward is the user's error (a UserCodeError, exit 2, naming the
+target, the exception's type and message, and where it was raised), and so is any SystemExit it
+raises (`raise SystemExit(0)`, the target `builtins:exit`): no exit from user code ends a run
+without a comparison. A model built from a config (hf:) is budgeted before it is built on the
+device (`check_real_budget`): its layer count from the config, then, built on meta, its modules
+and parameters, and on cpu the memory its weights need (`--force` overrides).
+
 torch (and, for hf: targets, transformers) is imported here: import this module only for
 `--against`.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
-import json
 import os
+import re
 import sys
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import sympy
 import yaml
 
-from costspec.core.errors import MissingExtraError, UsageError
+from costspec.core.errors import CostspecError, MissingExtraError, UsageError
 from costspec.core.expr import evaluator
 from costspec.runtime.torch_build import import_torch
 
@@ -53,15 +63,74 @@ class Target:
     output: str | None = None  # the output field (or tuple index) that is the spec's output; None: the first
 
 
+class UserCodeError(UsageError):
+    """The user's code (or a model built from the user's config) raised, or tried to end the run."""
+
+
+def _where_raised(exc: BaseException) -> str:
+    """`file:line` of the innermost frame of `exc` outside torch (where the user's code raised it)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    outside = [f for f in frames if f"{os.sep}torch{os.sep}" not in f.filename and f.filename != __file__]
+    chosen = outside or list(frames)
+    return f" (at {chosen[-1].filename}:{chosen[-1].lineno})" if chosen else ""
+
+
+@contextlib.contextmanager
+def user_code(target: str, what: str) -> Iterator[None]:
+    """Run the user's code: its exceptions and any SystemExit become a UserCodeError naming `target`;
+    costspec's own errors and KeyboardInterrupt pass through (COSTSPEC_DEBUG: the original error)."""
+    try:
+        yield
+    except CostspecError:
+        raise
+    except SystemExit as exc:
+        raise UserCodeError(f"--against {target}: {what} raised SystemExit({exc.code!r}){_where_raised(exc)}: code "
+                            "that a validation runs may not end it (nothing was compared)") from None
+    except Exception as exc:
+        if os.environ.get("COSTSPEC_DEBUG"):
+            raise
+        message = " ".join(str(exc).split())
+        message = message if len(message) <= 400 else message[:400] + " ..."
+        raise UserCodeError(f"--against {target}: {what} raised {type(exc).__name__}: {message}"
+                            f"{_where_raised(exc)}") from None
+
+
+@contextlib.contextmanager
+def no_exit(target: str) -> Iterator[None]:
+    """Around everything `validate --against` runs: a SystemExit from the user's code wherever it is
+    raised (a custom autograd backward, a hook) is an error, never the end of the run."""
+    try:
+        yield
+    except SystemExit as exc:
+        raise UserCodeError(f"--against {target}: the real model raised SystemExit({exc.code!r}){_where_raised(exc)} "
+                            "while it was run: code that a validation runs may not end it (nothing was "
+                            "compared)") from None
+
+
+def _guard_forward(module: "torch.nn.Module", target: str) -> None:
+    """Run the module's forward under `user_code` (its exceptions are the user's, with their type)."""
+    forward = module.forward
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        with user_code(target, "the real model's forward"):
+            return forward(*args, **kwargs)
+
+    object.__setattr__(module, "forward", guarded)
+
+
 def load_target(target: str, model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], device: str,
                 config: str | None = None, config_sets: Mapping[str, str] | None = None,
-                output: str | None = None) -> Target:
+                output: str | None = None, force: bool = False) -> Target:
     """Build TARGET on `device` at the spec's bound dims `values`; `output` names the field of its
-    output that the spec's output stands for (`pooler_output`; default the first tensor)."""
-    torch = import_torch("costspec validate --against")
+    output that the spec's output stands for (`pooler_output`; default the first tensor). `force`: build
+    a model from a config beyond the budget (`check_real_budget`)."""
     config_sets = dict(config_sets or {})
+    if target.startswith(HF_PREFIX):  # the config's layers are counted before torch is imported
+        given = _read_config(config) if config is not None else {}
+        check_layer_budget(target, config_layers({**given, **{k: _value(v) for k, v in config_sets.items()}}), force)
+    torch = import_torch("costspec validate --against")
     if target.startswith(HF_PREFIX):
-        built = _hf_target(target[len(HF_PREFIX):], config, config_sets, device)
+        built = _hf_target(target[len(HF_PREFIX):], config, config_sets, device, force)
     else:
         if config is not None or config_sets:
             raise UsageError("--config and --config-set configure hf:ModelClass targets; "
@@ -69,8 +138,11 @@ def load_target(target: str, model: "Network", values: Mapping[sympy.Symbol, sym
         built = _callable_target(target, {str(k): int(v) for k, v in values.items()}, device)
     module, inputs, described = built
     if not isinstance(module, torch.nn.Module):
-        raise UsageError(f"--against {target}: expected an nn.Module, got {type(module).__name__}")
-    module.eval()  # dropout is identity, as in the spec; autograd still runs for --pass train
+        raise UserCodeError(f"--against {target}: expected an nn.Module (or (module, example inputs)), got "
+                            f"{type(module).__name__}")
+    with user_code(target, "the real model's eval()"):
+        module.eval()  # dropout is identity, as in the spec; autograd still runs for --pass train
+    _guard_forward(module, target)
     if inputs is None:
         args: tuple = (spec_input(model, values, device),)
         kwargs: dict[str, Any] = {}
@@ -134,21 +206,23 @@ def _callable_target(target: str, dims: dict[str, int], device: str):
         raise UsageError(f"--against {target!r}: expected package.module:callable or hf:ModelClass")
     if os.getcwd() not in sys.path:  # `costspec` run from a project directory finds the project's modules
         sys.path.insert(0, os.getcwd())
-    try:
-        found: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"--against {target}: cannot import {module_name}: {exc}") from None
-    for step in attr.split("."):
-        if not hasattr(found, step):
-            raise UsageError(f"--against {target}: {module_name} has no attribute {attr!r}")
-        found = getattr(found, step)
+    torch = import_torch("costspec validate --against")
+    with user_code(target, f"importing {module_name}"):
+        try:
+            found: Any = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UsageError(f"--against {target}: cannot import {module_name}: {exc}") from None
+    with user_code(target, f"looking up {attr} in {module_name}"):
+        for step in attr.split("."):
+            if not hasattr(found, step):
+                raise UsageError(f"--against {target}: {module_name} has no attribute {attr!r}")
+            found = getattr(found, step)
     if not callable(found):
         raise UsageError(f"--against {target}: {attr} is not callable")
-    torch = import_torch("costspec validate --against")
-    with torch.device(device):
-        made = found(**_dim_kwargs(found, dims, target))
-    described = [f"built by {target}(" + ", ".join(f"{k}={v}" for k, v in _dim_kwargs(found, dims, target).items())
-                 + f") on {device}"]
+    kwargs = _dim_kwargs(found, dims, target)
+    with user_code(target, f"calling {attr}()"), torch.device(device):
+        made = found(**kwargs)
+    described = [f"built by {target}(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + f") on {device}"]
     if isinstance(made, tuple) and len(made) == 2:
         return made[0], made[1], described
     return made, None, described
@@ -187,7 +261,7 @@ def _as_call(inputs: Any, target: str) -> tuple[tuple, dict[str, Any]]:
 # ----------------------------------------------------------------------------------------------
 # hf:ModelClass
 # ----------------------------------------------------------------------------------------------
-def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], device: str):
+def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], device: str, force: bool = False):
     try:
         import transformers
     except ImportError:
@@ -217,12 +291,71 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
         else:
             raise UsageError(f"--config-set {key}: {config_cls.__name__} has no key {key!r} and {class_name}() no "
                              f"argument of that name" + (f" (arguments: {', '.join(sorted(ctor))})" if ctor else ""))
+    target = f"hf:{class_name}"
+    layers = config_layers(data)
+    check_layer_budget(target, layers, force)
     # built from the keys (not set afterwards): derived keys such as head_dim follow hidden_size
-    config = config_cls(**data)
+    with user_code(target, f"{config_cls.__name__}(...) from the config"):
+        config = config_cls(**data)
     torch = import_torch("costspec validate --against")
-    with torch.device(device):
-        module = model_cls(config, **kwargs)
+    with user_code(target, f"building {class_name} from its config"):
+        with torch.device("meta"):  # the budget first: modules and parameters, nothing allocated
+            module = model_cls(config, **kwargs)
+        described.append(check_real_budget(target, module, layers, device, force))
+        if device != "meta":
+            with torch.device(device):
+                module = model_cls(config, **kwargs)
     return module, None, described
+
+
+# ----------------------------------------------------------------------------------------------
+# the budget of a model built from a config
+# ----------------------------------------------------------------------------------------------
+_LAYER_KEYS = re.compile(r"(?:num_)?(?:hidden_|encoder_|decoder_)?layers|n_layers?|num_blocks|depths?")
+
+
+def config_layers(data: Mapping[str, Any]) -> int:
+    """The layers a config asks for: every layer-count key (num_hidden_layers, n_layer, encoder_layers,
+    depths, ...) summed, in nested configs too; a non-integer value counts 0 (the config class judges it)."""
+    total = 0
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            total += config_layers(value)
+        elif isinstance(key, str) and _LAYER_KEYS.fullmatch(key):
+            items = value if isinstance(value, list) else [value]
+            total += sum(v for v in items if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    return total
+
+
+def check_layer_budget(target: str, layers: int, force: bool) -> None:
+    """Refuse a config asking for more layers than MAX_REAL_LAYERS before anything is built."""
+    from costspec.core.budget import MAX_REAL_LAYERS
+
+    if layers > MAX_REAL_LAYERS and not force:
+        raise UsageError(f"--against {target}: the config asks for {layers:,} layers (its layer-count keys summed); "
+                         f"the limit for a model built from a config is {MAX_REAL_LAYERS:,}: check the config, or "
+                         "--force to build it anyway")
+
+
+def check_real_budget(target: str, meta_module: "torch.nn.Module", layers: int, device: str, force: bool) -> str:
+    """The modules and parameters of the model built on meta, against the limits (MAX_TORCH_MODULES, and on
+    cpu the memory its fp32 weights need against what is available); a line for the report."""
+    from costspec.core.budget import MAX_TORCH_MODULES
+    from costspec.runtime.torch_budget import CPU_BYTES_PER_ELEMENT, available_memory
+
+    modules = sum(1 for _ in meta_module.modules())
+    params = sum(p.numel() for p in meta_module.parameters())
+    if modules > MAX_TORCH_MODULES and not force:
+        raise UsageError(f"--against {target}: the model built from the config has {modules:,} modules; the limit is "
+                         f"{MAX_TORCH_MODULES:,} (as for a spec's torch module): check the config, or --force")
+    need = params * CPU_BYTES_PER_ELEMENT
+    have = available_memory() if device != "meta" else None
+    if have is not None and need > have and not force:
+        raise UsageError(f"--against {target}: the model built from the config has {params:,} parameters, about "
+                         f"{need / 2**30:,.1f} GiB of fp32 weights on {device}, more than the {have / 2**30:,.1f} GiB "
+                         "available; use --device meta (nothing allocated), a smaller config, or --force")
+    return (f"budget: {layers:,} layers in the config, {modules:,} modules, {params:,} parameters"
+            + (f" ({need / 2**30:,.2f} GiB of fp32 weights on {device})" if device != "meta" else ""))
 
 
 def _model_module_class(class_name: str) -> Any:
@@ -273,14 +406,14 @@ def _constructor_params(cls) -> set[str]:
 
 
 def _read_config(path: str) -> dict:
+    """A config.json through the bounded reader (`costspec.core.safeio`: a regular file of at most 4 MB,
+    nesting and numbers bounded; a FIFO or /dev/zero is an error at once)."""
+    from costspec.core.safeio import HF_CONFIG, InputError, read_json
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--config {path}:{exc.lineno}: not JSON: {exc.msg}") from None
+        data = read_json(path, HF_CONFIG)
+    except InputError as exc:
+        raise UsageError(f"--config: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a JSON object (a Hugging Face config.json)")
     return data

@@ -125,16 +125,27 @@ def _names(value: Any, where: str, what: str) -> Mapping:
     return value
 
 
+def _at_least(value: Fraction, minimum: int, where: str, what: str) -> Fraction:
+    """A coefficient that keeps executed work >= 0 (epsilon, kappa >= -1; rho >= 0)."""
+    if value < minimum:
+        raise CalibrationError(f"{where}: {exact(value)} predicts negative work ({what}; expected at least {minimum}: "
+                               "a fit of non-negative counters never gives less)")
+    return value
+
+
 def _phase(data: Mapping, where: str) -> PhaseCoefficients:
     if not isinstance(data, Mapping):
         raise CalibrationError(f"{where}: expected a mapping")
     epsilon = _names(data.get("epsilon"), f"{where}.epsilon", "matmul classes")
-    eps = {c: _number(e, f"{where}.epsilon.{c}") for c, e in epsilon.items()}
+    eps = {c: _at_least(_number(e, f"{where}.epsilon.{c}"), -1, f"{where}.epsilon.{c}",
+                        "executed = (1 + epsilon) x analytic") for c, e in epsilon.items()}
     share = {c: _share(e.get("cuda_share", 0), f"{where}.epsilon.{c}.cuda_share")
              for c, e in epsilon.items() if isinstance(e, Mapping)}
-    rho = _number(data["rho"], f"{where}.rho") if data.get("rho") is not None else None
-    kappa = {k: _number(e, f"{where}.kappa.{k}") for k, e in _names(data.get("kappa"), f"{where}.kappa",
-                                                                    "cost-table kinds").items()}
+    rho = (_at_least(_number(data["rho"], f"{where}.rho"), 0, f"{where}.rho", "split-K FLOPs = rho x GEMM outputs")
+           if data.get("rho") is not None else None)
+    kappa = {k: _at_least(_number(e, f"{where}.kappa.{k}"), -1, f"{where}.kappa.{k}",
+                          "executed = (1 + kappa) x analytic")
+             for k, e in _names(data.get("kappa"), f"{where}.kappa", "cost-table kinds").items()}
     fused = data.get("fused") or {}
     if not isinstance(fused, (Mapping, list)) or not all(isinstance(k, str) for k in fused):
         raise CalibrationError(f"{where}.fused: expected a mapping or list of cost-table kinds")
@@ -144,11 +155,30 @@ def _phase(data: Mapping, where: str) -> PhaseCoefficients:
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration YAML written by `costspec ncu calibrate`, with the bounds of every input
     (`costspec.core.safeio`: a regular file, at most 1 MB, plain YAML, bounded numbers)."""
-    name = str(path)
     try:
         data = read_yaml(path, CALIBRATION).data
     except SpecError as exc:
         raise CalibrationError(str(exc)) from None
+    return _calibration(data, str(path))
+
+
+def loads_calibration(text: str, name: str) -> Calibration:
+    """The calibration that `text` holds, checked exactly as `load_calibration` checks a file (the
+    writer's check that it never writes a file its own reader refuses)."""
+    from costspec.core.yaml_marks import load_marked
+
+    encoded = text.encode("utf-8")
+    if len(encoded) > CALIBRATION.max_bytes:
+        raise CalibrationError(f"{name}: {len(encoded):,} bytes, over the limit for a calibration "
+                               f"(expected at most {CALIBRATION.max_bytes:,} bytes)")
+    try:
+        data = load_marked(encoded, name, kind=CALIBRATION.name).data
+    except SpecError as exc:
+        raise CalibrationError(str(exc)) from None
+    return _calibration(data, name)
+
+
+def _calibration(data: Any, name: str) -> Calibration:
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT_VERSION:
         raise CalibrationError(f"{name}: not a costspec calibration file (expected `{FORMAT_KEY}: {FORMAT_VERSION}` "
                                "as written by `costspec ncu calibrate`)")

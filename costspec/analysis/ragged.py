@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 from costspec.core.results import Column, Result, Row, Table
 
 MAX_LENGTHS = 1_000_000
+MAX_LENGTH_DIGITS = 19  # a sequence length below 2**63: longer text is refused before int() reads it
 
 
 class LengthsError(CostspecError):
@@ -41,11 +42,14 @@ def parse_lengths(text: str, where: str = "--lengths") -> list[int]:
 
 
 def read_lengths_file(path: str | Path) -> list[int]:
-    """One length per line; blank lines and `#` comments are skipped."""
+    """One length per line; blank lines and `#` comments are skipped. Read through the bounded reader
+    (`costspec.core.safeio`: a regular file of at most 16 MiB; a FIFO or /dev/zero is an error at once)."""
+    from costspec.core.safeio import LENGTHS, InputError, read_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LengthsError(f"cannot read lengths file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        text = read_text(path, LENGTHS)
+    except InputError as exc:
+        raise LengthsError(str(exc)) from None
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         item = line.split("#", 1)[0].strip()
@@ -57,8 +61,11 @@ def read_lengths_file(path: str | Path) -> list[int]:
 
 
 def _length(item: str, where: str) -> int:
+    text = item.strip().replace("_", "")
+    if len(text) > MAX_LENGTH_DIGITS:
+        raise LengthsError(f"{where}: {text[:20]}... is not a sequence length (a positive integer below 2**63)")
     try:
-        value = int(item.strip().replace("_", ""))
+        value = int(text)
     except ValueError:
         raise LengthsError(f"{where}: {item.strip()!r} is not a sequence length (a positive integer)") from None
     if value < 1:
@@ -75,8 +82,12 @@ def _checked(lengths: list[int], where: str) -> list[int]:
 
 
 def check_dims(model: Network, seq_dim: str, batch_dim: str, sets: Mapping[str, int]) -> None:
-    """The sequence dim must be a free dim (not derived), the batch dim must exist, neither --set."""
+    """The sequence dim must be a free dim (not derived) other than the batch dim, the batch dim must exist,
+    neither --set."""
     dims = model.dims.dims
+    if seq_dim == batch_dim:
+        raise UsageError(f"--seq-dim {seq_dim} is the batch dim: a ragged batch varies the sequence length per "
+                         f"sequence, over {batch_dim} sequences (expected the spec's sequence dim, e.g. S)")
     for name, role in ((seq_dim, "sequence"), (batch_dim, "batch")):
         if name not in dims:
             raise UsageError(f"ragged batches need a {role} dim '{name}', which this spec does not define "

@@ -25,7 +25,11 @@ from costspec.core.errors import CostspecError, UsageError
 if TYPE_CHECKING:
     from costspec.tree.network import Network
 
-MAX_POINTS = 20_000_000
+MAX_POINTS = 20_000_000  # a plain CSV sweep: streamed in chunks, its memory does not grow with the grid
+# Outputs that hold the whole grid in memory, measured on gpt2_small (200,000 points, peak RSS of the process):
+# --gpu ~0.75 KB a point, table ~1.5 KB, JSON ~3 KB; each limit keeps the process under 1 GB.
+MAX_POINTS_GPU = 1_000_000  # CSV with --gpu (roofline time per point)
+MAX_POINTS_IN_MEMORY = 200_000  # --format json / table, --plot (with or without --gpu)
 MAX_VALUE = 2**62  # --vary values (and grid values) stay below this
 CHUNK = 1 << 16  # points evaluated at once
 
@@ -150,6 +154,24 @@ def parse_vary(text: str) -> tuple[str, Sequence[int]]:
         raise UsageError(f"--vary {text!r}: values must be below 2**62 for vectorised sweeps; use `costspec eval` "
                          "for exact numbers at larger sizes")
     return name, values
+
+
+def grid_size(varies: Sequence[tuple[str, Sequence[int]]]) -> int:
+    """The number of points of the grid of `varies` (nothing materialised)."""
+    size = 1
+    for _name, values in varies:
+        size *= len(values)
+    return size
+
+
+def check_in_memory(varies: Sequence[tuple[str, Sequence[int]]], why: str, limit: int) -> None:
+    """UsageError when the grid of `varies` has more than `limit` points: an output (`why`) that holds every
+    point in memory (only the plain CSV sweep streams, up to MAX_POINTS)."""
+    size = grid_size(varies)
+    if size > limit:
+        raise UsageError(f"the grid has {size:,} points; {why} holds every point in memory, and its limit is "
+                         f"{limit:,} points (a plain CSV sweep streams up to {MAX_POINTS:,}): narrow the --vary "
+                         "ranges or split the sweep")
 
 
 def make_grid(model: Network, varies: Sequence[tuple[str, Sequence[int]]],
@@ -433,9 +455,13 @@ def points(grid: Grid) -> list[dict[str, int]]:
 __all__ = [
     "CHUNK",
     "MAX_POINTS",
+    "MAX_POINTS_GPU",
+    "MAX_POINTS_IN_MEMORY",
     "Grid",
     "check_constraints",
+    "check_in_memory",
     "evaluate_grid",
+    "grid_size",
     "iter_values",
     "make_grid",
     "parse_vary",

@@ -10,7 +10,7 @@ from costspec.core.errors import CostspecError
 
 
 @cli.command("check")
-@click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("specs", nargs=-1, required=True, type=options.InputFile("spec", zoo=True))
 @options.output_format("table", "json")
 def check_command(specs, fmt):
     """Check each SPEC (schema, dims, shapes, divisibility): every problem found, one line each; exit 2 if any."""

@@ -29,7 +29,7 @@ class EvalView:
     no_cache: bool = False
 
 
-calibration = click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
+calibration = click.option("--calibration", type=options.InputFile("calibration"), default=None,
                            help="A calibration file from `costspec ncu calibrate`: adds predicted EXECUTED FLOPs "
                                 "per layer.")
 alignment = click.option("--alignment", type=click.Choice(["warn", "strict"]), default="warn", show_default=True,

@@ -7,7 +7,7 @@ from costspec.cli import cli, options
 
 
 @cli.command("gpus")
-@click.option("--catalog", type=click.Path(dir_okay=False, exists=True), default=None,
+@click.option("--catalog", type=options.InputFile("GPU catalog"), default=None,
               help="A YAML catalog of your own GPUs, added to (or overriding) the built-in one.")
 @options.output_format()
 def gpus_command(catalog, fmt):

@@ -17,8 +17,8 @@ def import_group() -> None:
 
 
 @import_group.command("hf")
-@click.argument("source", type=click.Path(exists=True))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.argument("source", type=options.InputFile("Hugging Face config", dir_okay=True))
+@click.option("-o", "--output", type=options.OutputFile(), default=None,
               help="Spec file to write (default: print the spec).")
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
               help="The spec's precision (default: the config's torch_dtype; float32 when it names none).")
@@ -26,6 +26,7 @@ def import_group() -> None:
 def import_hf_command(source, output, dtype, fmt):
     """Write a spec from SOURCE (a Hugging Face config.json or a folder holding it), read offline (docs/import.md)."""
     from costspec.core.errors import CostspecError
+    from costspec.core.text import for_terminal
     from costspec.importer import check_command, import_hf, write_import
     from costspec.model import loads
 
@@ -42,7 +43,7 @@ def import_hf_command(source, output, dtype, fmt):
                                "hf_class": imported.family.hf_class, "check": check,
                                **({} if output else {"spec": imported.text})}, indent=2))
     elif output:
-        click.echo(f"wrote {output}; check it with: {check}", err=True)
+        click.echo(for_terminal(f"wrote {output}; check it with: {check}"), err=True)
     else:
         click.echo(imported.text, nl=False)
 
@@ -79,11 +80,11 @@ class SpecWriting:
 @click.argument("target", metavar="TARGET")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=INPUT:AXIS",
               help="Name an input axis as a dim (repeatable; S=input_ids:1, img=x:2,3). Axis 0 of every input is B.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=options.OutputFile(), default=None,
               help="Spec file to write (default: print the spec).")
 @options.option_group(
     "real", RealModel,
-    click.option("--config", type=click.Path(dir_okay=False, exists=True), default=None,
+    click.option("--config", type=options.InputFile("Hugging Face config"), default=None,
                  help="With hf:ModelClass: a Hugging Face config.json (default: the class's default config)."),
     click.option("--config-set", "config_sets", multiple=True, callback=_key_values, metavar="KEY=VALUE",
                  help="With hf:ModelClass: set a config key or a constructor argument (repeatable)."),

@@ -8,7 +8,7 @@ from costspec.cli import cli, options
 
 @cli.command("init")
 @click.argument("name")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=options.OutputFile(), default=None,
               help="File to write (default NAME.yaml).")
 @click.option("--schema", default=None, metavar="PATH_OR_URL",
               help="Schema reference for the `# yaml-language-server: $schema=` line (default: the copy shipped "

@@ -10,7 +10,7 @@ from costspec.cli.options import ClosedForm
 @cli.command("latex")
 @options.spec_arg
 @options.closed_form
-@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), help="Write to FILE, not stdout.")
+@click.option("--output", "-o", type=options.OutputFile(), help="Write to FILE, not stdout.")
 @click.option("--standalone", is_flag=True, help="A complete document that pdflatex compiles.")
 @click.option("--format", "fmt", type=click.Choice(["latex", "json"]), default="latex", show_default=True,
               help="latex: the align environment; json: each formula's LaTeX and sympy text (as `formula`).")

@@ -50,7 +50,7 @@ run_pass_options = options.option_group(
 profile_options = options.option_group(
     "profile", Profile,
     click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Unprofiled steps first."),
-    click.option("-o", "--output", "out", default=None, type=click.Path(dir_okay=False),
+    click.option("-o", "--output", "out", default=None, type=options.OutputFile(),
                  help="OUT.csv (raw page); required to run, with --print-command it defaults to SPEC_STEM.ncu.csv."),
     click.option("--print-command", is_flag=True, help="Print the ncu command instead of running it (no GPU needed)."),
     click.option("--arch", default=None, help="Target compute capability for --print-command, e.g. 9.0 or 8.0."),
@@ -58,7 +58,7 @@ profile_options = options.option_group(
     click.option("--ncu", "ncu", default="ncu", show_default=True, help="The ncu executable."))
 measurement_options = options.option_group(
     "measured", Measurement,
-    click.argument("csv", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True)),
+    click.argument("csv", nargs=-1, required=True, type=options.InputFile("ncu CSV")),
     options.batch, options.sets,
     click.option("--pass", "pass_", type=click.Choice(Pass.choices()), default=None,
                  help="Phases in the CSV (default: from the sidecar, else forward); train needs the "
@@ -111,7 +111,7 @@ def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile,
 
 
 @ncu_group.command("show")
-@click.argument("csv", type=click.Path(dir_okay=False, exists=True))
+@click.argument("csv", type=options.InputFile("ncu CSV"))
 @options.output_format()
 def show_command(csv: str, fmt: str):
     """Per kernel launch of any ncu CSV export: class, TC/CUDA-core FLOPs, DRAM bytes, time, counters."""
@@ -124,7 +124,7 @@ def show_command(csv: str, fmt: str):
 @ncu_group.command("compare")
 @options.spec_arg
 @measurement_options
-@click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
+@click.option("--calibration", type=options.InputFile("calibration"), default=None,
               help="A calibration file: adds the predicted executed FLOPs and the residuals.")
 @options.output_format()
 def compare_command(spec: str, measured: Measurement, calibration: str | None, fmt: str):
@@ -141,22 +141,21 @@ def compare_command(spec: str, measured: Measurement, calibration: str | None, f
 @ncu_group.command("calibrate")
 @options.spec_arg
 @measurement_options
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False), help="calib.yaml to write.")
+@click.option("-o", "--output", "out", required=True, type=options.OutputFile(), help="calib.yaml to write.")
 @options.output_format("table", "json")
 def calibrate_command(spec: str, measured: Measurement, out: str, fmt: str):
     """Fit epsilon (GEMM), rho (split-K) and kappa (pointwise kinds) per phase; write a calibration file."""
     import json
 
-    from costspec.analysis.calibration import dump_calibration
     from costspec.core.safeio import check_not_input, write_text
     from costspec.model import load
-    from costspec.ncu.calibrate import calibrate, render_summary
+    from costspec.ncu.calibrate import calibrate, calibration_text, render_summary
     from costspec.ncu.inputs import sidecar_path
 
     inputs: list[str | Path] = [spec, *measured.csv, *(sidecar_path(c) for c in measured.csv)]
     check_not_input(out, inputs)  # before any work: a raw profile may need a GPU to recreate
     result = calibrate(measured.load(load(spec)), spec)
-    write_text(out, dump_calibration(result.data), inputs)
+    write_text(out, calibration_text(result, out), inputs)  # read back first: never a file its reader refuses
     if fmt == "json":
         click.echo(json.dumps({**result.data, "written": out}, indent=2))
     else:

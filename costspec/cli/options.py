@@ -9,6 +9,7 @@ and `Display` (--format, --quiet). A group's options show in help in the order i
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -52,6 +53,44 @@ def require(condition: bool, message: str) -> None:
         raise UsageError(message)
 
 
+# -- path types ----------------------------------------------------------------------------------
+class InputFile(click.Path):
+    """A path to a file the command reads, of one kind of `costspec.core.safeio.KINDS` (its name).
+
+    Checked when the command line is parsed, by the bounded reader's rules (`safeio.check_input`:
+    a regular file within the kind's size limit; a FIFO, a device such as /dev/zero or a directory is
+    an error at once, with the reader's message, and nothing is read), then read through that reader.
+    Every path option of a command that names an input is of this type (tests/cli/test_input_paths.py
+    walks them).
+    `zoo` (a spec): not checked here; the loader reads it through the same reader when the command
+    runs (its messages give file:line, and `check` reports every file), and a name that is no file
+    is a zoo key (`vit_b`). `dir_okay`: a folder is passed on (`import hf` reads its config.json
+    through the reader)."""
+
+    def __init__(self, kind: str, *, zoo: bool = False, dir_okay: bool = False):
+        super().__init__(exists=not zoo, dir_okay=dir_okay or zoo)
+        self.kind = kind
+        self.zoo = zoo
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from costspec.core.safeio import KINDS, check_input
+
+        path = os.fspath(value)
+        if self.zoo:
+            return value
+        value = super().convert(value, param, ctx)
+        if not (self.dir_okay and os.path.isdir(path)):
+            check_input(path, KINDS[self.kind])  # an InputError: `costspec: error: ...`, exit 2, as when it is read
+        return value
+
+
+class OutputFile(click.Path):
+    """A path the command writes (through `costspec.core.safeio`'s writer: atomic, never over an input)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+
 # -- single options ------------------------------------------------------------------------------
 def _parse_sets(ctx, param, values) -> dict[str, int]:
     out = {}
@@ -66,7 +105,7 @@ def _parse_sets(ctx, param, values) -> dict[str, int]:
     return out
 
 
-spec_arg = click.argument("spec", type=click.Path(dir_okay=False))
+spec_arg = click.argument("spec", type=InputFile("spec", zoo=True))
 batch = click.option("--batch", "-b", type=click.IntRange(min=1), default=None, help="Bind the batch dim B.")
 sets = click.option("--set", "sets", multiple=True, callback=_parse_sets, metavar="NAME=VALUE",
                     help="Bind a dim (repeatable), e.g. --set img=384.")
@@ -98,7 +137,7 @@ def gpu(required: bool) -> Decorator:
                              "estimated time.")
 
 
-catalog = click.option("--catalog", type=click.Path(dir_okay=False, exists=True), default=None,
+catalog = click.option("--catalog", type=InputFile("GPU catalog"), default=None,
                        help="Your own GPU catalog (YAML), added to the built-in one.")
 fusion = click.option("--fusion", type=click.Choice(Fusion.choices()), default=Fusion.DEFAULT.value,
                       show_default=True, help="Which kernels are assumed fused (see docs: fusion assumptions).")
@@ -136,7 +175,7 @@ def _parse_lengths(ctx, param, value):
 lengths = click.option("--lengths", callback=_parse_lengths, default=None, metavar="3,5,2",
                        help="A ragged batch: one sequence length per sequence; costs padded (B x max) and packed "
                             "(sum over sequences) side by side.")
-lengths_file = click.option("--lengths-file", type=click.Path(dir_okay=False, exists=True), default=None,
+lengths_file = click.option("--lengths-file", type=InputFile("lengths file"), default=None,
                             help="A ragged batch from a file, one sequence length per line (# comments allowed).")
 seq_dim = click.option("--seq-dim", default="S", show_default=True, metavar="NAME",
                        help="The spec's (free) sequence dim that --lengths varies per sequence.")

@@ -30,12 +30,12 @@ page_options = options.option_group(
     click.option("--vary", "varies", multiple=True, metavar="NAME=VALUES",
                  help="Add sweep curves over a dim: B=1..256:x2 or img=224,384 (repeatable; the second dim gives one "
                       "line per value)."),
-    click.option("--validation", type=click.Path(dir_okay=False, exists=True), default=None,
+    click.option("--validation", type=options.InputFile("validation JSON"), default=None,
                  help="A `costspec validate --format json` output to show as the validation section."),
-    click.option("--compare", type=click.Path(dir_okay=False, exists=True), default=None,
+    click.option("--compare", type=options.InputFile("ncu compare JSON"), default=None,
                  help="A `costspec ncu compare --format json` output to show as the Nsight Compute section."),
     click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
-    click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="report.html"))
+    click.option("-o", "--output", required=True, type=options.OutputFile(), help="report.html"))
 
 
 @cli.command("report")

@@ -21,7 +21,7 @@ class Plot:
 plot_options = options.option_group(
     "plot", Plot,
     click.option("--depth", type=click.IntRange(min=1), default=3, show_default=True, help="Tree levels to plot."),
-    click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="roofline.png or .svg"),
+    click.option("-o", "--output", required=True, type=options.OutputFile(), help="roofline.png or .svg"),
     click.option("--format", "fmt", type=click.Choice(["none", "table", "json", "csv", "markdown"]), default="none",
                  show_default=True, help="Also print the plotted rows (bytes, intensity, bound, time) in this format."))
 

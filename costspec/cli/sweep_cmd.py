@@ -38,11 +38,11 @@ vary = click.option("--vary", "varies", multiple=True, required=True, metavar="N
 grid_options = options.option_group("grid", Grid, vary, options.sets)
 output_options = options.option_group(
     "out", SweepOutput, options.output_format("csv", "json", "table", default="csv"),
-    click.option("--plot", type=click.Path(dir_okay=False), default=None, metavar="OUT.png|svg",
+    click.option("--plot", type=options.OutputFile(), default=None, metavar="OUT.png|svg",
                  help="Also draw total FLOPs (estimated time with --gpu) against the first swept dim, one line per "
                       "value of the second (matplotlib)."),
     click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
-    click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write here (default stdout)."))
+    click.option("-o", "--output", type=options.OutputFile(), default=None, help="Write here (default stdout)."))
 
 
 @cli.command("sweep")
@@ -76,8 +76,20 @@ def sweep_command(spec: str, grid: Grid, run: PassPrecision, hardware: Hardware,
     if out.fmt == "csv" and not hardware.gpu and not out.plot:  # plain costs: streamed in chunks, memory does not
         _stream(model, grid.axes(), out.output, spec, run.pass_, grid.sets)  # grow with the grid
         return
+    _check_memory(grid, hardware, out)
     text, rows = _evaluated(model, grid, run, hardware, out)
     _write(text, out.output, rows, spec)
+
+
+def _check_memory(grid: Grid, hardware: Hardware, out: SweepOutput) -> None:
+    """Refuse, before any work, a grid larger than the limit of an output that holds every point in memory."""
+    from costspec.analysis.sweep import MAX_POINTS_GPU, MAX_POINTS_IN_MEMORY, check_in_memory
+
+    if out.fmt != "csv" or out.plot:
+        why = f"--format {out.fmt}" if out.fmt != "csv" else "--plot"
+        check_in_memory(grid.axes(), why, MAX_POINTS_IN_MEMORY)
+    elif hardware.gpu:
+        check_in_memory(grid.axes(), "--gpu", MAX_POINTS_GPU)
 
 
 def _evaluated(model, grid: Grid, run: PassPrecision, hardware: Hardware, out: SweepOutput) -> tuple[str, int]:

@@ -54,7 +54,7 @@ against_options = options.option_group(
                  help="Check the spec against your real model: package.module:callable (takes the spec's dims as "
                       "keyword arguments, returns an nn.Module or (module, inputs)) or hf:ModelClass (transformers, "
                       "built on meta from its config, no weights)."),
-    click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
+    click.option("--config", "config", type=options.InputFile("Hugging Face config"), default=None,
                  help="With --against hf:ModelClass: a Hugging Face config.json (default: the class's default "
                       "config)."),
     click.option("--config-set", "config_sets", multiple=True, callback=_config_sets, metavar="KEY=VALUE",
@@ -94,11 +94,12 @@ def validate_command(spec: str, dims: Bindings, counting: Counting, display: Dis
     from costspec.against.check import check as check_against
     from costspec.against.check import validate_against
     from costspec.against.report import to_result as against_result
-    from costspec.against.target import load_target
+    from costspec.against.target import load_target, no_exit
 
-    with status(f"validate: counting {target.against} against {model.name} ({pass_}, {device})", display.quiet):
+    with status(f"validate: counting {target.against} against {model.name} ({pass_}, {device})", display.quiet), \
+            no_exit(target.against):  # an exit from the user's code is an error, never a green run
         real = load_target(target.against, model, values, device, target.config, target.config_sets,
-                           target.output_field)
+                           target.output_field, force)
         outcome = validate_against(model, values, real, pass_, device, counting.rtol)
     click.echo(render(against_result(outcome), display.fmt))
     check_against(outcome)

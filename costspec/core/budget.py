@@ -20,7 +20,8 @@ MAX_DERIVED_DIMS = 64  # derived dims (each is a symbol that every size is rewri
 MAX_DIM_DEGREE = 16  # degree of a derived dim written out in free dims (X = Y**2 with Y = Z**8: 16)
 MAX_FORMULA_TERMS = 256  # terms a closed form may have once multiplied out (bounded before expanding)
 MAX_FORMULA_ROWS = 1_000  # rows of `formula` / `latex --per-layer` (each row is a closed form)
-MAX_TORCH_MODULES = 20_000  # op modules `torch` / `validate` build (repeats unrolled)
+MAX_TORCH_MODULES = 20_000  # op modules `torch` / `validate` build (repeats unrolled); modules of a real model
+MAX_REAL_LAYERS = 512  # layers a config asks `validate --against hf:` to build (the largest real models: ~130)
 
 
 def count_op_instances(data: Mapping[str, Any]) -> int:

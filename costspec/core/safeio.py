@@ -1,6 +1,7 @@
 """Every file costspec reads or writes goes through this module.
 
-Reading (`read_bytes`, `read_text`, `read_yaml`, `read_json`): regular files only (a FIFO,
+Reading (`read_bytes`, `read_text`, `read_yaml`, `read_json`; `check_input` checks a file without
+reading it, as the command line's path options do when they are parsed): regular files only (a FIFO,
 a device such as /dev/zero or a directory is refused at once, without blocking), no more than
 the size limit of the input's kind, YAML with the spec loader's bounds (aliases, nesting, node
 count: `spec.yaml_marks.load_marked`), JSON with a nesting limit and bounded numbers.
@@ -8,10 +9,11 @@ count: `spec.yaml_marks.load_marked`), JSON with a nesting limit and bounded num
 (a 5,000-digit value or `1e999999999` is an error at once, not a long Fraction or an inf).
 
 Writing (`atomic_output`, `write_text`, `write_with`): a target that is, or resolves to, one of
-the command's input files is refused; the content goes to a temporary file in the target's
-folder, is flushed to disk and renamed over the target, so an interrupted run leaves the old
-file or the new one, never a torn one. A target that exists and is not a regular file (a
-terminal, /dev/null, a pipe) is written in place: there is nothing to rename over.
+the command's input files is refused (an input named by zoo key is the zoo's file); the content
+goes to a temporary file in the target's folder, is flushed to disk and renamed over the target,
+so an interrupted run leaves the old file or the new one, never a torn one. A target that exists
+and is not a regular file (a terminal, /dev/null, a pipe) is written in place: there is nothing
+to rename over.
 
 The limits are documented in docs/spec-language.md ("Limits of every input file").
 """
@@ -72,6 +74,13 @@ CATALOG = Kind("GPU catalog", YAML_MAX_BYTES)
 CALIBRATION = Kind("calibration", YAML_MAX_BYTES)
 SIDECAR = Kind("ncu sidecar", 1_000_000)
 NCU_CSV = Kind("ncu CSV", 256 * 2**20)  # a raw page of 10,000 kernels x 300 metrics is ~50 MB
+HF_CONFIG = Kind("Hugging Face config", 4_000_000)  # the largest in the hub are ~100 kB
+VALIDATION_JSON = Kind("validation JSON", 64 * 2**20)  # `validate --format json` of a large spec: ~1 MB
+COMPARE_JSON = Kind("ncu compare JSON", 64 * 2**20)
+LENGTHS = Kind("lengths file", 16 * 2**20)  # 1,000,000 lengths of up to 16 characters
+# every kind of input file, by name (the CLI's path options name theirs: `costspec.cli.options.InputFile`)
+KINDS = {k.name: k for k in (SPEC, CATALOG, CALIBRATION, SIDECAR, NCU_CSV, HF_CONFIG, VALIDATION_JSON, COMPARE_JSON,
+                             LENGTHS)}
 
 MAX_CSV_LINE = 131_072  # characters per CSV line: Python's csv field limit, so no field can exceed it
 MAX_JSON_DEPTH = 32  # nesting of JSON objects / arrays
@@ -107,12 +116,15 @@ def _file_type(mode: int) -> str:
     return "not a regular file"
 
 
-def read_bytes(path: PathLike, kind: Kind) -> bytes:
-    """The bytes of a regular file of at most `kind.max_bytes` bytes; InputError otherwise.
+def check_input(path: PathLike, kind: Kind) -> None:
+    """InputError unless `path` is a regular file of at most `kind.max_bytes` bytes; nothing is read
+    (the command-line options that name input files check them with this when they are parsed)."""
+    fd, _ = _open_regular(os.fspath(path), kind)
+    os.close(fd)
 
-    The file is opened non-blocking (opening a FIFO for reading would otherwise wait for a
-    writer) and checked with fstat before a byte is read."""
-    name = os.fspath(path)
+
+def _open_regular(name: str, kind: Kind) -> tuple[int, os.stat_result]:
+    """A descriptor of a regular file within the size limit, and its stat; InputError otherwise."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(name, flags)
@@ -127,11 +139,23 @@ def read_bytes(path: PathLike, kind: Kind) -> bytes:
         os.close(fd)
         if stat.S_ISDIR(info.st_mode):
             raise InputError(f"{name} is a directory, not {kind.a_name}")
-        raise InputError(f"{name} is {_file_type(info.st_mode)}, not a regular file (expected {kind.a_name} file)")
+        expected = kind.a_name if kind.name.endswith("file") else f"{kind.a_name} file"
+        raise InputError(f"{name} is {_file_type(info.st_mode)}, not a regular file (expected {expected})")
+    if info.st_size > kind.max_bytes:
+        os.close(fd)
+        raise TooLargeError(f"{name}: file is {info.st_size:,} bytes, over the limit for {kind.a_name} "
+                            f"(expected at most {kind.max_bytes:,} bytes)", info.st_size)
+    return fd, info
+
+
+def read_bytes(path: PathLike, kind: Kind) -> bytes:
+    """The bytes of a regular file of at most `kind.max_bytes` bytes; InputError otherwise.
+
+    The file is opened non-blocking (opening a FIFO for reading would otherwise wait for a
+    writer) and checked with fstat before a byte is read."""
+    name = os.fspath(path)
+    fd, _ = _open_regular(name, kind)
     with os.fdopen(fd, "rb") as f:
-        if info.st_size > kind.max_bytes:
-            raise TooLargeError(f"{name}: file is {info.st_size:,} bytes, over the limit for {kind.a_name} "
-                                f"(expected at most {kind.max_bytes:,} bytes)", info.st_size)
         try:
             raw = f.read(kind.max_bytes + 1)  # the file may grow after fstat
         except OSError as exc:
@@ -266,13 +290,23 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def _input_path(source: PathLike) -> Path:
+    """An input as the file it names: a spec given by zoo key (`toy_mlp`) is the zoo's file."""
+    text = os.fspath(source)
+    if not os.path.lexists(text):
+        from costspec.core.zoo import resolve
+
+        return Path(os.fspath(resolve(text)))
+    return Path(text)
+
+
 def check_not_input(target: PathLike, inputs: Iterable[PathLike | None]) -> None:
-    """OutputError when `target` is, or resolves to, one of `inputs`."""
+    """OutputError when `target` is, or resolves to, one of `inputs` (a zoo key: the zoo's file)."""
     out = Path(os.fspath(target))
     for source in inputs:
         if source is None:
             continue
-        if _same_file(out, Path(os.fspath(source))):
+        if _same_file(out, _input_path(source)):
             raise OutputError(f"refusing to write {os.fspath(target)}: it is the input file {os.fspath(source)}, "
                               "which would be lost (expected an output path that is not one of the command's inputs)")
 

@@ -7,7 +7,6 @@ roofline time when there is a GPU), and reads a `validate --format json` and an
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -29,9 +28,6 @@ from costspec.tree.walk import node_cost
 if TYPE_CHECKING:
     from costspec.analysis.evaluation import Report
     from costspec.tree.network import Network
-
-MAX_JSON_BYTES = 64 * 1024 * 1024
-
 
 @dataclass(frozen=True)
 class RowForms:
@@ -67,21 +63,15 @@ class PageData:
 
 
 def read_json(path: str | Path, what: str) -> dict:
-    """A JSON object from a file (bounded), or a clear usage error naming the file and line."""
-    path = Path(path)
+    """A JSON object from a file, through the bounded reader (`costspec.core.safeio`: a regular file of
+    at most 64 MiB, nested at most 32 levels, bounded numbers), or a clear usage error naming the file."""
+    from costspec.core.safeio import COMPARE_JSON, VALIDATION_JSON, InputError
+    from costspec.core.safeio import read_json as bounded_json
+
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_JSON_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_JSON_BYTES:
-        raise UsageError(f"{what} {path}: more than {MAX_JSON_BYTES:,} bytes")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise UsageError(f"{what} {path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: {what} is not JSON ({exc.msg})") from None
+        data = bounded_json(path, COMPARE_JSON if what == "--compare" else VALIDATION_JSON)
+    except InputError as exc:
+        raise UsageError(f"{what}: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{what} {path}: expected a JSON object (the output of --format json)")
     return data

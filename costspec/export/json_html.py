@@ -72,8 +72,11 @@ def json_sections(data: dict) -> str:
             blocks.extend(rows_table(v, f"{key}: {k}") for k, v in value.items() if v)
         elif isinstance(value, dict) and value and all(isinstance(v, dict) and "rows" in v for v in value.values()):
             for k, table in value.items():
-                rows = list(table.get("rows") or []) + ([table["total"]] if isinstance(table.get("total"), dict)
-                                                        else [])
+                listed = table.get("rows")  # anything but a list of rows is shown as a value, never iterated
+                rows = (listed if isinstance(listed, list) else []) + (
+                    [table["total"]] if isinstance(table.get("total"), dict) else [])
+                if not isinstance(listed, (list, type(None))):
+                    scalars.append((f"{key}: {k}: rows", listed))
                 if _is_rows(rows):
                     blocks.append(rows_table(rows, f"{key}: {k}"))
         elif key == "rows" and isinstance(value, list) and _is_rows(value):

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costspec.core.errors import CostspecError
-from costspec.core.safeio import Kind, read_json, write_text
+from costspec.core.safeio import HF_CONFIG, read_json, write_text
+from costspec.core.text import for_terminal
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.families import FAMILIES, Family
-from costspec.importer.starter import SCHEMA_LINE, schema_path, schema_ref
+from costspec.importer.starter import schema_line, schema_path, schema_ref
 from costspec.spec.load import parse_spec
 
-CONFIG = Kind("Hugging Face config", 4_000_000)
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -47,7 +47,7 @@ def config_file(source: str | os.PathLike) -> Path:
 def read_config(source: str | os.PathLike, dtype: str | None = None) -> HFConfig:
     """The config at SOURCE (a config.json or a folder holding one), as an HFConfig."""
     path = config_file(source)
-    data = read_json(path, CONFIG)
+    data = read_json(path, HF_CONFIG)
     if not isinstance(data, dict):
         raise ImportProblem(f"{path}: expected a JSON object (a Hugging Face config.json)")
     return HFConfig(data, os.fspath(path), dtype=dtype, name=_spec_name(data, path))
@@ -100,16 +100,18 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     here; the CLI also builds it (`costspec.model` is the facade above this package)."""
     cfg = read_config(source, dtype)
     family = pick_family(cfg)
+    cfg.validate(family.keys)  # every numeric key the family reads: type, range, divisibility (the key named)
     text = family.build(cfg)
     field = family.hf_output(cfg) if family.hf_output is not None else None
     if not cfg.checked:
         raise RuntimeError(f"importer family {family.hf_class} never called check_understood")
     spec_name = os.fspath(output) if output is not None else f"{cfg.name}.yaml"
     schema = schema_ref(Path(output)) if output is not None else schema_path().as_uri()
-    header = [SCHEMA_LINE.format(schema=schema),
-              f"# Imported by `costspec import hf` from {cfg.path} (model_type {cfg.model_type or '-'}).",
+    # every path in a comment has its control characters escaped: a newline would end the comment
+    header = [schema_line(schema),
+              f"# Imported by `costspec import hf` from {for_terminal(cfg.path)} (model_type {cfg.model_type or '-'}).",
               f"# Check it against transformers' {family.hf_class} (built on meta, no weights):",
-              f"#   {check_command(family, spec_name, cfg.path, field)}"]
+              f"#   {for_terminal(check_command(family, spec_name, cfg.path, field))}"]
     lines = text.splitlines()
     text = "\n".join(header + lines[1:]) + "\n"
     try:

@@ -1,13 +1,27 @@
 """A Hugging Face `config.json`, read as JSON (never through transformers), that remembers which
-keys the importer read, so a key nobody understood is an error instead of a silently wrong spec."""
+keys the importer read, so a key nobody understood is an error instead of a silently wrong spec.
+
+It is also the one place config values are validated. Each family declares the numeric keys it
+reads (`Family.keys`: `size`, `count`, `layers`, `heads`, dotted for a nested config); before the
+family writes anything, `HFConfig.validate` checks every declared key the config holds: its type
+(a whole number, or a list of them), its range, and the divisibility the spec's ops need (heads
+divide the width unless a head_dim is given; a head dim that RoPE rotates is even), each error
+naming the key. The typed getters bound whatever else is read (`get_int`: at most MAX_CONFIG_INT;
+a dtype that is no string is an error, not a crash).
+"""
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from costspec.core.budget import MAX_REAL_LAYERS
 from costspec.core.conventions import DTYPES
 from costspec.core.errors import CostspecError
+
+MAX_CONFIG_INT = 2**31 - 1  # a width, count or length in a config (transformers' own are int32-sized)
+MAX_CONFIG_LAYERS = MAX_REAL_LAYERS  # layers of one stack (or all stages summed): what validate --against builds
 
 # Keys every PretrainedConfig carries that never change a cost: bookkeeping, generation settings,
 # label maps, initialisation, numerical epsilons, dropout (costspec counts the model in eval mode,
@@ -40,6 +54,73 @@ class ImportProblem(CostspecError):
 
 
 _MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class Key:
+    """A numeric config key a family reads: a whole number (with `items`, a list of them) in
+    [minimum, maximum] (with `total`, the list's sum too); with `divides`, it divides that key's value,
+    and with `even_quotient`, that quotient is even (unless the key `unless`, a head_dim, is given)."""
+
+    name: str  # dotted for a nested config's key: vision_config.hidden_size
+    minimum: int = 1
+    maximum: int = MAX_CONFIG_INT
+    items: bool = False
+    total: bool = False
+    divides: str | None = None
+    unless: str | None = None
+    even_quotient: bool = False
+    even: bool = False
+    real: bool = False  # a finite number > 0 (a ratio) rather than a whole number
+
+
+MAX_RATIO = 1024  # a ratio of two widths (mlp_ratio)
+
+
+def ratio(name: str) -> Key:
+    """A ratio of widths (mlp_ratio): a number > 0 and at most MAX_RATIO."""
+    return Key(name, 0, MAX_RATIO, real=True)
+
+
+def size(name: str, *, minimum: int = 1, items: bool = False, even: bool = False) -> Key:
+    """A width, length, vocabulary or image size."""
+    return Key(name, minimum, MAX_CONFIG_INT, items, even=even)
+
+
+def count(name: str, *, minimum: int = 0, maximum: int = MAX_CONFIG_INT, items: bool = False) -> Key:
+    """A count that may be 0 (a window, a layer index, a number of experts)."""
+    return Key(name, minimum, maximum, items)
+
+
+def layers(name: str, *, items: bool = False) -> Key:
+    """A number of layers (or, with `items`, one per stage): at most MAX_CONFIG_LAYERS in all."""
+    return Key(name, 1 if not items else 0, MAX_CONFIG_LAYERS, items, total=True)
+
+
+def heads(name: str, of: str, *, unless: str | None = None, rope: bool = False, items: bool = False) -> Key:
+    """A number of attention heads that divides the width `of` (costspec's attention splits the width
+    into heads); with `rope`, the head dim width / heads is even (RoPE rotates pairs) unless `unless`,
+    an explicit head_dim, is given (declared `even` itself)."""
+    return Key(name, 1, MAX_CONFIG_INT, items, divides=of, unless=unless, even_quotient=rope)
+
+
+def under(prefix: str, keys: Iterable[Key]) -> tuple[Key, ...]:
+    """`keys` as the keys of a nested config (`vision_config.hidden_size`)."""
+    def moved(name: str | None) -> str | None:
+        return None if name is None else f"{prefix}.{name}"
+
+    return tuple(Key(moved(k.name) or k.name, k.minimum, k.maximum, k.items, k.total, moved(k.divides),
+                     moved(k.unless), k.even_quotient, k.even, k.real) for k in keys)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _in_range(key: Key, value: Any) -> bool:
+    if key.real:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= key.maximum
+    return _whole(value) and key.minimum <= value <= key.maximum
 
 
 class HFConfig:
@@ -80,11 +161,13 @@ class HFConfig:
             raise ImportProblem(f"{self.where(key)}: missing (the importer needs it)")
         return self._data[key]
 
-    def get_int(self, key: str, default: int | None = _MISSING, minimum: int = 1) -> int:
-        """A whole number >= minimum (a missing key: `default`, or an error when none is given)."""
+    def get_int(self, key: str, default: int | None = _MISSING, minimum: int = 1,
+                maximum: int = MAX_CONFIG_INT) -> int:
+        """A whole number in [minimum, maximum] (a missing key: `default`, or an error when none is given)."""
         value = self.require(key) if default is _MISSING else self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ImportProblem(f"{self.where(key)} = {value!r}: expected a whole number >= {minimum}")
+        if not _whole(value) or not minimum <= value <= maximum:
+            raise ImportProblem(f"{self.where(key)} = {_shown(value)}: expected a whole number >= {minimum} "
+                                f"(at most {maximum:,})")
         return value
 
     def get_bool(self, key: str, default: bool) -> bool:
@@ -123,6 +206,48 @@ class HFConfig:
             self._subs[key] = HFConfig(value, self.path, f"{self._prefix}{key}.", self._dtype_override)
         return self._subs[key]
 
+    # -- validating the declared keys ------------------------------------------------------------
+    def _lookup(self, dotted: str) -> Any:
+        value: Any = self._data
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return value
+
+    def validate(self, keys: Iterable[Key]) -> None:
+        """Check every declared key the config holds (module docstring); an ImportProblem names the first
+        one that fails. Keys the config does not hold (or holds as null) are left to the family's defaults."""
+        keys = list(keys)
+        for key in keys:
+            value = self._lookup(key.name)
+            if value is None:
+                continue
+            values = value if key.items and isinstance(value, list) else [value]
+            wanted = (f"a number > 0 (at most {key.maximum:,})" if key.real
+                      else f"a whole number >= {key.minimum} (at most {key.maximum:,})")
+            for item in values:
+                if not _in_range(key, item):
+                    raise ImportProblem(f"{self.path}: {key.name} = {_shown(value)}: expected "
+                                        f"{wanted}{' in each entry' if isinstance(value, list) else ''}")
+            if key.total and sum(values) > key.maximum:
+                raise ImportProblem(f"{self.path}: {key.name} = {_shown(value)}: {sum(values):,} layers in all "
+                                    f"(expected at most {key.maximum:,})")
+            if key.even and any(v % 2 for v in values):
+                raise ImportProblem(f"{self.path}: {key.name} = {value}: expected an even number (RoPE rotates "
+                                    "pairs of channels)")
+        for key in keys:
+            value, width = self._lookup(key.name), self._lookup(key.divides) if key.divides else None
+            if key.divides is None or not _whole(value) or not _whole(width):
+                continue
+            if width % value and "heads" in key.divides:  # key/value heads in groups of query heads
+                raise ImportProblem(f"{self.path}: {key.name} = {value} does not divide {key.divides} = {width} "
+                                    f"(expected {key.divides} / {key.name} query heads per key/value head)")
+            if width % value:
+                raise ImportProblem(f"{self.path}: {key.divides} = {width} is not a multiple of {key.name} = {value} "
+                                    f"(expected head dim = {key.divides} / {key.name}, a whole number)")
+            if key.even_quotient and (width // value) % 2 and (key.unless is None or self._lookup(key.unless) is None):
+                raise ImportProblem(f"{self.path}: {key.divides} / {key.name} = {width // value} is odd (expected an "
+                                    "even head dim: RoPE rotates pairs of channels)")
+
     @property
     def model_type(self) -> str:
         return self.get_str("model_type", "")
@@ -137,19 +262,19 @@ class HFConfig:
             name = self._data.get(key)
             if name is None:
                 continue
-            if name not in TORCH_DTYPE_NAMES:
-                raise ImportProblem(f"{self.where(key)} = {name!r}: expected one of "
+            if not isinstance(name, str) or name not in TORCH_DTYPE_NAMES:
+                raise ImportProblem(f"{self.where(key)} = {_shown(name)}: expected one of "
                                     f"{', '.join(TORCH_DTYPE_NAMES)} (or pass --dtype, one of {', '.join(DTYPES)})")
             return TORCH_DTYPE_NAMES[name]
         return DEFAULT_DTYPE
 
     @property
     def dtype_source(self) -> str:
-        """Where `dtype` came from, for the spec's comment."""
+        """Where `dtype` came from, for the spec's comment (after `dtype` accepted it: a known name)."""
         if self._dtype_override is not None:
             return "--dtype"
         for key in ("torch_dtype", "dtype"):
-            if self._data.get(key) is not None:
+            if isinstance(self._data.get(key), str):
                 return f"{key}: {self._data[key]}"
         return "the config names no dtype: transformers' default float32"
 
@@ -190,3 +315,9 @@ class HFConfig:
             raise ImportProblem(f"{self.path}: {'key' if len(left) == 1 else 'keys'} {', '.join(left)} not understood "
                                 f"by the {family} importer (they may change the cost; remove them if they do not, "
                                 "or report it)")
+
+
+def _shown(value: Any) -> str:
+    """A config value in a message: repr, cut to 60 characters (a 10**30 or a long list stays readable)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:45] + " ... " + text[-10:]

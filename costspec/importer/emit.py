@@ -11,7 +11,8 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from costspec.importer.starter import SCHEMA_LINE, schema_path
+from costspec.core.text import for_terminal
+from costspec.importer.starter import schema_line, schema_path
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_ .,/+*()'-]*")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "none", "y", "n"}
@@ -31,12 +32,13 @@ def scalar(value: object) -> str:
 
 
 def comment(text: str) -> str:
-    return f"  # {text}" if text else ""
+    """An end-of-line comment; control characters escaped (a newline would end it: the rest live YAML)."""
+    return f"  # {for_terminal(text)}" if text else ""
 
 
 def wrap_comment(text: str, indent: str = "", width: int = 110) -> list[str]:
-    """A long comment as `# ...` lines."""
-    return [f"{indent}# {line}" for line in textwrap.wrap(text, width - len(indent) - 2)]
+    """A long comment as `# ...` lines, control characters escaped."""
+    return [f"{indent}# {line}" for line in textwrap.wrap(for_terminal(text), width - len(indent) - 2)]
 
 
 @dataclass
@@ -98,7 +100,7 @@ class SpecText:
     def render(self) -> str:
         """The spec text; its first line references the shipped schema (the importer rewrites it
         relative to the file it writes)."""
-        out = [SCHEMA_LINE.format(schema=schema_path().as_uri()), *self.header, "costspec: 1",
+        out = [schema_line(schema_path().as_uri()), *[for_terminal(h) for h in self.header], "costspec: 1",
                f"name: {scalar(self.name)}"]
         out.append("doc: >-")
         out.extend(textwrap.wrap(self.doc, 106, initial_indent="  ", subsequent_indent="  "))

@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from costspec.core.errors import UsageError
+from costspec.core.text import for_terminal
 
 SCHEMA_LINE = "# yaml-language-server: $schema={schema}"
 
@@ -75,8 +76,14 @@ def schema_ref(spec_file: Path) -> str:
 def starter_spec(name: str, file: Path, schema: str | None = None) -> str:
     if not _NAME.fullmatch(name):
         raise UsageError(f"init {name!r}: a spec name is letters, digits, '_' and '-', not starting with a digit")
-    line = SCHEMA_LINE.format(schema=schema or schema_ref(file))
-    return _TEMPLATE.format(schema_line=line, name=name, file=file.name)
+    line = schema_line(schema or schema_ref(file))
+    return _TEMPLATE.format(schema_line=line, name=name, file=for_terminal(file.name))
+
+
+def schema_line(schema: str) -> str:
+    """The `# yaml-language-server: $schema=` comment; a control character in the path or URL (a newline
+    would end the comment and make the rest live YAML) is written as its escape."""
+    return SCHEMA_LINE.format(schema=for_terminal(schema))
 
 
 def write_starter(name: str, output: str | None = None, schema: str | None = None) -> Path:

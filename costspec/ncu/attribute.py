@@ -3,7 +3,9 @@
 * **FLOPs** (`kernels.flops_from_metrics`): Tensor-Core FLOPs = the ``sm__ops_path_tensor_*``
   counters as they are (1 op = 1 FLOP). CUDA-core FLOPs = 2*FMA + ADD + MUL per precision, FP16
   counted as packed half2 (2*hadd + 2*hmul + 4*hfma, ncu's half-precision roofline), summed over
-  FP32, FP64 and FP16.
+  FP32, FP64 and FP16. A figure one of whose counters is n/a in the kernel (or, for the CUDA-core
+  figure, absent from it) is unknown: the kernel lists those counters (`Kernel.tensor_unknown`,
+  `Kernel.cuda_unknown`) and `compare` shows n/a, `calibrate` refuses to fit.
 * **Layer**: the innermost range of the kernel's NVTX push/pop stack that is a layer of the spec
   (a torch module path such as ``layers.3.fc``), mapped to its slot (``layers.fc``). A kernel inside
   the model's root range but in no layer goes to ``(model)``; a kernel in no layer and not in
@@ -27,7 +29,14 @@ from costspec.analysis.slots import MODEL_SLOT, RangeResolver
 from costspec.core.errors import CostspecError
 from costspec.core.vocab import Pass
 from costspec.ncu.kernels import base_name, classify, flops_from_metrics
-from costspec.ncu.metrics import TENSOR_OPS_PREFIX, UnknownArchError, normalize_cc
+from costspec.ncu.metrics import (
+    CUDA_CORE_METRICS,
+    TENSOR_OPS_PREFIX,
+    TENSOR_PIPE_INST,
+    UnknownArchError,
+    arch,
+    normalize_cc,
+)
 from costspec.ncu.parse import KernelRecord
 from costspec.ops import OPS
 
@@ -69,10 +78,16 @@ class Kernel:
     line: int
     stack: tuple[str, ...] = ()
     source: str = ""
+    tensor_unknown: tuple[str, ...] = ()  # counters of the Tensor-Core figure that were n/a: it is unknown
+    cuda_unknown: tuple[str, ...] = ()  # CUDA-core counters n/a or absent in this kernel: its figure is unknown
 
     @property
     def flops(self) -> int:
         return self.tensor + self.cuda
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
 
 
 @dataclass
@@ -174,8 +189,11 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
             layer, slot = resolver.innermost(stack)
             if slot is None and model.name in stack and LOSS_RANGE not in stack:
                 slot = MODEL_SLOT
-            has_tensor = has_tensor or any(m.startswith(TENSOR_OPS_PREFIX) for m in record.metrics)
-            flops = flops_from_metrics(record.metrics, cc=cc)
+            has_tensor = has_tensor or any(m.startswith(TENSOR_OPS_PREFIX) for m in record.metrics) or (
+                cc == "7.0" and TENSOR_PIPE_INST in record.metrics)
+            flops = flops_from_metrics(record.metrics, cc=cc, not_collected=record.missing)
+            cuda_absent = tuple(m for m in (*CUDA_CORE_METRICS, *(arch(cc).packed_fp32 if cc else ()))
+                                if m not in record.metrics and m not in record.missing)
             kclass = classify(record.kernel_name)
             share = {"fp32": round(flops["cuda_fp32"]), "fp16": round(flops["cuda_fp16"]),
                      "fp64": round(flops["cuda_fp64"])}
@@ -183,7 +201,8 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
                 id=record.id, name=record.kernel_name, short=short_name(record.kernel_name), kclass=kclass,
                 role=role_of(kclass, record.kernel_name), phase=phase, layer=layer, slot=slot,
                 tensor=round(flops["tensor"]), cuda=sum(share.values()), cuda_share=share, line=record.line,
-                stack=tuple(stack), source=source))
+                stack=tuple(stack), source=source, tensor_unknown=flops["tensor_not_collected"],
+                cuda_unknown=flops["cuda_not_collected"] + cuda_absent))
         for phase in pass_.phases:
             if phase in phases:
                 raise AttributionError(f"{source}: the {phase} phase is given twice (by two CSVs)")

@@ -26,6 +26,12 @@ How each kernel enters the fit (per phase; a kernel's *slot* is its innermost la
   kernels (outside every layer: the loss) are not fitted; they are listed, and the reconstruction
   adds them as measured so that it accounts for every kernel.
 
+A fit needs a complete capture (`check_capture`): every kernel's FLOP counters collected (none n/a,
+none of the CUDA-core counters absent), Tensor-Core counters when the phase has Tensor-Core work, and
+at least one kernel for every matmul class with analytic work; otherwise `calibrate` refuses (exit
+2) and names the counters or the class. The file it writes is read back by the calibration reader
+first (`calibration_text`): a fit that reader would refuse is never written.
+
 The reconstruction = the executed prediction of `costspec.analysis.calibration` at the profiled dims +
 no-term + unattributed FLOPs. It equals the measured total exactly whenever no kind is both fused
 and separate and no slot shares kappa among kinds.
@@ -41,12 +47,16 @@ from costspec.analysis.calibration import (
     FORMAT_KEY,
     FORMAT_VERSION,
     Calibration,
+    CalibrationError,
     Executed,
     PhaseCoefficients,
+    dump_calibration,
     exact,
     executed_slot,
+    loads_calibration,
 )
 from costspec.analysis.slots import SlotTerms, analytic_slots
+from costspec.core.errors import UsageError
 from costspec.ncu.attribute import CONVENTIONS, MATMUL_KERNEL_CLASSES, Kernel
 from costspec.ncu.inputs import Measured
 
@@ -255,10 +265,62 @@ class CalibrationResult:
                            self.data)
 
 
+class IncompleteCapture(UsageError):
+    """A capture that lacks counters (or kernels) a fit needs: `calibrate` refuses it."""
+
+
+def check_capture(measured: Measured, buckets: Mapping[str, PhaseBuckets]) -> None:
+    """IncompleteCapture naming what a fit of these phases lacks (module docstring)."""
+    from costspec.ncu.metrics import tensor_counters_by_dtype
+
+    attribution = measured.attribution
+    sources = ", ".join(attribution.sources)
+    unknown: dict[str, list[Kernel]] = {}
+    for phase in buckets:
+        for k in attribution.of(phase):
+            for name in (*k.tensor_unknown, *k.cuda_unknown):
+                unknown.setdefault(name, []).append(k)
+    if unknown:
+        lines = "; ".join(f"{name} (in {len(ks)} kernel(s), first {ks[0].short} at {ks[0].where})"
+                          for name, ks in unknown.items())
+        raise IncompleteCapture(f"cannot calibrate from {sources}: counters not collected (n/a or absent): {lines}; "
+                                "a fit needs every FLOP counter of the kernels (profile with `costspec ncu run`, which "
+                                "collects them)")
+    for phase, b in buckets.items():
+        tc_work = sum(t.tc for t in b.slots.values())
+        if tc_work and not attribution.has_tensor_counters:
+            dtype = measured.model.precision.dtype
+            wanted = (tensor_counters_by_dtype(attribution.cc).get(dtype) if attribution.cc else None) or [
+                "sm__ops_path_tensor_*.sum"]
+            raise IncompleteCapture(f"cannot calibrate the {phase} phase from {sources}: it has {tc_work:,} analytic "
+                                    f"Tensor-Core FLOPs and the capture has no Tensor-Core counter (expected "
+                                    f"{', '.join(wanted)})")
+        for cls, m in sorted(b.matmul.items()):
+            if m.analytic and not m.kernels:
+                slots = sorted(n for n, t in b.slots.items() if t.matmul.get(cls))
+                raise IncompleteCapture(f"cannot calibrate epsilon[{cls}] of the {phase} phase from {sources}: no "
+                                        f"kernel was attributed to its {_num(m.analytic):,} analytic FLOPs (slots "
+                                        f"{', '.join(slots[:5])}{' ...' if len(slots) > 5 else ''}); the capture lacks "
+                                        "the matmul kernels of these layers")
+
+
+def calibration_text(result: CalibrationResult, name: str) -> str:
+    """The calibration file's text, read back by the calibration reader first: a fit it would refuse
+    (a coefficient out of its range, a number too long) is an error, never a file."""
+    text = dump_calibration(result.data)
+    try:
+        loads_calibration(text, name)
+    except CalibrationError as exc:
+        raise IncompleteCapture(f"refusing to write {name}: the fit gives a calibration its reader refuses: "
+                                f"{exc}") from None
+    return text
+
+
 def calibrate(measured: Measured, spec_file: str = "") -> CalibrationResult:
-    """Fit every phase present in `measured`."""
+    """Fit every phase present in `measured` (refused for an incomplete capture: `check_capture`)."""
     model = measured.model
     buckets = {phase: bucket_phase(measured, phase) for phase in measured.attribution.phases}
+    check_capture(measured, buckets)
     coeffs = {phase: coefficients(b) for phase, b in buckets.items()}
     data: dict = {
         FORMAT_KEY: FORMAT_VERSION,

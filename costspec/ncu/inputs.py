@@ -116,9 +116,18 @@ def load_measured(model: Network, csvs: Sequence[str], batch: int | None = None,
         if sidecar and sidecar.get("dtype") and sidecar["dtype"] != str(model.precision):
             notes.append(f"{csv_path}: profiled in {sidecar['dtype']}, the spec's analytic routing uses "
                          f"{model.precision}")
-        sources.append((str(csv_path), parse_csv(csv_path), this_pass))
+        records = parse_csv(csv_path)
+        if not records:
+            raise UsageError(f"{csv_path}: no kernel launch in this ncu CSV (a header and no rows): nothing was "
+                             "measured (expected the CSV of a profiled step, as `costspec ncu run` writes)")
+        sources.append((str(csv_path), records, this_pass))
         passes.append(this_pass)
     attribution = attribute(sources, model)
     phases = attribution.phases
+    for phase in phases:
+        if not attribution.of(phase):
+            raise UsageError(f"no kernel of {', '.join(map(str, csvs))} is in the {phase} phase: nothing was measured "
+                             f"for it (expected kernels in a costspec:{phase} range, or --pass naming the phases the "
+                             "CSV holds)")
     overall = "train" if phases == ("forward", "backward") else phases[0]
     return Measured(model, values, overall, attribution, [s for s in sidecars if s], notes + attribution.notes)

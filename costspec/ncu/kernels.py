@@ -110,6 +110,10 @@ class FlopBreakdown(TypedDict):
     ignored: tuple[str, ...]  # tensor counters present but left out to avoid double counting
     cuda_counters: tuple[str, ...]  # the CUDA-core counters present (summed into cuda_*)
     missing: tuple[str, ...]  # expected counters that were absent, treated as 0
+    # counters present as n/a (not collected) that the CUDA-core / Tensor-Core figure needs: that
+    # figure is unknown (the sum over the other counters is not the kernel's FLOPs)
+    cuda_not_collected: tuple[str, ...]
+    tensor_not_collected: tuple[str, ...]
     fp16_convention: str
 
 
@@ -169,12 +173,17 @@ def flops_from_metrics(
     fp16_convention: Literal["roofline", "nvprof"] = "roofline",
     *,
     cc: str | None = None,
+    not_collected: Collection[str] = (),
 ) -> FlopBreakdown:
     """CUDA-core and Tensor-Core FLOPs of one kernel (or of summed kernels) from ncu counters.
 
     Missing counters count as 0 and are listed in ``missing``. These are the nine CUDA-core
     counters and, when ``cc`` is given, that architecture's tensor counters. With
     ``cc="7.0"``, tensor FLOPs come from ``512 x sm__inst_executed_pipe_tensor.sum``.
+    ``not_collected``: the counters the CSV printed as n/a (``KernelRecord.missing``); those a
+    figure is made of are listed in ``cuda_not_collected`` / ``tensor_not_collected``, and that
+    figure is then not a count (the caller shows it as n/a). With ``cc`` given, a Tensor-Core
+    counter outside that architecture's list (n/a on a chip without that path) does not count.
     """
     if fp16_convention not in _FP16_WEIGHTS:
         raise UsageError(f"fp16_convention must be one of {sorted(_FP16_WEIGHTS)}, not {fp16_convention!r}")
@@ -207,6 +216,16 @@ def flops_from_metrics(
                 method = "volta_inst_x512"
             else:
                 missing.append(TENSOR_PIPE_INST)
+    na = set(not_collected)
+    cuda_names = (*CUDA_CORE_METRICS, *(arch(cc).packed_fp32 if cc is not None else PACKED_FP32_METRICS))
+    cuda_na = tuple(m for m in cuda_names if m in na)
+    if cc is None:
+        tensor_na = tuple(sorted(m for m in na if m.startswith(TENSOR_OPS_PREFIX)))
+    else:
+        arch_cc = normalize_cc(cc)
+        listed = [m for counters in tensor_counters_by_dtype(arch_cc).values() for m in counters]
+        listed += [TENSOR_PIPE_INST] if arch_cc == "7.0" else []
+        tensor_na = tuple(m for m in listed if m in na)
     return FlopBreakdown(
         # Blackwell FADD2/FMUL2/FFMA2 do 2 lanes per thread instruction (0 where not collected)
         cuda_fp32=count("fadd") + count("fmul") + 2 * count("ffma")
@@ -222,5 +241,7 @@ def flops_from_metrics(
         ignored=tuple(ignored),
         cuda_counters=tuple(m for m in (*CUDA_CORE_METRICS, *PACKED_FP32_METRICS) if m in metrics),
         missing=tuple(dict.fromkeys(missing)),
+        cuda_not_collected=cuda_na,
+        tensor_not_collected=tensor_na,
         fp16_convention=fp16_convention,
     )

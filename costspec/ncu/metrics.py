@@ -252,6 +252,40 @@ def all_known_metrics() -> frozenset[str]:
     return frozenset(name for cc in ARCHS for name in metrics_for(cc))
 
 
+# -- the units of the counters costspec reads ----------------------------------------------------
+
+DRAM_BYTES_TOTAL = "dram__bytes.sum"
+SOL_DURATION = "GPU Speed Of Light Throughput :: Duration"  # the label of a details page printed with labels
+_TENSOR_INST_PREFIXES = ("sm__inst_executed_pipe_tensor", "smsp__inst_executed_pipe_tensor")
+_INSTRUCTION_UNITS = ("inst", "")  # ncu prints `inst` (base units) or, for some exports, no unit
+_OPS_UNITS = ("", "op", "inst")  # ncu prints the Tensor-Core ops counters without a unit
+
+
+def is_flop_counter(metric: str) -> bool:
+    """A counter that FLOPs are computed from: the CUDA-core FP instruction counters, the Tensor-Core
+    ops counters and the tensor-pipe instruction counters (Volta's FLOPs, the cross-checks)."""
+    return (metric in _FLOP_INSTRUCTION_COUNTERS or metric.startswith(TENSOR_OPS_PREFIX)
+            or metric.startswith(_TENSOR_INST_PREFIXES))
+
+
+_FLOP_INSTRUCTION_COUNTERS = frozenset((*CUDA_CORE_METRICS, *PACKED_FP32_METRICS))
+
+
+def expected_units(metric: str) -> tuple[str, ...] | None:
+    """The base units (``parse.normalize_unit``; ``""`` = printed without one) a counter costspec reads
+    may carry, or None for a metric it does not read. A value in any other unit (``Mbyte`` on an
+    instruction counter, an unknown unit) is not a count of that counter."""
+    if metric.startswith(TENSOR_OPS_PREFIX):
+        return _OPS_UNITS
+    if is_flop_counter(metric):
+        return _INSTRUCTION_UNITS
+    if metric in (DRAM_BYTES_READ, DRAM_BYTES_WRITE, DRAM_BYTES_TOTAL):
+        return ("byte", "")
+    if metric in (DURATION, SOL_DURATION):
+        return ("second", "")
+    return None
+
+
 # -- the ncu command line (notes §4, §5) -----------------------------------------------------------
 
 # ncu's own defaults for the settings that change what is measured, passed explicitly so that

@@ -59,7 +59,14 @@ Units are converted to base units, with decimal prefixes (notes §3: ncu prints 
   prefixes
 * compound units such as ``Gbyte/second`` are converted part by part.
 
-Unknown units are kept as printed, with the value unchanged.
+Unknown units are kept as printed, with the value unchanged, on metrics costspec does not read.
+The counters it reads (`metrics.expected_units`: the FLOP instruction and Tensor-Core ops counters,
+DRAM bytes, duration) must carry one of their own units: ``Mbyte`` on an instruction counter, or a
+unit nobody knows, is an error naming the metric, never a number. A value in a count unit
+(``inst``, ``byte``, ``cycle``...), or of a counter costspec reads, is never negative, and a FLOP
+counter is a whole count (``12.5 inst`` is an error).
+
+Line endings may be ``\n``, ``\r\n`` or a lone ``\r`` (old Mac style): all read the same.
 
 NVTX columns (notes §4) are matched by the substrings ``Push/Pop_Range`` and ``Start/Stop_Range``.
 The full headers are ``thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg``
@@ -78,7 +85,7 @@ from typing import Union
 
 from costspec.core.errors import CostspecError
 from costspec.core.safeio import check_number_text
-from costspec.ncu.metrics import all_known_metrics
+from costspec.ncu.metrics import all_known_metrics, expected_units, is_flop_counter
 
 
 class NcuFormatError(CostspecError):
@@ -184,6 +191,7 @@ _TIME = {"nsecond": Decimal("1e-9"), "usecond": Decimal("1e-6"), "msecond": Deci
          "ns": Decimal("1e-9"), "us": Decimal("1e-6"), "ms": Decimal("1e-3"), "s": Decimal(1)}
 _COUNTS = frozenset({"byte", "inst", "cycle", "warp", "thread", "sector", "request", "block", "wavefront",
                      "transaction", "register", "op"})
+_KNOWN_BASES = _COUNTS | {"second", "hz", ""}
 
 
 def _unit_token(token: str) -> tuple[str, Decimal]:
@@ -393,7 +401,7 @@ class _Launch:
                     self._set(table, row, metric, ("text", cell.strip()))
                     return
         except ValueError:
-            if base or metric in _NUMERIC_METRICS:
+            if base or metric in _NUMERIC_METRICS or expected_units(metric) is not None:
                 raise NcuFormatError(
                     f"metric {metric!r} of kernel ID {self.id}: value {cell.strip()!r} is not a number "
                     "(expected C-locale digits with ',' thousands separators; run ncu under LC_ALL=C)",
@@ -404,7 +412,30 @@ class _Launch:
         if value is None:
             self._set(table, row, metric, ("missing", None))
         else:
-            self._set(table, row, metric, ("value", value * factor, base))
+            value *= factor
+            self._check(table, row, metric, unit, base, cell, value, instances)
+            self._set(table, row, metric, ("value", value, base))
+
+    def _check(self, table: _Table, row: _Row, metric: str, unit: str, base: str, cell: str, value: Decimal,
+               instances: list[Decimal] | None) -> None:
+        """A counter costspec reads has one of its own units; a count is never negative; a FLOP counter is whole."""
+        allowed = expected_units(metric)
+
+        def fail(message: str) -> NcuFormatError:
+            return NcuFormatError(f"metric {metric!r} of kernel ID {self.id}: {message}", table.source, row.line)
+
+        if allowed is not None and base not in allowed:
+            shown = " or ".join(repr(u) if u else "no unit" for u in allowed)
+            what = "a unit costspec knows" if base not in _KNOWN_BASES else "a unit of this counter"
+            raise fail(f"unit {unit.strip()!r} is not {what} (expected {shown}; a value in another unit is not "
+                       "a count of it)")
+        if (allowed is not None or base in _COUNTS or base == "second") and (
+                value < 0 or any(v < 0 for v in instances or ())):
+            raise fail(f"value {cell.strip()!r} is negative (expected a count >= 0; a negative counter is a "
+                       "broken capture)")
+        if is_flop_counter(metric) and value != value.to_integral_value():
+            raise fail(f"value {cell.strip()!r} is not a whole number of {base or 'operations'} "
+                       "(expected a count of executed instructions)")
 
     def _set(self, table: _Table, row: _Row, metric: str, entry: tuple) -> None:
         previous = self._entry(metric)
@@ -476,16 +507,20 @@ def _launch_id(table: _Table, row: _Row) -> int:
 def _read_text(path_or_text: PathOrText, source_name: str | None) -> tuple[str, str]:
     """(text, name for messages). A ``str`` containing a newline is CSV text, anything else a path,
     read by the shared bounded reader (`costspec.core.safeio`: a regular file of at most 256 MiB, no
-    line over 131,072 characters, so no CSV field can exceed Python's csv field limit)."""
+    line over 131,072 characters, so no CSV field can exceed Python's csv field limit). ``\r\n``
+    and lone ``\r`` line endings become ``\n`` before lines are counted."""
     from costspec.core.safeio import MAX_CSV_LINE, NCU_CSV, check_line_lengths, read_text
 
-    if isinstance(path_or_text, str) and "\n" in path_or_text:
+    if isinstance(path_or_text, str) and ("\n" in path_or_text or "\r" in path_or_text):
         name = source_name or "<text>"
-        check_line_lengths(path_or_text, MAX_CSV_LINE, name)
-        return path_or_text.lstrip("\ufeff"), name
-    path = Path(path_or_text)
-    name = source_name or str(path)
-    return read_text(path, NCU_CSV, MAX_CSV_LINE), name
+        text = path_or_text.lstrip("\ufeff")
+    else:
+        path = Path(path_or_text)
+        name = source_name or str(path)
+        text = read_text(path, NCU_CSV)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    check_line_lengths(text, MAX_CSV_LINE, name)
+    return text, name
 
 
 def _rows(text: str, source: str) -> tuple[_Row, list[_Row]]:
@@ -493,12 +528,14 @@ def _rows(text: str, source: str) -> tuple[_Row, list[_Row]]:
     lines = text.split("\n")
     header: _Row | None = None
     rows: list[_Row] = []
-    for number, raw in enumerate(lines, start=1):
-        line = raw.rstrip("\r")
+    for number, line in enumerate(lines, start=1):
         if not line.strip() or _NOISE.match(line):
             continue
         if header is None:
-            cells = next(csv.reader([line]))
+            try:
+                cells = next(csv.reader([line]))
+            except csv.Error:
+                continue  # not the header (a line of the program's own output)
             if cells and cells[0].strip() == "ID" and "Kernel Name" in (c.strip() for c in cells):
                 header = _Row(number, cells)
             continue

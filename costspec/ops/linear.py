@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import GEMM_RUNTIME, OpCall, OpDef, requires, same_size_constraint
+from costspec.ops.opdef import GEMM_RUNTIME, MAX_RANK, OpCall, OpDef, requires, same_size_constraint
 from costspec.ops.registry import register_op
 from costspec.ops.work import Gemm, Part, linear_backward, linear_forward, linear_outputs, linear_traffic, numel
 
@@ -24,7 +24,7 @@ class Linear(OpDef):
     )
 
     def output_shape(self, call: OpCall):
-        requires(self, call, (1, 2, 3, 4, 5, 6), "a tensor")
+        requires(self, call, tuple(range(1, MAX_RANK + 1)), "a tensor")
         self.constraints(call)  # a mismatch sympy can decide is an error right away
         return call.in_shape[:-1] + (call.attrs.out,)
 

@@ -122,6 +122,9 @@ CONV_RUNTIME = Runtime(kernels={"conv": "conv"})
 # ----------------------------------------------------------------------------------------------
 # Op definitions
 # ----------------------------------------------------------------------------------------------
+MAX_RANK = 6  # dims of any value a spec builds (the tree builder checks every op's input and output)
+
+
 class OpDef:
     """Base class of op definitions. Subclasses set the class attributes and override methods."""
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import jsonschema
 
@@ -127,8 +127,8 @@ def _to_spec_error(doc: MarkedDoc, error: jsonschema.ValidationError) -> SpecErr
         return SpecError(f"missing required key '{missing[0] if missing else '?'}'", where,
                          "a mapping with keys " + ", ".join(error.validator_value))
     expected = schema.get("x-expected")
-    if kind in ("anyOf", "oneOf") and expected:
-        return SpecError(f"bad value {_show(value)}", where, expected)
+    if kind in ("anyOf", "oneOf"):  # jsonschema's own message would show Python's repr (None, True)
+        return SpecError(f"bad value {_show(value)}", where, expected or _alternatives(error.validator_value))
     if kind == "type":
         types = error.validator_value
         types = " or ".join(types) if isinstance(types, list) else types
@@ -181,6 +181,18 @@ def _kind(value) -> str:
             dict: "a mapping"}.get(type(value), type(value).__name__)
 
 
+def _alternatives(schemas: Any) -> str | None:
+    """What an anyOf / oneOf accepts, from its alternatives' types: 'an integer or a string'."""
+    kinds: list[str] = []
+    for schema in schemas if isinstance(schemas, list) else []:
+        types = schema.get("type") if isinstance(schema, dict) else None
+        for name in types if isinstance(types, list) else [types] if isinstance(types, str) else []:
+            if _article(name) not in kinds:
+                kinds.append(_article(name))
+    return " or ".join(kinds) or None
+
+
 def _show(value) -> str:
-    text = repr(value)
+    """A YAML value in a message, as YAML writes it where Python's repr differs (null, true, false)."""
+    text = {type(None): "null", bool: str(value).lower()}.get(type(value)) or repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -39,8 +39,8 @@ class Env:
     def value_name(self, raw):
         """The name of a value a layer saves or reads: a block parameter's name stands for its argument
         (`save: p` with `args: {p: skip1}` saves `skip1`), so each use of a block can name its own."""
-        if isinstance(raw, str) and isinstance(self.raw_params.get(raw), str):
-            return self.raw_params[raw]
+        if isinstance(raw, str) and isinstance(self.params.get(raw), str):
+            return self.params[raw]
         if isinstance(raw, list):
             return [self.value_name(r) for r in raw]
         return raw

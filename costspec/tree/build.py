@@ -12,13 +12,13 @@ from typing import Callable, Mapping
 
 import sympy
 
-from costspec.core.budget import check_op_instances
+from costspec.core.budget import MAX_OP_INSTANCES, check_op_instances
 from costspec.core.conventions import Precision
 from costspec.core.cost_table import declared_activations
 from costspec.core.dims import Dims
 from costspec.core.errors import Location, SpecError
 from costspec.ops import OPS, spec_ops
-from costspec.ops.opdef import GRAD_INPUT, NO_WIRING, Constraint, OpCall, OpDef, Wiring
+from costspec.ops.opdef import GRAD_INPUT, MAX_RANK, NO_WIRING, Constraint, OpCall, OpDef, Wiring
 from costspec.spec.schema import COMPOSITION_KEYS
 from costspec.tree.attributes import AttributeReader, Env, bind_param
 from costspec.tree.dataflow import Dataflow, grad_of, join_wiring
@@ -26,7 +26,6 @@ from costspec.tree.naming import assign_names
 from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 
 MAX_TREE_DEPTH = 64  # nested blocks / scopes
-MAX_OP_NODES = 20_000  # op instances in the tree (repeats count once)
 AFTER_PROBLEM = " (after an earlier problem in this sequence, which it may follow from)"
 
 
@@ -173,9 +172,13 @@ class TreeBuilder:
     def _op(self, kind, given, name, path, shape, env: Env, where: Location,
             wiring: Wiring = NO_WIRING) -> tuple[Node, tuple]:
         self.op_count += 1
-        if self.op_count > MAX_OP_NODES:
-            raise SpecError(f"more than {MAX_OP_NODES} op instances after expanding blocks", where)
+        if self.op_count > MAX_OP_INSTANCES:  # counted up front (check_op_instances); this holds if that count is low
+            raise SpecError(f"more than {MAX_OP_INSTANCES:,} op layers after expanding blocks", where,
+                            f"at most {MAX_OP_INSTANCES:,} op layers (repeats count once)")
         op = OPS[kind]
+        if len(shape) > MAX_RANK:  # every op alike: a value of more dims is refused where it is read
+            raise SpecError(f"{kind} reads a value of rank {len(shape)}, shape {_fmt(shape)}", where,
+                            f"at most {MAX_RANK} dims")
         if type(op).example_input is not OpDef.example_input and self.op_count > 1 and not self._reads_input(path):
             raise SpecError(f"{kind} reads the model input (e.g. token ids) and must be the first layer", where,
                             f"{kind} as the first layer of the spec, or on a model input (`input:` a name "
@@ -187,6 +190,9 @@ class TreeBuilder:
             wiring, reads = self.flow.read_values(op, attrs, value_attrs, path)
         call = OpCall(attrs, shape, env.precision, where, wiring)
         out = tuple(self.dims.canonical(sympy.sympify(d)) for d in op.output_shape(call))
+        if len(out) > MAX_RANK:  # and where it is made (a reshape to 7 dims, even as the last layer)
+            raise SpecError(f"{kind} gives a value of rank {len(out)}, shape {_fmt(out)}", where,
+                            f"at most {MAX_RANK} dims")
         self.constraints.extend(op.constraints(call))
         node = OpNode(op, call, out, self.table, name or op.default_name, name is not None, self.dims.canonical)
         node.reads = reads

@@ -44,7 +44,7 @@ def test_hf_config_file(tmp_path):
     assert validate_against(model, values, real).ok
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(UsageError, match="bad.json:1: not JSON"):
+    with pytest.raises(UsageError, match="bad.json: not valid JSON: .* line 1 column"):
         load_target("hf:ViTModel", model, values, "meta", str(bad))
 
 

@@ -120,6 +120,17 @@ def test_a_derived_or_missing_sequence_dim_is_refused():
         ragged(loads(TINY), [3, 4], sets={"S": 8})
 
 
+def test_the_batch_dim_as_sequence_dim_is_refused(capsys):
+    """`--seq-dim B` printed a table with negative waste and exit 0: the batch dim cannot be the sequence dim."""
+    with pytest.raises(UsageError, match=r"--seq-dim B is the batch dim: .* \(expected the spec's sequence dim"):
+        ragged(loads(TINY), [3, 4], seq_dim="B")
+    from costspec.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", str(SPECS / "gpt2_small.yaml"), "--lengths", "3,5,2", "--seq-dim", "B"])
+    assert exit_.value.code == 2 and "--seq-dim B is the batch dim" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_cli_eval_and_sweep(tmp_path):
     out = cli("eval", str(SPECS / "gpt2_small.yaml"), "--lengths", "3,5,2")

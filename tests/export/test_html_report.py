@@ -118,7 +118,7 @@ def test_report_refuses_bad_inputs(tmp_path, cli):
     bad = tmp_path / "v.json"
     bad.write_text('{"spec": 1,\n "x": }')
     result = cli("report", "specs/toy_mlp.yaml", "--validation", bad, "-o", tmp_path / "r.html")
-    assert result.returncode == 2 and f"{bad}:2:" in result.stderr and "not JSON" in result.stderr
+    assert result.returncode == 2 and f"{bad}: not valid JSON" in result.stderr and "line 2 column" in result.stderr
     result = cli("report", "specs/toy_mlp.yaml", "-o", tmp_path / "r.txt")
     assert result.returncode == 2 and "HTML" in result.stderr
 

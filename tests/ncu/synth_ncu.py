@@ -19,12 +19,26 @@ def nvtx_cell(stack) -> str:
     return "4242  " + "  ".join(f'"<default domain>:{name}:none:none:none:none:none:none"' for name in stack) + " "
 
 
-def raw_csv(kernels: list[dict], cc: str = "9.0") -> str:
-    """kernels: [{"kernel": name, "stack": (range, ...), "metrics": {metric: int}}]."""
-    metrics = sorted({m for k in kernels for m in k["metrics"]})
+CUDA_CORE = tuple(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+                  for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma", "dadd", "dmul", "dfma"))
+
+
+def _unit(metric: str) -> str:
+    """The unit ncu prints for a counter (base units)."""
+    if metric.startswith("dram__bytes"):
+        return "byte"
+    if metric.startswith("gpu__time_duration"):
+        return "nsecond"
+    return "" if metric.startswith("sm__ops_path_tensor_") else "inst"
+
+
+def raw_csv(kernels: list[dict], cc: str = "9.0", cuda_columns: bool = True) -> str:
+    """kernels: [{"kernel": name, "stack": (range, ...), "metrics": {metric: int}}]. With `cuda_columns`,
+    every CUDA-core counter `ncu run` collects is a column (0 where a kernel names none), as in a capture."""
+    metrics = sorted({m for k in kernels for m in k["metrics"]} | (set(CUDA_CORE) if cuda_columns else set()))
     head = ["ID", "Process ID", "Process Name", "Host Name", PUSH_POP, "Kernel Name", "Context", "Stream", "CC",
             *metrics]
-    lines = [",".join(_q(h) for h in head), ",".join(_q(u) for u in [""] * 9 + ["inst"] * len(metrics))]
+    lines = [",".join(_q(h) for h in head), ",".join(_q(u) for u in [""] * 9 + [_unit(m) for m in metrics])]
     for i, k in enumerate(kernels):
         cells = [str(i), "4242", "python3", "host", nvtx_cell(k["stack"]), k["kernel"], "1", "7", cc]
         cells += [f"{k['metrics'].get(m, 0):,}" for m in metrics]

@@ -276,3 +276,19 @@ def test_layer_names_from_yaml_escapes_are_refused(write_spec):
         costspec.load(spec)
     docs = write_spec('costspec: 1\nname: t\ndoc: "two\\nlines\\tok"\ninput: [2, 8]\nlayers:\n  - linear: {out: 8}\n')
     assert costspec.load(docs).doc_line == "two\nlines\tok"  # prose may have line breaks and tabs
+
+
+@pytest.mark.parametrize("value, says", [
+    ("null", "$.dims.S: bad value null (expected a positive integer (free dim)"),
+    ("{value: null}", "$.dims.S.value: bad value null (expected an integer or a string)"),
+    ("{value: true}", "$.dims.S.value: bad value true (expected an integer or a string)"),
+])
+def test_a_yaml_value_in_a_message_is_written_as_yaml_writes_it(value, says):
+    """Never Python's repr (`dim S = None`, `None is not valid under any of the given schemas`)."""
+    text = f"costspec: 1\nname: n\ndims:\n  B: 1\n  S: {value}\ninput: [B, S]\nlayers:\n  - linear: {{out: 4}}\n"
+    from costspec.core.errors import SpecError
+    from costspec.model import loads
+
+    with pytest.raises(SpecError) as caught:
+        loads(text)
+    assert says in str(caught.value) and "None" not in str(caught.value) and "True" not in str(caught.value)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 
-from costspec.importer.config import HFConfig
+from costspec.importer.config import HFConfig, Key
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,8 @@ class Family:
     spec text from the config. `hf_kwargs`: constructor arguments of `hf_class` the spec assumes
     (ViTModel's add_pooling_layer=false), passed as `--config-set` in the printed check command.
     `architectures`: class names in `architectures` that pick this family when `model_type` is absent.
+    `keys`: the numeric keys `build` reads, declared to the shared validation (`HFConfig.validate`, run
+    before `build`): type, range and divisibility, each error naming the key.
     """
 
     model_types: tuple[str, ...]
@@ -33,6 +35,7 @@ class Family:
     # the output of hf_class that the spec's output stands for, from the config (`validate --against
     # --output-field`: pooler_output for a spec ending in the model's pooling head); None: its first tensor
     hf_output: Callable[[HFConfig], str | None] | None = None
+    keys: tuple[Key, ...] = ()
 
 
 FAMILIES: dict[str, Family] = {}

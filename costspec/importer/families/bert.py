@@ -4,7 +4,7 @@ from __future__ import annotations
 from costspec.importer.config import HFConfig
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
-from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.families.common import ENCODER_KEYS, GELU_NEW_NOTE, activation, check_divides
 
 NO_HEAD = "the spec is the encoder without pooler: no masked-LM head whose weight could be tied"
 BERT_IGNORED = {
@@ -108,11 +108,11 @@ def build_bert(cfg: HFConfig, roberta: bool = False) -> str:
     return spec.render()
 
 
-BERT = Family(("bert",), "BertModel", build_bert, "BERT encoder (no pooler, no head)",
+BERT = Family(("bert",), "BertModel", build_bert, "BERT encoder (no pooler, no head)", keys=ENCODER_KEYS,
               hf_kwargs={"add_pooling_layer": "false"}, architectures=("BertForMaskedLM", "BertForPreTraining"),
               refused=BERT_REFUSED)
 ROBERTA = Family(("roberta",), "RobertaModel", lambda cfg: build_bert(cfg, roberta=True),
                  "RoBERTa encoder (no pooler, no head)", hf_kwargs={"add_pooling_layer": "false"},
-                 architectures=("RobertaForMaskedLM",), refused=BERT_REFUSED)
+                 architectures=("RobertaForMaskedLM",), refused=BERT_REFUSED, keys=ENCODER_KEYS)
 
 FAMILY_LIST = (BERT, ROBERTA)

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import textwrap
 
-from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem, count, heads, layers, ratio, size, under
+
+# the numeric keys of a ViT / BERT-style encoder (declared to HFConfig.validate)
+ENCODER_KEYS = (size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
+                heads("num_attention_heads", "hidden_size"), size("image_size", items=True),
+                size("patch_size", items=True), size("num_channels"), size("vocab_size"),
+                size("max_position_embeddings"), count("type_vocab_size"), size("projection_dim"), ratio("mlp_ratio"))
+VISION_TOWER_KEYS = ENCODER_KEYS + under("vision_config", ENCODER_KEYS)  # a tower alone or in a full config
 
 # hidden_act / activation_function -> the `fn` of mlp / activation, and why where it is not 1:1
 ACTIVATIONS = {

@@ -1,10 +1,11 @@
 """Decoder-only language models: GPT-2 (with its tied LM head) and Llama (the backbone, LlamaModel)."""
 from __future__ import annotations
 
-from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.families.llm_parts import DECODER_KEYS
 
 DOUBLE_HEADS = "GPT2DoubleHeadsModel's multiple-choice head only"
 ROPE_CONSTANTS = ("the rotary frequencies (theta, scaling type and factor) are constants: RoPE costs 2 mul + 1 add "
@@ -91,7 +92,10 @@ def build_gpt2(cfg: HFConfig) -> str:
     return spec.render()
 
 
+GPT2_KEYS = (size("n_embd"), heads("n_head", "n_embd"), layers("n_layer"), size("n_positions"), size("n_ctx"),
+             size("n_inner"), size("vocab_size"))
 GPT2 = Family(("gpt2",), "GPT2LMHeadModel", build_gpt2, "GPT-2 with its LM head (tied unless the config says not)",
+             keys=GPT2_KEYS,
               architectures=("GPT2Model",), refused=("n_ctx larger than n_positions", "add_cross_attention: true"))
 
 
@@ -190,6 +194,7 @@ def build_llama(cfg: HFConfig) -> str:
 
 
 LLAMA = Family(("llama",), "LlamaModel", build_llama, "Llama-style decoder backbone (LlamaModel: no LM head)",
+              keys=DECODER_KEYS,
                architectures=("LlamaForCausalLM",),
                refused=("num_key_value_heads that does not divide num_attention_heads",
                         "quantization_config (an unknown key: quantized weights change the precision)"))

@@ -5,7 +5,7 @@ the config keys that describe the decoder are read as such and named in the spec
 """
 from __future__ import annotations
 
-from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import ACTIVATIONS, GELU_NEW_NOTE, activation, check_divides
@@ -224,10 +224,18 @@ def build_whisper(cfg: HFConfig) -> str:
     return spec.render()
 
 
+T5_KEYS = (size("vocab_size"), size("d_model"), size("d_kv"), size("d_ff"), layers("num_layers"),
+           layers("num_decoder_layers"), heads("num_heads", "d_model"), size("relative_attention_num_buckets"),
+           size("relative_attention_max_distance"))
+WHISPER_KEYS = (size("num_mel_bins"), layers("encoder_layers"), layers("decoder_layers"), layers("num_hidden_layers"),
+                heads("encoder_attention_heads", "d_model"), size("encoder_ffn_dim"), size("d_model"),
+                size("max_source_positions"))
 T5 = Family(("t5",), "T5EncoderModel", build_t5, "T5 encoder (the encoder stack of an encoder-decoder; no decoder)",
-            architectures=("T5EncoderModel", "T5ForConditionalGeneration", "T5Model"), refused=T5_REFUSED)
+            architectures=("T5EncoderModel", "T5ForConditionalGeneration", "T5Model"), refused=T5_REFUSED,
+            keys=T5_KEYS)
 WHISPER = Family(("whisper",), "WhisperEncoder", build_whisper,
                  "Whisper audio encoder (the encoder of an encoder-decoder; no decoder)",
-                 architectures=("WhisperForConditionalGeneration", "WhisperModel"), refused=WHISPER_REFUSED)
+                 architectures=("WhisperForConditionalGeneration", "WhisperModel"), refused=WHISPER_REFUSED,
+                 keys=WHISPER_KEYS)
 
 FAMILY_LIST = (T5, WHISPER)

@@ -6,6 +6,7 @@ from costspec.importer.config import HFConfig
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.llm_parts import (
+    DECODER_KEYS,
     EMBED,
     IGNORED,
     ROTATE_HALF_IGNORE,
@@ -141,17 +142,17 @@ def build_gemma(cfg: HFConfig) -> str:
 ROPE_REFUSED = "a rope_type other than default / linear (rope_parameters, rope_scaling)"
 MISTRAL = Family(("mistral",), "MistralModel", build_mistral,
                  "Mistral decoder: GQA, RoPE, sliding-window causal attention, SwiGLU (no LM head)",
-                 architectures=("MistralForCausalLM",),
+                 architectures=("MistralForCausalLM",), keys=DECODER_KEYS,
                  refused=(ROPE_REFUSED, "num_key_value_heads that does not divide num_attention_heads"))
 QWEN2 = Family(("qwen2",), "Qwen2Model", build_qwen2,
                "Qwen2 decoder: q/k/v biases, GQA, RoPE, sliding layers by layer_types, SwiGLU (no LM head)",
-               architectures=("Qwen2ForCausalLM",),
+               architectures=("Qwen2ForCausalLM",), keys=DECODER_KEYS,
                refused=(ROPE_REFUSED, "layer_types of another length than num_hidden_layers, or naming another "
                         "attention kind"))
 GEMMA = Family(("gemma",), "GemmaModel", build_gemma,
                "Gemma decoder: embeddings x sqrt(C), head_dim from the config (256 in Gemma), GeGLU, RMSNorm (1 + w) "
                "(no LM head)",
-               architectures=("GemmaForCausalLM",),
+               architectures=("GemmaForCausalLM",), keys=DECODER_KEYS,
                refused=(ROPE_REFUSED, "use_bidirectional_attention: true"))
 
 FAMILY_LIST = (MISTRAL, QWEN2, GEMMA)

@@ -13,6 +13,7 @@ from costspec.importer.families.llm import TOKENS, dense_block, describe, qwen_w
 from costspec.importer.families.llm_parts import (
     EMBED,
     IGNORED,
+    MOE_KEYS,
     ROTATE_HALF_IGNORE,
     Decoder,
     attention_line,
@@ -173,12 +174,13 @@ def build_qwen2_moe(cfg: HFConfig) -> str:
 MIXTRAL = Family(("mixtral",), "MixtralModel", build_mixtral,
                  "Mixtral decoder: a router over E SwiGLU experts, top-K renormalised (no LM head)",
                  hf_kwargs=BATCHED_MM, architectures=("MixtralForCausalLM",),
-                 refused=("num_experts_per_tok above num_local_experts", "a rope_type other than default / linear"))
+                 refused=("num_experts_per_tok above num_local_experts", "a rope_type other than default / linear"),
+                 keys=MOE_KEYS)
 QWEN2_MOE = Family(("qwen2_moe",), "Qwen2MoeModel", build_qwen2_moe,
                    "Qwen2-MoE decoder: routed experts, a sigmoid-gated shared expert, dense layers by "
                    "mlp_only_layers / decoder_sparse_step (no LM head)",
                    hf_kwargs=BATCHED_MM, architectures=("Qwen2MoeForCausalLM",),
                    refused=("num_experts 0 (import it as qwen2)", "mlp_only_layers naming a layer beyond the model",
-                            "a rope_type other than default / linear"))
+                            "a rope_type other than default / linear"), keys=MOE_KEYS)
 
 FAMILY_LIST = (MIXTRAL, QWEN2_MOE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem, count, heads, layers, size
 from costspec.importer.emit import SpecText, wrap_comment
 from costspec.importer.families.common import activation, check_divides
 
@@ -16,6 +16,14 @@ IGNORED = {
     "tie_word_embeddings": "the spec stops at the last hidden state (no LM head to tie)",
     "pretraining_tp": "a tensor-parallel slicing of the same GEMMs at pretraining",
 }
+# the numeric keys of the Llama-style decoders (declared to HFConfig.validate)
+DECODER_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
+                heads("num_attention_heads", "hidden_size", unless="head_dim", rope=True),
+                heads("num_key_value_heads", "num_attention_heads"), size("head_dim", even=True),
+                size("max_position_embeddings"), count("sliding_window"), count("max_window_layers"))
+MOE_KEYS = DECODER_KEYS + (size("moe_intermediate_size"), size("shared_expert_intermediate_size"),
+                           size("num_experts_per_tok"), size("num_local_experts"), count("num_experts"),
+                           size("decoder_sparse_step"), count("mlp_only_layers", items=True))
 ROPE_TYPES = ("default", "linear")  # both only rescale the positions: the same cos / sin tables' cost
 
 ROTATE_HALF_IGNORE = """\
@@ -71,8 +79,9 @@ def layer_types(cfg: HFConfig, layers: int, window: int, derive: Callable[[int],
     listed = cfg.get("layer_types")
     if listed is None:
         return [bool(window) and derive(i) for i in range(layers)]
-    if not isinstance(listed, list) or len(listed) != layers or not set(listed) <= {"full_attention",
-                                                                                   "sliding_attention"}:
+    kinds = ("full_attention", "sliding_attention")
+    if not isinstance(listed, list) or len(listed) != layers or not all(isinstance(t, str) and t in kinds
+                                                                        for t in listed):
         raise cfg.refuse("layer_types", f"expected {layers} entries (num_hidden_layers), each full_attention or "
                          "sliding_attention")
     sliding = [t == "sliding_attention" for t in listed]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
@@ -235,14 +235,18 @@ def build_phi(cfg: HFConfig) -> str:
     return spec.render()
 
 
+# rotary dims (a fraction of the head dim) are checked by the family: they need not be all of it
+NEOX_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
+             heads("num_attention_heads", "hidden_size"), heads("num_key_value_heads", "num_attention_heads"),
+             size("head_dim"), size("max_position_embeddings"))
 GPT_NEOX = Family(("gpt_neox",), "GPTNeoXModel", build_gpt_neox,
                   "GPT-NeoX / Pythia decoder: parallel (or sequential) residual, partial rotary (no LM head)",
                   architectures=("GPTNeoXForCausalLM",),
-                  refused=("an odd number of rotary dims",))
+                  refused=("an odd number of rotary dims",), keys=NEOX_KEYS)
 PHI = Family(("phi",), "PhiModel", build_phi,
              "Phi-1/1.5/2 decoder: one LayerNorm, attention and MLP in parallel, partial rotary (no LM head)",
              architectures=("PhiForCausalLM",),
              refused=("qk_layernorm: true", "head_dim other than hidden_size / num_attention_heads",
-                      "an odd number of rotary dims"))
+                      "an odd number of rotary dims"), keys=NEOX_KEYS)
 
 FAMILY_LIST = (GPT_NEOX, PHI)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
+from costspec.importer import config as rules
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
@@ -185,6 +186,8 @@ RESNET = Family(("resnet",), "ResNetModel", build_resnet,
                 "ResNet (bottleneck or basic blocks, projection shortcuts; no classifier)",
                 architectures=("ResNetForImageClassification",),
                 refused=("hidden_sizes and depths of different lengths",
-                         "a bottleneck stage narrower than 4 channels"))
+                         "a bottleneck stage narrower than 4 channels"),
+                keys=(rules.size("num_channels"), rules.size("embedding_size"),
+                      rules.size("hidden_sizes", items=True), rules.layers("depths", items=True)))
 
 FAMILY_LIST = (RESNET,)

@@ -8,7 +8,7 @@ import textwrap
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
-from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides, square_size
+from costspec.importer.families.common import GELU_NEW_NOTE, VISION_TOWER_KEYS, activation, check_divides, square_size
 
 TEXT_TOWER = "the spec is the image tower (SiglipVisionModel); the text tower is another model"
 POOLED = "pooler_output"
@@ -146,6 +146,6 @@ SIGLIP = Family(("siglip", "siglip_vision_model"), "SiglipVisionModel", build_si
                 "SigLIP vision tower, with its attention-pooling head when vision_use_head (pooler_output)",
                 architectures=("SiglipModel", "SiglipVisionModel"),
                 hf_output=lambda cfg: POOLED if _uses_head(cfg) else None,
-                refused=("image_size not a multiple of patch_size",))
+                refused=("image_size not a multiple of patch_size",), keys=VISION_TOWER_KEYS)
 
 FAMILY_LIST = (SIGLIP,)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem, count, layers, ratio, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import activation, check_divides, square_size
@@ -323,16 +323,20 @@ layers:
     return spec.render()
 
 
+STAGE_KEYS = (size("num_channels"), size("patch_size", items=True), size("image_size", items=True),
+              count("num_stages"), size("hidden_sizes", items=True), layers("depths", items=True), ratio("mlp_ratio"))
+SWIN_KEYS = STAGE_KEYS + (size("embed_dim"), size("num_heads", items=True), size("window_size"), count("num_layers"),
+                          size("hidden_size"))
 CONVNEXT = Family(("convnext",), "ConvNextModel", build_convnext,
                   "ConvNeXt: convolutional stages, pooled and normalised output (pooler_output)",
                   architectures=("ConvNextForImageClassification",), hf_output=lambda cfg: POOLED,
-                  refused=("image_size not a multiple of patch_size x 2^(stages - 1)",))
+                  refused=("image_size not a multiple of patch_size x 2^(stages - 1)",), keys=STAGE_KEYS)
 SWIN = Family(("swin",), "SwinModel", build_swin,
               "Swin: windowed-attention stages with patch merging, averaged output (pooler_output)",
               architectures=("SwinForImageClassification",), hf_output=lambda cfg: POOLED,
               refused=("an image or stage grid transformers pads (not a multiple of the patch, odd before a merge, "
                        "or not a multiple of the window in a stage with shifted blocks)",
                        "a stage grid smaller than the window (transformers keeps the window's bias table and fails)",
-                       "an mlp_ratio that is not a simple fraction of the widths"))
+                       "an mlp_ratio that is not a simple fraction of the widths"), keys=SWIN_KEYS)
 
 FAMILY_LIST = (CONVNEXT, SWIN)

@@ -1,11 +1,12 @@
 """Vision towers of larger models: CLIP's image encoder with its projection, SAM's image encoder."""
 from __future__ import annotations
 
-from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem, count, heads, layers, size, under
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import (
     GELU_NEW_NOTE,
+    VISION_TOWER_KEYS,
     activation,
     check_divides,
     check_whole_patches,
@@ -95,9 +96,13 @@ def build_clip(cfg: HFConfig) -> str:
     return spec.render()
 
 
+SAM_KEYS = (size("hidden_size"), size("output_channels"), layers("num_hidden_layers"),
+            heads("num_attention_heads", "hidden_size"), size("num_channels"), size("image_size", items=True),
+            size("patch_size", items=True), count("window_size"), count("global_attn_indexes", items=True),
+            size("mlp_dim"))
 CLIP = Family(("clip", "clip_vision_model"), "CLIPVisionModelWithProjection", build_clip,
               "CLIP vision tower with its projection (a full CLIP config: its vision_config and projection_dim)",
-              architectures=("CLIPModel", "CLIPVisionModel"))
+              architectures=("CLIPModel", "CLIPVisionModel"), keys=VISION_TOWER_KEYS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,6 +222,7 @@ def build_sam(cfg: HFConfig) -> str:
 SAM = Family(("sam", "sam_vision_model"), "SamVisionModel", build_sam,
              "SAM's image encoder: windowed and global attention, relative positions, the neck "
              "(a full SAM config: its vision_config)", architectures=("SamModel",),
-             refused=("global_attn_indexes that are not distinct block indices below num_hidden_layers",))
+             refused=("global_attn_indexes that are not distinct block indices below num_hidden_layers",),
+             keys=SAM_KEYS + under("vision_config", SAM_KEYS))
 
 FAMILY_LIST = (CLIP, SAM)

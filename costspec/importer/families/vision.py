@@ -5,6 +5,7 @@ from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import (
+    ENCODER_KEYS,
     GELU_NEW_NOTE,
     activation,
     check_divides,
@@ -122,10 +123,10 @@ def build_vit(cfg: HFConfig, deit: bool = False) -> str:
     return spec.render()
 
 
-VIT = Family(("vit",), "ViTModel", build_vit, "ViT image encoder (no pooler)",
+VIT = Family(("vit",), "ViTModel", build_vit, "ViT image encoder (no pooler)", keys=ENCODER_KEYS,
              hf_kwargs={"add_pooling_layer": "false"}, architectures=("ViTForImageClassification",))
 DEIT = Family(("deit",), "DeiTModel", lambda cfg: build_vit(cfg, deit=True),
-              "DeiT image encoder: class and distillation tokens (no pooler)",
+              "DeiT image encoder: class and distillation tokens (no pooler)", keys=ENCODER_KEYS,
               hf_kwargs={"add_pooling_layer": "false"}, architectures=("DeiTForImageClassificationWithTeacher",))
 
 
@@ -204,6 +205,7 @@ def build_dinov2(cfg: HFConfig) -> str:
 
 
 DINOV2 = Family(("dinov2",), "Dinov2Model", build_dinov2, "DINOv2 image encoder (layer scale, optional SwiGLU)",
+                keys=ENCODER_KEYS,
                 refused=("mlp_ratio that is not a positive number",))
 
 FAMILY_LIST = (VIT, DEIT, DINOV2)
