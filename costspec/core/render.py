@@ -11,6 +11,9 @@ import csv
 import io
 import json
 import math
+import os
+import sys
+import textwrap
 from fractions import Fraction
 from typing import Any
 
@@ -63,8 +66,46 @@ def _label(row: Row) -> str:
     return "  " * row.depth + plain(row.label)
 
 
-def render_table(result: Result) -> str:
-    lines = [plain(result.header)] if result.header else []
+def terminal_width() -> int:
+    """The width tables and notes are fitted to: $COLUMNS, else the terminal's, else 100 (not a terminal)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if sys.stdout.isatty():
+            return os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):
+        pass
+    return 100
+
+
+def _fit_text(body: list[list[str]], widths: list[int], texts: list[int], width: int) -> None:
+    """Narrow the text columns (indices `texts`, widest first) until a line fits `width`: a cut cell ends
+    in '...'. Numbers are never cut; a table whose numbers alone are wider stays wider."""
+    over = sum(widths) + 2 * (len(widths) - 1) - width
+    for i in sorted(texts, key=lambda i: -widths[i]):
+        if over <= 0:
+            break
+        new = max(widths[i] - over, 12)
+        if new >= widths[i]:
+            continue
+        over -= widths[i] - new
+        widths[i] = new
+        for line in body:
+            if len(line[i]) > new:
+                line[i] = line[i][:new - 3].rstrip() + "..."
+
+
+def _wrapped(text: str, width: int, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def render_table(result: Result, width: int | None = None) -> str:
+    """The result as fixed-width text fitted to `width` columns (the terminal's by default): text columns
+    are cut, notes and sections wrapped."""
+    width = width or terminal_width()
+    lines = _wrapped(plain(result.header), width) if result.header else []
     for table in result.tables:
         if table.title:
             lines += ["", f"[{plain(table.title)}]"]
@@ -72,6 +113,7 @@ def render_table(result: Result) -> str:
         head = [table.label_title] + [c.title for c in shown]
         body = [[_label(r)] + [cell(c, r.get(c.key)) for c in shown] for r in table.all_rows()]
         widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
+        _fit_text(body, widths, [i + 1 for i, c in enumerate(shown) if c.kind == "text"], width)
         rule = "  ".join("-" * w for w in widths)
         out = [head] + body
         for i, line in enumerate(out):
@@ -81,9 +123,11 @@ def render_table(result: Result) -> str:
             if i == 0 or (table.total is not None and i == len(out) - 2):
                 lines.append(rule)
     for title, section in result.sections.items():
-        lines.append(plain(title) + ":" if section else plain(title) + ": none")
-        lines += ["  " + plain(s) for s in section]
-    lines += [plain(n) for n in result.notes]
+        lines += _wrapped(plain(title) + ":" if section else plain(title) + ": none", width)
+        for s in section:
+            lines += _wrapped(plain(s), width, "  ")
+    for n in result.notes:
+        lines += _wrapped(plain(n), width)
     return "\n".join(lines)
 
 
@@ -174,4 +218,5 @@ def render(result: Result, fmt: str | Format = Format.TABLE) -> str:
     return _RENDERERS[Format.parse(fmt, "--format")](result)
 
 
-__all__ = ["cell", "plain", "render", "render_csv", "render_json", "render_markdown", "render_table", "table_json"]
+__all__ = ["cell", "plain", "render", "render_csv", "render_json", "render_markdown", "render_table", "table_json",
+           "terminal_width"]

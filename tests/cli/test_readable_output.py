@@ -1,0 +1,92 @@
+"""What a person reads: `zoo` one short line per spec, `eval`'s identical notes folded into one line with
+a count, tables and notes fitted to the terminal width ($COLUMNS; 100 when the output is not a terminal)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+import costspec
+from costspec.cli.zoo_cmd import summary
+from costspec.core.render import render_table, terminal_width
+from costspec.core.results import Column, Result, Row, Table
+from costspec.core.zoo import zoo_specs
+from costspec.export.report import eval_result
+
+
+def run(*args: str, columns: str | None = None) -> subprocess.CompletedProcess:
+    """The CLI with stdout a pipe (not a terminal) and COLUMNS as given (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    return subprocess.run([sys.executable, "-m", "costspec", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_zoo_is_one_short_line_per_spec_in_100_columns():
+    result = run("zoo")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 100, max(lines, key=len)
+    specs = zoo_specs()
+    rows = lines[next(i for i, line in enumerate(lines) if line.startswith('---')) + 1:]
+    assert [r.split()[0] for r in rows] == [z.key for z in specs]  # one line per spec, none wrapped
+    assert "vit_b                 ViT-Base/16 image encoder at 224 px" in lines
+
+
+def test_zoo_json_keeps_the_full_doc():
+    rows = {r["name"]: r for r in json.loads(run("zoo", "--format", "json").stdout)["rows"]}
+    for z in zoo_specs():
+        assert rows[z.key]["doc"] == z.doc and rows[z.key]["spec_name"] == z.name
+        assert rows[z.key]["summary"] == summary(z.doc)
+
+
+def test_summary_is_the_docs_first_phrase():
+    assert summary("BERT-base encoder at sequence length 512: token + segment") == "BERT-base encoder at sequence length 512"
+    assert summary("ConvNeXt-T at 224 px (facebook/convnext-tiny-224 config.json: depths") == "ConvNeXt-T at 224 px"
+    assert summary("Pythia-160M (GPT-NeoX architecture) at context 2048, as EleutherAI's config") == \
+        "Pythia-160M at context 2048"
+    assert summary("no phrase ends here") == "no phrase ends here"
+
+
+def test_eval_folds_identical_notes_into_one_line_with_a_count():
+    model = costspec.load(ROOT / "specs/resnet50.yaml")
+    notes = [n for n in model.report("forward", model.bind(1, {})).notes if "batchnorm in eval mode" in n]
+    assert len(notes) == 1
+    assert notes[0].startswith("29 layers (embedder.stem.bn, encoder.stage1.first.conv1.bn, ..., "
+                               "encoder.stage4.rest.conv3.bn): batchnorm in eval mode")
+
+
+def test_eval_output_fits_100_columns_when_not_a_terminal():
+    result = run("eval", "resnet50", "--batch", "8")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 100, max(lines, key=len)
+    assert sum("batchnorm in eval mode" in line for line in lines) == 1
+
+
+def test_columns_sets_the_width_and_notes_wrap_whole_words():
+    model = costspec.load(ROOT / "specs/vit_b.yaml")
+    result = eval_result(model.report("forward", model.bind(8, {})), depth=1)
+    text = render_table(result, width=60)
+    notes = text.rsplit("\ntotal", 1)[1].splitlines()[1:]
+    assert notes and max(map(len, notes)) <= 60
+    assert " ".join(n.strip() for n in notes) == " ".join(result.notes)  # wrapped, nothing lost
+    assert run("eval", "vit_b", "--depth", "1", columns="60").stdout.splitlines()[-1] == text.splitlines()[-1]
+
+
+def test_a_text_column_is_cut_to_the_width_numbers_never():
+    table = Table([Column("doc", "doc", "text"), Column("n", "n")],
+                  [Row("a", "a", 0, {"doc": "word " * 40, "n": 123_456_789})])
+    lines = render_table(Result("", [table]), width=50).splitlines()
+    assert max(map(len, lines)) <= 50 and lines[2].rstrip().endswith("...  123,456,789")
+
+
+def test_width_is_columns_else_100_off_a_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "77")
+    assert terminal_width() == 77
+    monkeypatch.delenv("COLUMNS")
+    assert terminal_width() == 100  # pytest captures stdout: not a terminal
