@@ -67,7 +67,7 @@ class MissingExtraError(CostspecError):
     def __init__(self, package: str, extra: str, purpose: str):
         super().__init__(
             f"{purpose} needs {package}, which is not installed; "
-            f"install it with: pip install 'costspec[{extra}]'"
+            f"install it with: pip install {package} (or pip install '.[{extra}]' in a costspec checkout)"
         )
 
 
