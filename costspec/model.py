@@ -23,6 +23,11 @@ from costspec.tree.network import Network
 class Model(Network):
     """A loaded, checked spec. Build with `costspec.load(path)`."""
 
+    def __repr__(self) -> str:
+        dims = " ".join(f"{d.name}={d.default}" if d.default is not None else d.name for d in self.dims.free())
+        return (f"<costspec.Model {self.name}: {sum(1 for _ in self.op_nodes())} op nodes, "
+                f"{self.precision.label}, dims {dims}>")
+
     # -- numbers ----------------------------------------------------------------------------
     def evaluate(self, pass_: Pass | str = Pass.FORWARD, **dims: int) -> Report:
         """Exact integer costs at the given dims (the rest at their defaults)."""

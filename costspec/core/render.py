@@ -105,7 +105,7 @@ def render_table(result: Result, width: int | None = None) -> str:
     """The result as fixed-width text fitted to `width` columns (the terminal's by default): text columns
     are cut, notes and sections wrapped."""
     width = width or terminal_width()
-    lines = _wrapped(plain(result.header), width) if result.header else []
+    lines = [wrapped for part in result.header.splitlines() for wrapped in _wrapped(plain(part), width)]
     for table in result.tables:
         if table.title:
             lines += ["", f"[{plain(table.title)}]"]
@@ -191,7 +191,7 @@ def _md(text: str) -> str:
 
 
 def render_markdown(result: Result) -> str:
-    lines = [f"**{_md(result.header)}**"] if result.header else []
+    lines = [f"**{_md(part)}**" for part in result.header.splitlines() if part]
     for table in result.tables:
         lines.append("")
         if table.title:

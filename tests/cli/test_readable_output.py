@@ -90,3 +90,34 @@ def test_width_is_columns_else_100_off_a_terminal(monkeypatch):
     assert terminal_width() == 77
     monkeypatch.delenv("COLUMNS")
     assert terminal_width() == 100  # pytest captures stdout: not a terminal
+
+
+def test_a_header_of_several_lines_prints_as_lines_not_an_escape():
+    text = render_table(Result("checked against: X\nspec | validate", []), width=100)
+    assert text.splitlines() == ["checked against: X", "spec | validate"] and "\\n" not in text
+
+
+def test_formula_and_latex_take_batch():
+    result = run("formula", "vit_b", "--batch", "8")
+    assert result.returncode == 0, result.stderr
+    assert "substituted: B=8" in result.stdout.splitlines()[0]
+    assert "TC FLOPs    = L*(192*C**2*S + 32*C*S**2) + 48*patch**2*C*(S - 1)" in result.stdout  # 8 x the B form
+    both = run("latex", "vit_b", "--batch", "8", "--set", "B=2")
+    assert both.returncode == 2 and "both bind B" in both.stderr
+
+
+def test_a_mistyped_zoo_name_gets_a_suggestion():
+    result = run("eval", "resnet")
+    assert result.returncode == 2 and "did you mean resnet50?" in result.stderr, result.stderr
+    assert "did you mean" not in run("eval", "no_such_thing_at_all").stderr
+
+
+def test_api_objects_have_a_short_repr_and_a_notebook_table():
+    model = costspec.load(ROOT / "specs/vit_b.yaml")
+    assert repr(model) == "<costspec.Model vit_b_16: 8 op nodes, bf16, dims B=1 img=224 patch=16 C=768 heads=12 L=12>"
+    report = model.evaluate(B=8)
+    assert repr(report) == ("<costspec.Report vit_b_16 forward (bf16, B=8 img=224 patch=16 C=768 heads=12 L=12 S=197): "
+                            "281.009 GFLOP TC + 932.734 MFLOP CUDA-core, 85.80 M params, 18 rows>")
+    html = report._repr_html_()
+    assert html.startswith("<table>") and html.count("<tr>") == 1 + len(report.rows) + 1  # head, rows, total
+    assert ">qkv</td>" in html and "281.942 GFLOP" in html
