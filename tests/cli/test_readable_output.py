@@ -121,3 +121,19 @@ def test_api_objects_have_a_short_repr_and_a_notebook_table():
     html = report._repr_html_()
     assert html.startswith("<table>") and html.count("<tr>") == 1 + len(report.rows) + 1  # head, rows, total
     assert ">qkv</td>" in html and "281.942 GFLOP" in html
+
+
+def test_an_indentation_error_says_indentation_and_shows_the_line():
+    import pytest
+
+    from costspec.core.errors import SpecError
+
+    text = "costspec: 1\nname: x\ndims: {B: 2, D: 4}\ninput: [B, D]\nlayers:\n  - linear: {out: D}\n   - linear: {out: D}\n"
+    with pytest.raises(SpecError) as err:
+        costspec.loads(text, "bad.yaml")
+    message = str(err.value)
+    assert "bad.yaml:7:4" in message and "bad indentation: line 7 '- linear: {out: D}' is indented 3 spaces, " \
+        "the line before it 2" in message
+    with pytest.raises(SpecError) as unclosed:  # a syntax error that indentation does not cause says nothing of it
+        costspec.loads("costspec: 1\nname: [x\n", "b.yaml")
+    assert "indentation" not in str(unclosed.value)
