@@ -137,3 +137,18 @@ def test_an_indentation_error_says_indentation_and_shows_the_line():
     with pytest.raises(SpecError) as unclosed:  # a syntax error that indentation does not cause says nothing of it
         costspec.loads("costspec: 1\nname: [x\n", "b.yaml")
     assert "indentation" not in str(unclosed.value)
+
+
+def test_unknown_ops_keys_and_activations_get_did_you_mean():
+    import pytest
+
+    from costspec.core.errors import SpecError, did_you_mean
+
+    layers = {"linaer: {out: D}": "did you mean 'linear'?", "linear: {out: D, biass: true}": "did you mean 'bias'?",
+              "mlp: {hidden: D, fn: gelu_nwe}": "did you mean 'gelu_new' or 'gelu_tanh'?"}
+    for layer, guess in layers.items():
+        with pytest.raises(SpecError) as err:
+            costspec.loads(f"costspec: 1\nname: x\ndims: {{B: 2, D: 4}}\ninput: [B, D]\nlayers:\n  - {layer}\n", "s.yaml")
+        assert str(err.value).endswith(guess), err.value
+    assert did_you_mean("unknown key 'name'", "one of: bias, in, out") is None  # nothing close: no guess
+    assert did_you_mean("in expression 'x': unknown", "one of: x") is None  # not an unknown-name message
