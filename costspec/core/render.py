@@ -80,13 +80,14 @@ def terminal_width() -> int:
 
 
 def _fit_text(body: list[list[str]], widths: list[int], texts: list[int], width: int) -> None:
-    """Narrow the text columns (indices `texts`, widest first) until a line fits `width`: a cut cell ends
-    in '...'. Numbers are never cut; a table whose numbers alone are wider stays wider."""
+    """Narrow the long text columns (indices `texts`, widest first) until a line fits `width`: a cut cell
+    ends in '...'. Numbers and text up to 30 characters (a name) are never cut; a table wider than that
+    stays wider."""
     over = sum(widths) + 2 * (len(widths) - 1) - width
     for i in sorted(texts, key=lambda i: -widths[i]):
         if over <= 0:
             break
-        new = max(widths[i] - over, 12)
+        new = max(widths[i] - over, 30)
         if new >= widths[i]:
             continue
         over -= widths[i] - new
