@@ -102,6 +102,32 @@ def _wrapped(text: str, width: int, indent: str = "") -> list[str]:
                          break_long_words=False, break_on_hyphens=False) or [indent]
 
 
+def _column_groups(widths: list[int], width: int) -> list[list[int]]:
+    """The value columns (indices from 1) in runs that fit `width` beside the label column: a table too
+    wide for the terminal is printed as several narrower tables, each with the layer names."""
+    groups: list[list[int]] = [[]]
+    used = widths[0]
+    for i in range(1, len(widths)):
+        if groups[-1] and used + 2 + widths[i] > width:
+            groups.append([])
+            used = widths[0]
+        groups[-1].append(i)
+        used += 2 + widths[i]
+    return groups
+
+
+def _block(lines: list[list[str]], widths: list[int], keep: list[int], columns: list, total: bool) -> list[str]:
+    """The rows' cells in the columns `keep` (0: the label), padded; rules under the head and above a total."""
+    out = []
+    for n, line in enumerate(lines):
+        cells = [line[i].ljust(widths[i]) if col is None or col.kind == "text" else line[i].rjust(widths[i])
+                 for i, col in zip(keep, columns)]
+        out.append("  ".join(cells).rstrip())
+        if n == 0 or (total and n == len(lines) - 2):
+            out.append("  ".join("-" * widths[i] for i in keep))
+    return out
+
+
 def render_table(result: Result, width: int | None = None) -> str:
     """The result as fixed-width text fitted to `width` columns (the terminal's by default): text columns
     are cut, notes and sections wrapped."""
@@ -115,14 +141,11 @@ def render_table(result: Result, width: int | None = None) -> str:
         body = [[_label(r)] + [cell(c, r.get(c.key)) for c in shown] for r in table.all_rows()]
         widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
         _fit_text(body, widths, [i + 1 for i, c in enumerate(shown) if c.kind == "text"], width)
-        rule = "  ".join("-" * w for w in widths)
-        out = [head] + body
-        for i, line in enumerate(out):
-            cells = [c.ljust(w) if col.kind == "text" else c.rjust(w) for c, w, col in zip(line[1:], widths[1:], shown)]
-            text = "  ".join([line[0].ljust(widths[0])] + cells)
-            lines.append(text.rstrip())
-            if i == 0 or (table.total is not None and i == len(out) - 2):
-                lines.append(rule)
+        for k, group in enumerate(_column_groups(widths, width)):
+            if k:
+                lines += ["", "(the table's columns, continued)"]
+            lines += _block([head] + body, widths, [0] + group, [None] + [shown[i - 1] for i in group],
+                            table.total is not None)
     for title, section in result.sections.items():
         lines += _wrapped(plain(title) + ":" if section else plain(title) + ": none", width)
         for s in section:

@@ -152,3 +152,19 @@ def test_unknown_ops_keys_and_activations_get_did_you_mean():
         assert str(err.value).endswith(guess), err.value
     assert did_you_mean("unknown key 'name'", "one of: bias, in, out") is None  # nothing close: no guess
     assert did_you_mean("in expression 'x': unknown", "one of: x") is None  # not an unknown-name message
+
+
+def test_a_table_wider_than_the_terminal_continues_below_with_the_layer_names():
+    narrow = run("eval", "vit_b", "--gpu", "h100-sxm", "--depth", "1")
+    wide = run("eval", "vit_b", "--gpu", "h100-sxm", "--depth", "1", columns="200")
+    assert narrow.returncode == wide.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert max(map(len, lines)) <= 100 and "(the table's columns, continued)" in lines
+    assert max(map(len, wide.stdout.splitlines())) > 100 and "continued" not in wide.stdout
+    for title in ("TC FLOPs", "params", "matmul on", "bytes", "FLOP/B", "bound", "est. time"):
+        assert title in narrow.stdout
+    assert sum(line.startswith("blocks (repeat x12)") for line in lines) == 2  # each part names the layers
+    # the same cells, split: the wide row is the two narrow rows side by side
+    first, second = [line for line in lines if line.startswith("total")]
+    wide_total = next(line for line in wide.stdout.splitlines() if line.startswith("total"))
+    assert wide_total.split() == first.split() + second.split()[1:]
