@@ -33,6 +33,11 @@ class Model(Network):
     phase: Serve | None = None  # the serving phase it was loaded for (`load(..., phase=)`), None: as written
     context_dim: str | None = None  # the dim holding the cached tokens, when served with a context
 
+    def __repr__(self) -> str:
+        dims = " ".join(f"{d.name}={d.default}" if d.default is not None else d.name for d in self.dims.free())
+        return (f"<costspec.Model {self.name}: {sum(1 for _ in self.op_nodes())} op nodes, "
+                f"{self.precision.label}, dims {dims}>")
+
     # -- numbers ----------------------------------------------------------------------------
     def evaluate(self, pass_: Pass | str = Pass.FORWARD, **dims: int) -> Report:
         """Exact integer costs at the given dims (the rest at their defaults)."""

@@ -8,6 +8,13 @@ import pytest
 from tests.common import invoke
 
 
+@pytest.fixture(autouse=True)
+def wide_columns(monkeypatch):
+    """The tests read what a command prints, not how it is laid out: a wide COLUMNS keeps every printed
+    line whole, in this process and the CLI subprocesses (the width tests set their own COLUMNS)."""
+    monkeypatch.setenv("COLUMNS", "1000")
+
+
 @pytest.fixture
 def write_spec(tmp_path):
     """write_spec(text, name="spec.yaml") -> path of a spec file in a temp dir."""

@@ -51,6 +51,31 @@ class Report:
     def rows(self) -> list[Row]:
         return self.table.rows
 
+    def __repr__(self) -> str:
+        from costspec.core import units
+
+        dims = " ".join(f"{k}={v}" for k, v in self.dims.items())
+        return (f"<costspec.Report {self.spec_name} {self.pass_} ({self.precision}, {dims}): "
+                f"{units.si(self.tc)} TC + {units.si(self.cuda)} CUDA-core, {units.params(self.params)} params, "
+                f"{len(self.rows)} rows>")
+
+    def _repr_html_(self) -> str:
+        """The per-layer table, as a notebook shows it."""
+        from html import escape
+
+        from costspec.core.render import cell
+
+        shown = [c for c in self.table.columns if not c.hidden]
+        head = "".join(f"<th>{escape(c.title)}</th>" for c in shown)
+        body = []
+        for row in self.table.all_rows():
+            label = escape(row.label) if row is not self.table.total else "<b>total</b>"
+            cells = "".join(f'<td style="text-align:right">{escape(cell(c, row.get(c.key)))}</td>' for c in shown)
+            body.append(f'<tr><td style="text-align:left;padding-left:{row.depth * 1.2:g}em">{label}</td>{cells}</tr>')
+        caption = escape(repr(self)[1:-1])
+        return (f"<table><caption>{caption}</caption><thead><tr><th>layer</th>{head}</tr></thead>"
+                f"<tbody>{''.join(body)}</tbody></table>")
+
     def _total(self, key: str) -> int:
         assert self.table.total is not None
         return int(self.table.total.values[key])

@@ -22,7 +22,8 @@ def formula_command(spec: str, form: ClosedForm, dtype: str | None, fmt: str, se
     options.require(serving.phase is None or form.pass_ == "forward",
                     f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {form.pass_})")
     model = serving.load(spec, dtype)
-    result = formulas(model, form.pass_, form.keep, form.expand, form.sets, depth=None if form.per_layer else 0)
+    result = formulas(model, form.pass_, form.keep, form.expand, form.substituted(),
+                      depth=None if form.per_layer else 0)
     click.echo(RENDERERS[fmt](result))
     if fmt == "text" and (note := flash_backward_note(model, form.pass_)):
         click.echo(note)

@@ -23,7 +23,8 @@ def latex_command(spec: str, form: ClosedForm, output: str | None, standalone: b
 
     if output:
         check_not_input(output, [spec])  # before any work: the spec would be lost
-    result = formulas(load(spec), form.pass_, form.keep, form.expand, form.sets, depth=None if form.per_layer else 1)
+    result = formulas(load(spec), form.pass_, form.keep, form.expand, form.substituted(),
+                      depth=None if form.per_layer else 1)
     if fmt == "json":
         from costspec.export.formulas import render_json
 

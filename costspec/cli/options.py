@@ -284,13 +284,22 @@ class Serving:
 
 @dataclass(frozen=True)
 class ClosedForm:
-    """Which closed forms formula and latex write: --keep, --set, --pass, --per-layer, --expand."""
+    """Which closed forms formula and latex write: --keep, --batch, --set, --pass, --per-layer, --expand."""
 
     keep: tuple[str, ...] | None
+    batch: int | None
     sets: Mapping[str, int]
     pass_: str
     per_layer: bool
     expand: bool
+
+    def substituted(self) -> dict[str, int]:
+        """The dims substituted by value: --set, and B from --batch."""
+        out = dict(self.sets)
+        if self.batch is not None:
+            require("B" not in out, f"--batch {self.batch} and --set B={out.get('B')} both bind B; give one")
+            out["B"] = self.batch
+        return out
 
 
 @dataclass(frozen=True)
@@ -307,7 +316,7 @@ pass_only = option_group("run", PassPrecision, pass_)  # roofline: the spec's pr
 run_pass_precision = option_group("run", PassPrecision, runnable_pass, run_dtype)  # time
 ragged = option_group("ragged", Ragged, lengths, lengths_file, seq_dim)
 serving = option_group("serving", Serving, phase, context, backend)
-closed_form = option_group("form", ClosedForm, keep, sets, pass_, per_layer, expand)
+closed_form = option_group("form", ClosedForm, keep, batch, sets, pass_, per_layer, expand)
 
 
 def hardware(required: bool, estimate: bool = True) -> Decorator:

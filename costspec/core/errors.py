@@ -1,6 +1,8 @@
 """Error types. Library code raises these; only the CLI maps them to exit codes."""
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass
 
 
@@ -46,7 +48,24 @@ class SpecError(CostspecError):
         text = self.message
         if self.expected:
             text += f" (expected {self.expected})"
+            if guess := did_you_mean(self.message, self.expected):
+                text += f"; did you mean {guess}?"
         return f"{self.location}: {text}" if self.location else text
+
+
+_OFFENDING = re.compile(r"(?:unknown [\w ]+|bad value) '([^']+)'")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def did_you_mean(message: str, expected: str) -> str | None:
+    """For an 'unknown op 'linaer'' (or key, activation, name, block...) whose expected text lists the
+    choices: the choices closest to what was written ('linear'), or None when none is close."""
+    found = _OFFENDING.search(message)
+    if not found:
+        return None
+    choices = {name for part in expected.split(",") for name in _NAME.findall(part)[-1:] + _NAME.findall(part)[:1]}
+    close = difflib.get_close_matches(found[1], sorted(choices - {found[1]}), n=2, cutoff=0.6)
+    return " or ".join(f"'{c}'" for c in close) or None
 
 
 class UnknownOpError(SpecError):
@@ -67,7 +86,7 @@ class MissingExtraError(CostspecError):
     def __init__(self, package: str, extra: str, purpose: str):
         super().__init__(
             f"{purpose} needs {package}, which is not installed; "
-            f"install it with: pip install 'costspec[{extra}]'"
+            f"install it with: pip install {package} (or pip install '.[{extra}]' in a costspec checkout)"
         )
 
 

@@ -11,6 +11,9 @@ import csv
 import io
 import json
 import math
+import os
+import sys
+import textwrap
 from fractions import Fraction
 from typing import Any
 
@@ -63,8 +66,73 @@ def _label(row: Row) -> str:
     return "  " * row.depth + plain(row.label)
 
 
-def render_table(result: Result) -> str:
-    lines = [plain(result.header)] if result.header else []
+def terminal_width() -> int:
+    """The width tables and notes are fitted to: $COLUMNS, else the terminal's, else 100 (not a terminal)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if sys.stdout.isatty():
+            return os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):
+        pass
+    return 100
+
+
+def _fit_text(body: list[list[str]], widths: list[int], texts: list[int], width: int) -> None:
+    """Narrow the long text columns (indices `texts`, widest first) until a line fits `width`: a cut cell
+    ends in '...'. Numbers and text up to 30 characters (a name) are never cut; a table wider than that
+    stays wider."""
+    over = sum(widths) + 2 * (len(widths) - 1) - width
+    for i in sorted(texts, key=lambda i: -widths[i]):
+        if over <= 0:
+            break
+        new = max(widths[i] - over, 30)
+        if new >= widths[i]:
+            continue
+        over -= widths[i] - new
+        widths[i] = new
+        for line in body:
+            if len(line[i]) > new:
+                line[i] = line[i][:new - 3].rstrip() + "..."
+
+
+def _wrapped(text: str, width: int, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def _column_groups(widths: list[int], width: int) -> list[list[int]]:
+    """The value columns (indices from 1) in runs that fit `width` beside the label column: a table too
+    wide for the terminal is printed as several narrower tables, each with the layer names."""
+    groups: list[list[int]] = [[]]
+    used = widths[0]
+    for i in range(1, len(widths)):
+        if groups[-1] and used + 2 + widths[i] > width:
+            groups.append([])
+            used = widths[0]
+        groups[-1].append(i)
+        used += 2 + widths[i]
+    return groups
+
+
+def _block(lines: list[list[str]], widths: list[int], keep: list[int], columns: list, total: bool) -> list[str]:
+    """The rows' cells in the columns `keep` (0: the label), padded; rules under the head and above a total."""
+    out = []
+    for n, line in enumerate(lines):
+        cells = [line[i].ljust(widths[i]) if col is None or col.kind == "text" else line[i].rjust(widths[i])
+                 for i, col in zip(keep, columns)]
+        out.append("  ".join(cells).rstrip())
+        if n == 0 or (total and n == len(lines) - 2):
+            out.append("  ".join("-" * widths[i] for i in keep))
+    return out
+
+
+def render_table(result: Result, width: int | None = None) -> str:
+    """The result as fixed-width text fitted to `width` columns (the terminal's by default): text columns
+    are cut, notes and sections wrapped."""
+    width = width or terminal_width()
+    lines = [wrapped for part in result.header.splitlines() for wrapped in _wrapped(plain(part), width)]
     for table in result.tables:
         if table.title:
             lines += ["", f"[{plain(table.title)}]"]
@@ -72,18 +140,18 @@ def render_table(result: Result) -> str:
         head = [table.label_title] + [c.title for c in shown]
         body = [[_label(r)] + [cell(c, r.get(c.key)) for c in shown] for r in table.all_rows()]
         widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
-        rule = "  ".join("-" * w for w in widths)
-        out = [head] + body
-        for i, line in enumerate(out):
-            cells = [c.ljust(w) if col.kind == "text" else c.rjust(w) for c, w, col in zip(line[1:], widths[1:], shown)]
-            text = "  ".join([line[0].ljust(widths[0])] + cells)
-            lines.append(text.rstrip())
-            if i == 0 or (table.total is not None and i == len(out) - 2):
-                lines.append(rule)
+        _fit_text(body, widths, [i + 1 for i, c in enumerate(shown) if c.kind == "text"], width)
+        for k, group in enumerate(_column_groups(widths, width)):
+            if k:
+                lines += ["", "(the table's columns, continued)"]
+            lines += _block([head] + body, widths, [0] + group, [None] + [shown[i - 1] for i in group],
+                            table.total is not None)
     for title, section in result.sections.items():
-        lines.append(plain(title) + ":" if section else plain(title) + ": none")
-        lines += ["  " + plain(s) for s in section]
-    lines += [plain(n) for n in result.notes]
+        lines += _wrapped(plain(title) + ":" if section else plain(title) + ": none", width)
+        for s in section:
+            lines += _wrapped(plain(s), width, "  ")
+    for n in result.notes:
+        lines += _wrapped(plain(n), width)
     return "\n".join(lines)
 
 
@@ -147,7 +215,7 @@ def _md(text: str) -> str:
 
 
 def render_markdown(result: Result) -> str:
-    lines = [f"**{_md(result.header)}**"] if result.header else []
+    lines = [f"**{_md(part)}**" for part in result.header.splitlines() if part]
     for table in result.tables:
         lines.append("")
         if table.title:
@@ -174,4 +242,5 @@ def render(result: Result, fmt: str | Format = Format.TABLE) -> str:
     return _RENDERERS[Format.parse(fmt, "--format")](result)
 
 
-__all__ = ["cell", "plain", "render", "render_csv", "render_json", "render_markdown", "render_table", "table_json"]
+__all__ = ["cell", "plain", "render", "render_csv", "render_json", "render_markdown", "render_table", "table_json",
+           "terminal_width"]

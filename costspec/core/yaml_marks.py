@@ -83,7 +83,7 @@ def load_marked(text: str | bytes, file: str, kind: str = "spec") -> MarkedDoc:
     except yaml.reader.ReaderError as exc:
         raise _reader_error(exc, text, file) from None
     except yaml.MarkedYAMLError as exc:
-        raise _syntax_error(exc, file, getattr(exc, "costspec_path", ())) from None
+        raise _syntax_error(exc, file, getattr(exc, "costspec_path", ()), text) from None
     except yaml.YAMLError as exc:  # not expected from the parser; one line all the same
         raise SpecError(f"YAML error: {' '.join(str(exc).split())}", Location(file, 1, 1)) from None
     except ValueError as exc:  # PyYAML's scanner: chr() of an escape beyond Unicode, e.g. "\U00110000"
@@ -141,14 +141,38 @@ def _reader_error(exc: yaml.reader.ReaderError, text: str, file: str) -> SpecErr
                      "printable YAML text")
 
 
-def _syntax_error(exc: yaml.MarkedYAMLError, file: str, path: tuple) -> SpecError:
+# The parser's words for a line that does not sit where the block structure around it expects one.
+_STRUCTURE = ("expected <block end>", "mapping values are not allowed", "did not find expected", "could not find "
+              "expected ':'", "expected <document start>")
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, file: str, path: tuple, text: str = "") -> SpecError:
     mark = exc.problem_mark or exc.context_mark
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
     problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
-    text = f"YAML syntax error: {problem}"
+    message = f"YAML syntax error: {problem}"
     if exc.context and exc.problem and exc.context_mark and exc.context_mark is not mark:
-        text += f" ({exc.context.strip()} at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
-    return SpecError(text, Location(file, line, col, format_path(path)))
+        message += f" ({exc.context.strip()} at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+    if indent := _bad_indentation(text, line, problem):
+        message = f"bad indentation: {indent}; {message}"
+    return SpecError(message, Location(file, line, col, format_path(path)))
+
+
+def _bad_indentation(text: str, line: int, problem: str) -> str:
+    """Where a structural syntax error sits on a line indented unlike the line before it: that line and
+    both indents, as a person reading the file fixes it ('' when the indentation is not the cause)."""
+    lines = text.splitlines()
+    if not any(p in problem for p in _STRUCTURE) or not 1 <= line <= len(lines) or not lines[line - 1].strip():
+        return ""
+    here = lines[line - 1]
+    before = next((x for x in reversed(lines[:line - 1]) if x.strip() and not x.lstrip().startswith("#")), None)
+    width = len(here) - len(here.lstrip(" "))
+    previous = len(before) - len(before.lstrip(" ")) if before is not None else 0
+    if width == previous:
+        return ""
+    shown = here.strip() if len(here.strip()) <= 60 else here.strip()[:57] + "..."
+    return (f"line {line} '{shown}' is indented {width} spaces, the line before it {previous} "
+            "(items of one list or mapping line up)")
 
 
 # ----------------------------------------------------------------------------------------------

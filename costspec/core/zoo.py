@@ -6,9 +6,12 @@ A path that exists always wins over a zoo name, so a local `vit_b.yaml` is never
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from costspec.core.safeio import InputError
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,14 @@ def resolve(spec: str | Path) -> str | Path:
         return spec
     key = text[:-5] if text.endswith(".yaml") else text
     candidate = zoo_dir() / f"{key}.yaml"
-    return candidate if key and candidate.is_file() else spec
+    if key and candidate.is_file():
+        return candidate
+    keys = [p.stem for p in zoo_dir().glob("*.yaml")]
+    close = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+    if close:
+        raise InputError(f"cannot read spec {text}: no such file, and no zoo spec of that name; did you mean "
+                         + " or ".join(close) + "? (`costspec zoo` lists them)")
+    return spec
 
 
 def zoo_specs() -> list[ZooSpec]:

@@ -23,7 +23,7 @@ table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table.tree { font-size: 13px; }
 table.tree, table.data, table.forms { width: 100%; }
-th, td { border-bottom: 1px solid var(--line); padding: 3px 6px; text-align: right; white-space: nowrap;
+th, td { border-bottom: 1px solid var(--line); padding: 3px 4px; text-align: right; white-space: nowrap;
     vertical-align: middle; }
 th { background: var(--soft); position: sticky; top: 0; font-weight: 600; font-size: 13px; z-index: 1; }
 td.name, th.name { text-align: left; } td.formula { text-align: left; white-space: normal; }
@@ -34,13 +34,13 @@ tr.badrow td { background: #fdecea; }
 button.tog { border: none; background: none; cursor: pointer; width: 1.4em; padding: 0; color: var(--muted);
     font-size: 12px; }
 span.leaf { display: inline-block; width: 1.4em; }
-.bar { display: inline-block; width: 48px; height: 9px; background: #edf0f5; border-radius: 2px;
-    vertical-align: middle;
-       margin-right: 6px; overflow: hidden; } .bar span { display: block; height: 100%; background: var(--accent); }
+.bar { display: inline-block; width: 32px; height: 9px; background: #edf0f5; border-radius: 2px;
+    vertical-align: middle; margin-right: 4px; overflow: hidden; }
+.bar span { display: block; height: 100%; background: var(--accent); }
 .bar.time span { background: #ff7f0e; }
 .bound-TC { color: var(--tc); } .bound-CUDA { color: var(--cuda); } .bound-memory { color: var(--mem); }
 .controls { margin: 6px 0; } .controls button { font: inherit; font-size: 12px; margin-right: 6px; }
-math { font-size: 15px; } td.formula math { font-size: 14px; }
+math { font-size: 15px; } td.formula math { font-size: 14px; } mtable.lines mtd { text-align: left; }
 .charts { display: flex; flex-wrap: wrap; gap: 18px; }
 svg.chart { background: #fff; border: 1px solid var(--line); border-radius: 6px; max-width: 100%; height: auto; }
 svg .grid { stroke: #e7eaf0; } svg .frame { fill: none; stroke: #8a93a3; }
@@ -52,6 +52,16 @@ dl.kv dt { color: var(--muted); } dl.kv dd { margin: 0; }
 ul.notes li { margin: 3px 0; color: var(--muted); }
 #js-errors { color: #c62828; white-space: pre-wrap; }
 footer { margin-top: 40px; color: var(--muted); font-size: 12px; }
+/* Every width: the page never scrolls sideways; a table wider than the page scrolls inside its .scroll box,
+   charts scale down (viewBox, max-width), long words in text break. */
+p, li, dd, dt, .chip, caption, footer { overflow-wrap: anywhere; }
+table.symbols td:last-child { white-space: normal; min-width: 14em; }
+@media (max-width: 1400px) { body { padding: 20px 20px 56px; } }
+@media (max-width: 700px) {
+  body { padding: 14px 12px 40px; } h1 { font-size: 22px; } h2 { font-size: 17px; }
+  .card { min-width: 0; flex: 1 1 130px; padding: 6px 10px; } .card .v { font-size: 17px; }
+  .charts { gap: 10px; } math { font-size: 14px; }
+}
 """
 
 # Errors are written into the page (#js-errors) so a headless browser's DOM dump shows them.

@@ -24,6 +24,9 @@ from costspec.export.svg import RoofPoint, line_chart, roofline_chart, seconds
 from costspec.export.sweep_plot import series, wants_log
 
 OPEN_DEPTH = 2  # tree rows deeper than this start collapsed
+# Closed forms longer than this many characters (about) are set on several lines, so that the formula
+# tables fit a 1280 px page: the totals have one formula column, the per-layer table three.
+TOTAL_WRAP, LAYER_WRAP = 90, 34
 
 
 def _e(text: object) -> str:
@@ -130,19 +133,22 @@ def _forms(d: PageData) -> str:
            "</th></tr></thead><tbody>"]
     for p in t:  # forward, and train unless the model has no backward pass
         for key, title in names.items():
-            out.append(f'<tr class="{p}"><td>{_e(title)}</td><td>{p}</td><td class="formula">{mathml(t[p][key])}</td>'
-                       "</tr>")
-    out.append(f'<tr><td>parameters</td><td></td><td class="formula">{mathml(t["forward"]["params"])}</td></tr>')
+            out.append(f'<tr class="{p}"><td>{_e(title)}</td><td>{p}</td><td class="formula">'
+                       f"{mathml(t[p][key], wrap=TOTAL_WRAP)}</td></tr>")
+    out.append('<tr><td>parameters</td><td></td><td class="formula">'
+               f'{mathml(t["forward"]["params"], wrap=TOTAL_WRAP)}</td></tr>')
     out.append("</tbody></table></div>")
     where = []
     for dim in d.symbols.dims:
         meaning = dim.doc or ""
         if dim.role in ("derived", "expanded") and dim.definition is not None:
             meaning += f" ({dim.name} = {sympy.sstr(dim.definition)})"
-        where.append(f"<tr><td>{_e(dim.name)}</td><td>{dim.value:,}</td><td>{_e(dim.role)}</td>"
+        value = d.report.dims.get(dim.name, dim.value)  # the page's value (--batch included)
+        where.append(f"<tr><td>{_e(dim.name)}</td><td>{value:,}</td><td>{_e(dim.role)}</td>"
                      f"<td>{_e(meaning)}</td></tr>")
-    out.append('<h3>where</h3><table class="data symbols"><thead><tr><th>symbol</th><th>value</th><th>role</th>'
-               "<th>meaning</th></tr></thead><tbody>" + "".join(where) + "</tbody></table>")
+    out.append('<h3>where</h3><div class="scroll"><table class="data symbols"><thead><tr><th>symbol</th>'
+               "<th>value</th><th>role</th><th>meaning</th></tr></thead><tbody>" + "".join(where)
+               + "</tbody></table></div>")
     rows = d.report.rows
     out.append("<h3>per layer (all instances of the layer)</h3>" + _controls()
                + f'<div class="scroll"><table class="forms" data-open="{OPEN_DEPTH}"><thead><tr>'
@@ -150,10 +156,9 @@ def _forms(d: PageData) -> str:
                + "<th>parameters</th></tr></thead><tbody>")
     for i, row in enumerate(rows):
         f = d.row_forms[row.name]
-        train = f'<td class="formula">{mathml(f.train)}</td>' if f.train is not None else ""
         out.append(f'<tr data-depth="{row.depth}" data-name="{_e(row.name)}">{_name_cell(rows, i, row.label)}'
-                   f'<td class="formula">{mathml(f.forward)}</td>{train}'
-                   f'<td class="formula">{mathml(f.params)}</td></tr>')
+                   + "".join(f'<td class="formula">{mathml(form, wrap=LAYER_WRAP)}</td>'
+                             for form in (f.forward, f.train, f.params) if form is not None) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
 
@@ -177,7 +182,8 @@ def _roofline(d: PageData) -> str:
         roofs.insert(0, (f"Tensor Cores {dtype} {gpu.tensor_peak(dtype) / 1e12:g} TFLOP/s", gpu.tensor_peak(dtype)))
     svg = roofline_chart(points, roofs, gpu.bandwidth, f"{d.model.name} on {gpu.name} ({d.report.pass_})")
     return (f"<h2 id=\"roofline\">Roofline</h2><p class=\"muted\">One circle per kernel (leaf layer), area by its "
-            f"share of the estimated time; memory roof {gpu.memory_bw_gbps:g} GB/s. Hover for numbers.</p>{svg}")
+            f"share of the estimated time; memory roof {gpu.memory_bw_gbps:g} GB/s. Hover for numbers.</p>"
+            f'<div class="scroll">{svg}</div>')
 
 
 def _sweep(d: PageData) -> str:
@@ -209,8 +215,8 @@ def _sweep(d: PageData) -> str:
             cells += [units.si(int(s.times.bytes[i]), "B"), units.seconds(float(s.times.time_s[i])),
                       str(s.times.bound[i])]
         body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
-    table = ('<table class="data sweep"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
-             + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
+    table = ('<div class="scroll"><table class="data sweep"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
+             + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>")
     return (f'<h2 id="sweep">Sweep over {_e(", ".join(grid.names))}</h2><div class="charts">{"".join(charts)}</div>'
             + table)
 

@@ -99,10 +99,11 @@ def gather(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_: 
     efficiency = efficiency or Efficiency()
     report = build_report(model, pass_, values)
     roof = estimate(model, report, values, gpu, fusion, efficiency) if gpu else None
-    bound = {d.name: int(values[d.symbol]) for d in model.dims.free()}
-    symbols = choose_symbols(model, None, False, bound)
+    # The closed forms keep formula's default symbols (the free dims and those marked keep): only the dims
+    # given with --set are substituted; --batch and the spec's defaults are the page's numbers, not the forms'
+    symbols = choose_symbols(model, None, False, sets)
     passes = ("forward", "train") if model.trains else ("forward",)
-    totals = {p: formulas(model, p, None, False, bound, depth=0).totals() for p in passes}
+    totals = {p: formulas(model, p, None, False, sets, depth=0).totals() for p in passes}
     notes = list(report.notes)
     if not model.trains:
         notes.append("no train forms: the model holds quantised weights (inference weights; docs/conventions.md"

@@ -43,7 +43,8 @@ def rows_table(rows: list[dict], title: str = "") -> str:
     for r in rows:
         keys.extend(k for k in r if k not in keys and not (layered and k in _ROW_KEYS))
     head = (["layer"] if layered else []) + keys
-    out = [f'<table class="data"><caption>{escape(title)}</caption>' if title else '<table class="data">',
+    out = [f'<div class="scroll"><table class="data"><caption>{escape(title)}</caption>' if title else
+           '<div class="scroll"><table class="data">',
            "<thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for r in rows[:MAX_ROWS]:
         cells = []
@@ -58,7 +59,7 @@ def rows_table(rows: list[dict], title: str = "") -> str:
         out.append(f'<tr class="{"badrow" if bad else ""}">' + "".join(cells) + "</tr>")
     if len(rows) > MAX_ROWS:
         out.append(f'<tr><td colspan="{len(head)}">... {len(rows) - MAX_ROWS:,} more rows in the JSON file</td></tr>')
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+from html.entities import html5
 
 import sympy
 
@@ -32,7 +33,16 @@ def _power(gen, exp: int) -> str:
     if isinstance(gen, sympy.Symbol):
         base = _mi(gen.name)
         return base if exp == 1 else f"<msup>{base}<mn>{exp}</mn></msup>"
-    return sympy.mathml(gen ** exp, printer="presentation")
+    return _numeric_entities(sympy.mathml(gen ** exp, printer="presentation"))
+
+
+def _numeric_entities(markup: str) -> str:
+    """sympy's named entities (&InvisibleTimes;, ...) as numeric references: the page's MathML stays
+    well-formed XML, not only HTML."""
+    def numeric(m: re.Match) -> str:
+        chars = html5.get(m[1] + ";")
+        return "".join(f"&#x{ord(c):X};" for c in chars) if chars else m[0]
+    return re.sub(r"&([A-Za-z][A-Za-z0-9]*);", numeric, markup)
 
 
 def _monomial(coeff: int, powers: tuple) -> str:
@@ -43,8 +53,11 @@ def _monomial(coeff: int, powers: tuple) -> str:
     return _TIMES.join(body)
 
 
+_OPEN, _CLOSE = '<mo stretchy="false">(</mo>', '<mo stretchy="false">)</mo>'
+
+
 def _paren(inner: str) -> str:
-    return f'<mrow><mo stretchy="false">(</mo>{inner}<mo stretchy="false">)</mo></mrow>'
+    return f"<mrow>{_OPEN}{inner}{_CLOSE}</mrow>"
 
 
 def _part(part: Term | Group) -> tuple[bool, str]:
@@ -56,28 +69,78 @@ def _part(part: Term | Group) -> tuple[bool, str]:
     return part.coeff < 0, _monomial(part.coeff, part.factor) + _DOT + _paren(inner)
 
 
+def _sign(i: int, negative: bool) -> str:
+    return ("<mo>&#x2212;</mo>" if negative else "") if i == 0 else ("<mo>&#x2212;</mo>" if negative else "<mo>+</mo>")
+
+
 def _sum(parts) -> str:
-    out = []
+    return "".join(_sign(i, negative) + text for i, (negative, text) in enumerate(map(_part, parts))) or "<mn>0</mn>"
+
+
+# -- line breaking ---------------------------------------------------------------------------------
+# A long sum is set as several lines (an <mtable>, one left-aligned row per line) broken before a + or
+# − at any depth, so that a table cell holding it need not be wider than `wrap` characters. Parentheses
+# are plain operators (stretchy="false"), so a line may open one that a later line closes.
+def _width(markup: str) -> float:
+    """About how many characters wide `markup` is set (operators count double: their spacing)."""
+    text = re.sub(r"<[^>]+>", " ", markup.replace("&#x2062;", ""))
+    ops = len(re.findall(r"<mo\b", markup))
+    return len(text.replace(" ", "")) + ops
+
+
+def _pieces(parts) -> list[str]:
+    """The sum's MathML cut before each + or − at every depth: joined, the pieces are the sum."""
+    out: list[str] = []
     for i, part in enumerate(parts):
-        negative, text = _part(part)
-        if i == 0:
-            out.append(("<mo>&#x2212;</mo>" if negative else "") + text)
+        negative = isinstance(part, Term) and part.coeff < 0 or isinstance(part, Group) and part.coeff < 0
+        head = _sign(i, negative)
+        if isinstance(part, Term):
+            out.append(head + _monomial(part.coeff, part.powers))
+            continue
+        prefix = head + ("" if part.coeff == 1 and not part.factor else _monomial(part.coeff, part.factor) + _DOT)
+        inner = _pieces(part.terms)
+        inner[0] = prefix + _OPEN + inner[0]
+        inner[-1] += _CLOSE
+        out.extend(inner)
+    return out
+
+
+def _lines(form: ClosedForm, wrap: int) -> list[str] | None:
+    """The form's numerator as lines of at most about `wrap` characters (None: it fits on one line; the
+    denominator, a short polynomial such as `heads`, stays on one line under the fraction bar)."""
+    pieces = _pieces(form.parts)
+    if len(pieces) < 2 or sum(map(_width, pieces)) <= wrap:
+        return None
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if _width(lines[-1]) + _width(piece) > wrap:
+            lines.append(piece)
         else:
-            out.append(("<mo>&#x2212;</mo>" if negative else "<mo>+</mo>") + text)
-    return "".join(out) or "<mn>0</mn>"
+            lines[-1] += piece
+    return lines
 
 
-def mathml_body(form: ClosedForm) -> str:
-    """The expression as an <mrow> (no <math> wrapper)."""
+def mathml_body(form: ClosedForm, wrap: int | None = None) -> str:
+    """The expression as an <mrow> (no <math> wrapper); longer than about `wrap` characters, as an
+    <mtable class="lines"> of left-aligned lines, the second and later indented."""
+    lines = _lines(form, wrap) if wrap else None
+    if lines:
+        rows = "".join(f'<mtr><mtd><mrow>{"" if i == 0 else _INDENT}{line}</mrow></mtd></mtr>'
+                       for i, line in enumerate(lines))
+        table = f'<mtable class="lines">{rows}</mtable>'
+        return f"<mfrac>{table}<mrow>{_sum(form.denominator)}</mrow></mfrac>" if form.denominator else table
     num = _sum(form.parts)
     if not form.denominator:
         return f"<mrow>{num}</mrow>"
     return f"<mfrac><mrow>{num}</mrow><mrow>{_sum(form.denominator)}</mrow></mfrac>"
 
 
-def mathml(form: ClosedForm, lhs: str | None = None, display: bool = False) -> str:
-    """`<math>` for the form, with `lhs =` in front when given (escaped)."""
+_INDENT = '<mspace width="1.2em"/>'
+
+
+def mathml(form: ClosedForm, lhs: str | None = None, display: bool = False, wrap: int | None = None) -> str:
+    """`<math>` for the form, with `lhs =` in front when given (escaped); lines of about `wrap` characters."""
     head = f"<mi>{escape(lhs)}</mi><mo>=</mo>" if lhs else ""
     mode = ' display="block"' if display else ""
     return (f'<math xmlns="http://www.w3.org/1998/Math/MathML" displaystyle="true"{mode}>'
-            f"<mrow>{head}{mathml_body(form)}</mrow></math>")
+            f"<mrow>{head}{mathml_body(form, wrap)}</mrow></math>")

@@ -21,6 +21,18 @@ def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, d
 
     if Path(path).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"-o {path}: the roofline is written as .png, .svg or .pdf")
+    fig, _labels = roofline_figure(report, roof, dtype, depth)
+    import matplotlib.pyplot as plt
+
+    try:
+        write_with(path, lambda temp: fig.savefig(temp, format=Path(path).suffix.lower()[1:]), inputs)
+    finally:
+        plt.close(fig)
+
+
+def roofline_figure(report: Report, roof: RooflineReport, dtype: str, depth: int = 2):
+    """The roofline as a matplotlib figure, and its point labels (matplotlib Annotations), placed so
+    that no two labels overlap and none overlaps the legend."""
     try:
         import matplotlib
 
@@ -47,30 +59,58 @@ def plot_roofline(report: Report, roof: RooflineReport, dtype: str, path: str, d
     ax.set_ylim(max(min(lows) / 3, top / 1e7), top * 2.5)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    fig.canvas.draw()
-    placed: list[tuple[float, float]] = []  # label anchors in display pixels
-    for r, rr in sorted(rows, key=lambda p: (p[1].intensity, -p[0].total_flops / p[1].est_time_s)):
-        achieved = r.total_flops / rr.est_time_s
-        ax.scatter([rr.intensity], [achieved], s=20 + 600 * rr.est_time_s / total, alpha=0.6)
-        x, y = ax.transData.transform((rr.intensity, achieved))
-        dy = 4.0
-        # Move the label down until it clears every label already placed (~110 x 11 px boxes).
-        while any(abs(x + 6 - px) < 110 and abs(y + dy - py) < 11 for px, py in placed):
-            dy -= 11
-        placed.append((x + 6, y + dy))
-        ax.annotate(r.name, (rr.intensity, achieved), fontsize=7, xytext=(6, dy * 72 / fig.dpi),
-                    textcoords="offset points", arrowprops={"arrowstyle": "-", "lw": 0.4} if dy < 0 else None)
     ax.set_xlabel("arithmetic intensity [FLOP/byte]")
     ax.set_ylabel("FLOP/s at the estimated time")
     ax.set_title(f"{report.spec_name} ({report.pass_}, {dtype}) on {gpu.name}: "
                  f"{roof.time_s * 1e3:.3g} ms, point area = time share")
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(loc="lower right", fontsize=8)
+    legend = ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    try:
-        write_with(path, lambda temp: fig.savefig(temp, format=Path(path).suffix.lower()[1:]), inputs)
-    finally:
-        plt.close(fig)
+    points = []
+    for r, rr in sorted(rows, key=lambda p: -p[1].est_time_s):  # the largest by time get the nearest spots
+        achieved = r.total_flops / rr.est_time_s
+        ax.scatter([rr.intensity], [achieved], s=20 + 600 * rr.est_time_s / total, alpha=0.6)
+        points.append((r.name, rr.intensity, achieved))
+    return fig, _place_labels(fig, ax, points, [legend])
+
+
+def _place_labels(fig, ax, points, keep_clear) -> list:
+    """Label each (text, x, y) point: the label goes beside its point, or is moved up or down (with a leader
+    line) to the nearest spot where its measured box overlaps no label placed before and none of the
+    artists in `keep_clear` (the legend), inside the axes."""
+    from matplotlib.transforms import Bbox
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = [a.get_window_extent(renderer) for a in keep_clear]
+    labels = []
+    for text, x, y in points:
+        probe = ax.text(0, 0, text, fontsize=7, transform=None)
+        box = probe.get_window_extent(renderer)
+        probe.remove()
+        width, height = box.width, box.height + 2
+        px, py = ax.transData.transform((x, y))
+        spot = None
+        for step in range(40):  # 0, +1, -1, +2, -2, ... label heights away from the point
+            dy = (step + 1) // 2 * height * (1 if step % 2 else -1)
+            for dx in (6, -6 - width):
+                candidate = Bbox.from_bounds(px + dx, py + dy, width, height)
+                inside = frame.x0 <= candidate.x0 and candidate.x1 <= frame.x1 and frame.y0 <= candidate.y0 \
+                    and candidate.y1 <= frame.y1
+                if inside and not any(candidate.overlaps(b) for b in taken):
+                    spot = (dx, dy, candidate)
+                    break
+            if spot:
+                break
+        if spot is None:  # nowhere free inside the axes: leave this label out rather than draw it over another
+            continue
+        dx, dy, candidate = spot
+        leader = {"arrowstyle": "-", "lw": 0.4, "color": "0.4"} if abs(dy) >= height else None
+        labels.append(ax.annotate(text, (x, y), xytext=(dx, dy + 1), textcoords="offset pixels", fontsize=7,
+                                  ha="left", va="bottom", arrowprops=leader))
+        taken.append(candidate)
+    return labels
 
 
 def _is_leaf(report: Report, row, depth: int) -> bool:

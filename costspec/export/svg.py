@@ -213,13 +213,31 @@ def roofline_chart(points: Sequence[RoofPoint], roofs: Sequence[tuple[str, float
     taken = [_legend(p, legend, frame)]
     for q in ranked[:labelled]:
         cx, cy = frame.x(q.intensity), frame.y(q.flops_per_s)
-        w, h = 6.0 * len(q.label), 12.0
-        for dx, dy in ((8, -8), (8, 14), (8, -22), (8, 28), (-8 - w, -8), (-8 - w, 14), (8, -36), (8, 42)):
-            box = (cx + dx, cy + dy - h + 2, cx + dx + w, cy + dy + 2)
-            inside = frame.x.start <= box[0] and box[2] <= frame.x.end and frame.y.end <= box[1] \
-                and box[3] <= frame.y.start
-            if inside and not any(_overlap(box, b) for b in taken):
-                taken.append(box)
-                p.append(f'<text class="pointlabel" x="{box[0]:.1f}" y="{cy + dy:.1f}">{escape(q.label)}</text>')
-                break
+        spot = place_label(cx, cy, LABEL_CHAR_WIDTH * len(q.label), taken, frame)
+        if spot is not None:  # a label that fits nowhere is left out (the circle's tooltip still names it)
+            x, y, w = spot
+            # textLength: the text is drawn exactly as wide as the box it was placed in, whatever the font
+            p.append(f'<text class="pointlabel" x="{x:.1f}" y="{y:.1f}" textLength="{w:.1f}" '
+                     f'lengthAdjust="spacingAndGlyphs">{escape(q.label)}</text>')
     return frame.svg("chart roofline", title)
+
+
+LABEL_CHAR_WIDTH = 5.6  # px per character of a point label (10.5 px sans-serif: about 5.4 on average)
+LABEL_HEIGHT = 15.0  # px: the text's ascent and descent with a pixel and a half to spare on each side (scaled down
+# to a phone's width, the browser rounds the glyph boxes to whole pixels)
+# where a label may go relative to its circle (dx from the centre, or None: left of it; dy of the baseline)
+LABEL_SPOTS = ((8, -8), (8, 14), (None, -8), (None, 14), (8, -24), (8, 30), (None, -24), (None, 30), (8, -40),
+               (8, 46))
+
+
+def place_label(cx: float, cy: float, width: float, taken: list[tuple], frame: "Frame") -> tuple | None:
+    """The first spot beside (cx, cy) where a `width`-wide label stays inside the plot and clears every box
+    in `taken` (which it joins): its (x, baseline y, width), or None where every spot collides."""
+    for dx, dy in LABEL_SPOTS:
+        x = cx - 8 - width if dx is None else cx + dx
+        box = (x, cy + dy - LABEL_HEIGHT + 3, x + width, cy + dy + 3)
+        inside = frame.x.start <= box[0] and box[2] <= frame.x.end and frame.y.end <= box[1] and box[3] <= frame.y.start
+        if inside and not any(_overlap(box, b) for b in taken):
+            taken.append(box)
+            return x, cy + dy, width
+    return None

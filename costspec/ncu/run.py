@@ -114,7 +114,8 @@ def detect_gpu(hint: str = "") -> tuple[str, str]:
     try:
         import torch
     except ImportError:
-        raise NoGpuError("no GPU: torch is not installed (pip install 'costspec[torch]')" + hint) from None
+        raise NoGpuError("no GPU: torch is not installed (pip install torch, or pip install '.[torch]' in a "
+                         "costspec checkout)" + hint) from None
     if not torch.cuda.is_available():
         raise NoGpuError("no CUDA GPU is available here (torch.cuda.is_available() is False)" + hint)
     major, minor = torch.cuda.get_device_capability()

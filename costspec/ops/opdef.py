@@ -256,15 +256,24 @@ class OpDef:
 
 
 def layer_notes(op_nodes) -> list[str]:
-    """`layer: note` for every counting choice the ops of a model state (`OpDef.notes`), each once;
-    `op_nodes` are the model tree's op nodes (anything with .name, .op and .call)."""
-    out: list[str] = []
+    """`layer: note` for every counting choice the ops of a model state (`OpDef.notes`); a note that
+    several layers state is one line with their count and the first and last names
+    (`29 layers (stem.bn, ..., stage4.conv3.bn): note`). `op_nodes` are the model tree's op nodes
+    (anything with .name, .op and .call)."""
+    layers: dict[str, list[str]] = {}
     for node in op_nodes:
         for note in node.op.notes(node.call):
-            line = f"{node.name}: {note}"
-            if line not in out:
-                out.append(line)
-    return out
+            names = layers.setdefault(note, [])
+            if node.name not in names:
+                names.append(node.name)
+    return [f"{_layer_list(names)}: {note}" for note, names in layers.items()]
+
+
+def _layer_list(names: list[str]) -> str:
+    if len(names) == 1:
+        return names[0]
+    shown = ", ".join(names) if len(names) <= 3 else f"{names[0]}, {names[1]}, ..., {names[-1]}"
+    return f"{len(names)} layers ({shown})"
 
 
 def requires(op: OpDef, call: OpCall, rank: int | tuple[int, ...], what: str) -> None:

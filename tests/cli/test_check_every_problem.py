@@ -43,7 +43,7 @@ def test_a_problem_that_follows_from_another_is_not_reported_twice():
     assert len(lines) == 4, lines
     # the misspelt key: one line (not also "linear needs 'out'" or "missing required key 'out'")
     assert _at(lines, "dependent.yaml", 7, "$.layers[1].linear.ot") == \
-        "unknown key 'ot' (expected one of: bias, in, out; out is required and missing)"
+        "unknown key 'ot' (expected one of: bias, in, out; out is required and missing); did you mean 'out'?"
     # the unknown op: one line (not also "a layer must have exactly one op")
     assert _at(lines, "dependent.yaml", 8, "$.layers[2].linaer").startswith("unknown op 'linaer'")
     assert _at(lines, "dependent.yaml", 6, "$.layers[0].attention.heads") == "dim 8 is not divisible by heads 3"

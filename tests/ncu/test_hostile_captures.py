@@ -10,7 +10,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from tests.ncu.synth_ncu import FADD, FFMA, raw_csv
 
 import costspec
 from costspec.analysis.calibration import CalibrationError, load_calibration, loads_calibration
@@ -18,6 +17,7 @@ from costspec.cli import main
 from costspec.ncu.calibrate import IncompleteCapture, calibrate, calibration_text
 from costspec.ncu.inputs import load_measured
 from costspec.ncu.parse import NcuFormatError, parse_csv
+from tests.ncu.synth_ncu import FADD, FFMA, raw_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "ncu"

@@ -153,7 +153,7 @@ def test_torch_command(tmp_path):
 
 def test_missing_torch_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    with pytest.raises(MissingExtraError, match=r"pip install 'costspec\[torch\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install torch \(or pip install '\.\[torch\]' in a costspec checkout\)"):
         import_torch("costspec validate")
 
 
