@@ -252,3 +252,16 @@ def test_deepseek_v3_published_config_counts_its_671b_parameters(tmp_path):
     bad = dict(DEEPSEEK_V3_671B, moe_layer_freq=2)
     with pytest.raises(ImportProblem, match="moe_layer_freq = 2"):
         import_hf(write_config(bad, tmp_path))
+
+
+@pytest.mark.parametrize("model_type", sorted(SMALL))
+@pytest.mark.parametrize("key, value", [("num_hidden_layers", 10**30), ("hidden_size", "abc")])
+def test_a_hostile_config_value_is_refused_before_anything_is_built(tmp_path, model_type, key, value):
+    """Every family of the template declares the numeric keys it reads: a value out of range or of the wrong
+    type is refused with the key named (no 10**30-layer spec is built)."""
+    path = write_config(config(model_type), tmp_path)
+    data = json.loads(path.read_text())
+    data[key] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(ImportProblem, match=f"{key} = "):
+        import_hf(path)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from functools import partial
 
+from costspec.importer.config import count, layers, size
 from costspec.importer.families import Family
+from costspec.importer.families.llm_parts import DECODER_KEYS
 from costspec.importer.families.modern_moe import BATCHED_MM, MoE
 from costspec.importer.families.modern_template import ROPE_REFUSED, Template, build
 
@@ -85,9 +87,26 @@ TEMPLATES = (
 )
 
 
+# the numeric keys the template reads, checked before anything is written (type, range, divisibility)
+MOE_KEYS = (size("moe_intermediate_size"), count("num_experts"), count("num_local_experts"),
+            size("num_experts_per_tok"), count("n_shared_experts"), count("decoder_sparse_step"),
+            count("mlp_only_layers", items=True))
+MLA_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
+            size("num_attention_heads"), size("max_position_embeddings"), count("q_lora_rank"),
+            size("kv_lora_rank"), size("qk_nope_head_dim"), size("qk_rope_head_dim", even=True),
+            size("v_head_dim"), count("n_routed_experts"), count("n_group"), count("topk_group"),
+            count("first_k_dense_replace"), count("moe_layer_freq"))
+
+
+def keys(t: Template) -> tuple:
+    if t.mla:
+        return MLA_KEYS + MOE_KEYS
+    return DECODER_KEYS + (MOE_KEYS if t.moe else ())
+
+
 def family(t: Template) -> Family:
     return Family((t.model_type,), t.hf_class, partial(build, t), f"{t.title} causal LM with its LM head: {t.blurb}",
-                  hf_kwargs=BATCHED_MM if t.moe else {}, architectures=(t.hf_class,),
+                  hf_kwargs=BATCHED_MM if t.moe else {}, architectures=(t.hf_class,), keys=keys(t),
                   refused=(ROPE_REFUSED, *(f"{k}: true" for k in t.refuse_true), *(f"{k} set" for k in t.refuse_set),
                            *(f"{k} missing" for k in t.needs), *t.refused))
 
