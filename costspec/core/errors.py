@@ -76,6 +76,11 @@ class ExpressionError(SpecError):
     """An expression in a spec that is not in the safe arithmetic subset, or cannot be evaluated."""
 
 
+class InputError(CostspecError):
+    """An input file that cannot be read: missing, not a regular file, or beyond a limit (raised by the
+    bounded reader, `costspec.core.safeio`, and by the zoo for a name that is neither a file nor a spec)."""
+
+
 class UsageError(CostspecError):
     """Bad command-line usage that click itself cannot catch (e.g. --set of an unknown dim)."""
 

@@ -31,16 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TypeGuard
 
-from costspec.core.errors import CostspecError, SpecError
+from costspec.core.errors import CostspecError, InputError, SpecError  # noqa: F401  (InputError: re-exported)
 
 if TYPE_CHECKING:
     from costspec.core.yaml_marks import MarkedDoc
 
 PathLike = str | os.PathLike
-
-
-class InputError(CostspecError):
-    """An input file that cannot be read: missing, not a regular file, or beyond a limit."""
 
 
 class TooLargeError(InputError):

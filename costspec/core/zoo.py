@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from costspec.core.safeio import InputError
+from costspec.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def test_causal_executed_counts_full_scores_and_useful_the_unmasked_pairs():
     result = check(useful)
     rule = {(a.rule, a.phase): a for a in result.reconciliations}[("causal-useful-flops", "forward")]
     assert rule.matmul == 2 * b * h * (s * s - s * (s + 1) // 2) * 2 * d  # FlopCounterMode counts all S x S
-    assert any("counted as useful" in n for n in result.notes) and "note: attn: causal" in render_table(result)
+    assert any("counted as useful" in n for n in result.notes) and "note: attn: masked attention counted as useful" in render_table(result)
 
 
 def test_causal_with_rel_pos_is_refused():

@@ -19,6 +19,10 @@ class Case(NamedTuple):
 
 
 CASES = {
+    "cache-is-causal-self-attention": Case(
+        "heads: 2, cache: 16",
+        "cache holds the keys and values of earlier tokens of one sequence: it needs causal self-attention (no "
+        "window, queries, kv, rel_pos or rel_bias)"),
     "causal-with-rel-pos": Case(
         "heads: 2, causal: true, rel_pos: true",
         "causal attention with a relative position bias is not supported (SDPA takes either is_causal or an "

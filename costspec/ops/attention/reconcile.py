@@ -89,7 +89,9 @@ def attention_rules(shape: Sdpa, backend: Backend, eagerly: bool, pass_: Phase,
     executed = sdpa(full, backend)
     rules = _useful(shape, executed, analytic)
     if how == FusedRun.DECOMPOSED and "ran" in runtime and ev is not None:
-        return rules + _recorded_rule(full, backend, pass_, runtime["ran"], ev)  # type: ignore[arg-type]
+        recorded = _recorded_rule(full, backend, pass_, runtime["ran"], ev)  # type: ignore[arg-type]
+        if recorded is not None:
+            return rules + recorded
     if how == FusedRun.DECOMPOSED:
         if backend == Backend.MATH:
             return rules
@@ -115,11 +117,12 @@ def attention_rules(shape: Sdpa, backend: Backend, eagerly: bool, pass_: Phase,
 
 
 def _recorded_rule(full, backend: Backend, pass_: Phase, runs: tuple[Ran, ...],
-                   ev: Callable[[Expr], int]) -> list[Reconcile]:
-    """The decomposition rule derived from what the instances ran (all alike, else no rule: the
-    differences then show by kind)."""
+                   ev: Callable[[Expr], int]) -> list[Reconcile] | None:
+    """The decomposition rule derived from what the instances ran; None when they did not all run alike
+    (the instances' runs could not be told apart, e.g. one head whose ops' shapes coincide): the rule of
+    the assumed decomposition applies then."""
     if len(set(runs)) != 1:
-        return []
+        return None
     ran = runs[0]
     delta, named = derived_delta(full, backend, pass_, ran, ev)
     if not delta.matmul and not delta.pointwise:
