@@ -2,7 +2,7 @@
 sliding-window layouts, the attention line and the named rules their transformers classes need."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from costspec.importer.config import HFConfig, ImportProblem, count, heads, layers, size
@@ -140,15 +140,20 @@ def attention_line(dec: Decoder, q: bool = False, k: bool = False, v: bool = Fal
 def block_layout(dec: Decoder) -> tuple[str, str, str]:
     """(block params line, the attention's window argument, the repeat's `at:` lines) for the sliding
     layout: one block whose `window` parameter is W on sliding layers and 0 on full ones."""
-    if not dec.window:
+    return sliding_layout(dec.window, dec.sliding)
+
+
+def sliding_layout(window: int, sliding: Sequence[bool]) -> tuple[str, str, str]:
+    """`block_layout` for a window and the per-layer sliding flags (shared with the decoder template)."""
+    if not window:
         return "", "", ""
-    sliding = [i for i, s in enumerate(dec.sliding) if s]
-    full = [i for i, s in enumerate(dec.sliding) if not s]
+    on = [i for i, s in enumerate(sliding) if s]
+    full = [i for i, s in enumerate(sliding) if not s]
     if not full:
         return "", "W", ""
-    majority_sliding = len(sliding) >= len(full)
+    majority_sliding = len(on) >= len(full)
     params = f"params: {{window: {'W' if majority_sliding else 0}}}  # W on sliding-window layers, 0 on full ones"
-    minority, name, value = (full, "full", "0") if majority_sliding else (sliding, "sliding", "W")
+    minority, name, value = (full, "full", "0") if majority_sliding else (on, "sliding", "W")
     at = f"at:\n  - {{indices: {minority}, name: {name}, args: {{window: {value}}}}}  # layer_types"
     return params, "window", at
 

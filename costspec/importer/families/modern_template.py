@@ -11,6 +11,7 @@ from __future__ import annotations
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText, wrap_comment
 from costspec.importer.families.common import activation, check_divides
+from costspec.importer.families.llm_parts import sliding_layout
 from costspec.importer.families.modern_moe import MLA_IGNORED, gather_rule, mla_op, moe_op
 from costspec.importer.families.modern_moe import layer_kinds as moe_layers
 from costspec.importer.families.modern_rules import rules
@@ -265,20 +266,6 @@ def block_lines(t: Template, attn: str, mlp: str, multiplier: float) -> list[str
             + residual([item(norm, "post_attention_layernorm"), m, *scale]))
 
 
-def window_layout(dims: Dims) -> tuple[str, str, str]:
-    """(block params line, the attention's window argument, the repeat's `at:` lines)."""
-    if not dims.window:
-        return "", "", ""
-    sliding = [i for i, s in enumerate(dims.sliding) if s]
-    full = [i for i, s in enumerate(dims.sliding) if not s]
-    if not full:
-        return "", "W", ""
-    most_sliding = len(sliding) >= len(full)
-    params = f"params: {{window: {'W' if most_sliding else 0}}}  # W on sliding-window layers, 0 on full ones"
-    few, name, value = (full, "full", "0") if most_sliding else (sliding, "sliding", "W")
-    return params, "window", f"at:\n  - {{indices: {few}, name: {name}, args: {{window: {value}}}}}  # layer_types"
-
-
 def with_params(params: str, lines: list[str]) -> str:
     if not params:
         return "\n".join(lines) + "\n"
@@ -347,7 +334,7 @@ def build(t: Template, cfg: HFConfig) -> str:
     fraction = rope(cfg, t.partial_rotary)
     dims = read_dims(spec, cfg, t)
     fn = activation(cfg, next((k for k in t.act_keys if cfg.get(k) is not None), t.act_keys[0]), t.act_default)
-    params, window, at = window_layout(dims)
+    params, window, at = sliding_layout(dims.window, dims.sliding)
     attn = mla_op(spec, cfg) if t.mla else attention_text(spec, cfg, t, dims, window, fraction)
     kinds = moe_layers(cfg, t.moe, dims.layers) if t.moe else [False] * dims.layers
     mlp, what = mlp_text(cfg, t, fn), f"{'gated ' if t.mlp == 'gated' else ''}{fn} MLP"
