@@ -15,6 +15,8 @@ import grimp
 import pytest
 import tomllib
 
+from tests.package.test_import_graph import cycles
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "costspec"
 MAX_LINES = 600
@@ -64,48 +66,9 @@ def test_no_module_imports_another_modules_private_names():
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for start in sorted(graph.modules):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    out.append(sorted(component))
-    return out
+    """Strongly connected components of more than one module (the Tarjan of tests/package/test_import_graph.py
+    on grimp's graph)."""
+    return cycles({m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules})
 
 
 def test_no_import_cycle_type_checking_imports_included():
