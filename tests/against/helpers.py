@@ -15,3 +15,20 @@ def against(spec, target: str, pass_: str = "forward", sets: dict | None = None)
 
 def failures_text(result) -> str:
     return "\n".join(result.failures())
+
+
+# A conv + BatchNorm + ReLU model written with layernorm2d in place of the BatchNorm (the same 2*C parameters)
+BN_AS_LN2D = """
+costspec: 1
+name: bn_written_as_ln2d
+dims: {B: 2, C: 16, H: 8}
+precision: {dtype: fp32}
+input: [B, 3, H, H]
+layers:
+  - conv2d: {out: C, kernel: 3, padding: 1, bias: false}
+    name: conv
+  - layernorm2d: {}  # the real model has BatchNorm2d(C): the same 2*C parameters, other work
+    name: norm
+  - activation: {fn: relu}
+    name: act
+"""

@@ -15,7 +15,7 @@ from costspec.core.errors import UsageError  # noqa: E402
 from costspec.core.render import render  # noqa: E402
 from costspec.model import loads  # noqa: E402
 from costspec.runtime.validate import validate  # noqa: E402
-from tests.against.helpers import against, failures_text  # noqa: E402
+from tests.against.helpers import BN_AS_LN2D, against, failures_text  # noqa: E402
 from tests.common import ROOT, invoke, run_cli  # noqa: E402
 
 
@@ -49,20 +49,6 @@ def test_callable_may_return_its_own_inputs():
 # ----------------------------------------------------------------------------------------------
 # Deliberately wrong specs: PASS plain validate, FAIL --against, naming the layer and the kind
 # ----------------------------------------------------------------------------------------------
-BN_AS_LN2D = """
-costspec: 1
-name: bn_written_as_ln2d
-dims: {B: 2, C: 16, H: 8}
-precision: {dtype: fp32}
-input: [B, 3, H, H]
-layers:
-  - conv2d: {out: C, kernel: 3, padding: 1, bias: false}
-    name: conv
-  - layernorm2d: {}  # the real model has BatchNorm2d(C): the same 2*C parameters, other work
-    name: norm
-  - activation: {fn: relu}
-    name: act
-"""
 
 SHORTCUT_AS_GROUPED_CONV = """
 costspec: 1

@@ -13,6 +13,7 @@ from costspec.against.report import to_result  # noqa: E402
 from costspec.against.target import Target  # noqa: E402
 from costspec.core.render import render  # noqa: E402
 from costspec.model import loads  # noqa: E402
+from tests.against.helpers import BN_AS_LN2D  # noqa: E402
 
 
 class ConvBN(nn.Module):
@@ -55,20 +56,6 @@ class Scaled(nn.Module):
         return x
 
 
-BN_AS_LN2D = """
-costspec: 1
-name: bn_written_as_ln2d
-dims: {B: 2, C: 16, H: 8}
-precision: {dtype: fp32}
-input: [B, 3, H, H]
-layers:
-  - conv2d: {out: C, kernel: 3, padding: 1, bias: false}
-    name: conv
-  - layernorm2d: {}  # the real model has BatchNorm2d(C): the same 2*C parameters, other work
-    name: norm
-  - activation: {fn: relu}
-    name: act
-"""
 
 SHORTCUT_AS_GROUPED_CONV = """
 costspec: 1
