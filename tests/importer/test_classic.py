@@ -24,6 +24,7 @@ from tests.importer.check import assert_exact, import_and_check, write_config  #
 
 FALCON = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100, max_position_embeddings=16,
               ffn_hidden_size=96)
+GPTJ = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=16, rotary_dim=8, n_inner=96)
 # name: (model_type, config class, kwargs)
 SMALL = {
     "falcon_7b": ("falcon", "FalconConfig", FALCON),  # multi-query, parallel on one LayerNorm, tied
@@ -32,8 +33,11 @@ SMALL = {
     "falcon_sequential": ("falcon", "FalconConfig", dict(FALCON, multi_query=False, parallel_attn=False)),
     "falcon_new_one_norm": ("falcon", "FalconConfig", dict(FALCON, new_decoder_architecture=True, num_kv_heads=4,
                                                            num_ln_in_parallel_attn=1, activation="relu")),
+    "gptj": ("gptj", "GPTJConfig", GPTJ),  # gelu_new (its python-level ops a named rule), untied biased head
+    "gptj_full_rotary_tied": ("gptj", "GPTJConfig", dict(GPTJ, rotary_dim=16, tie_word_embeddings=True,
+                                                         activation_function="relu")),
 }
-FAST = ("falcon_40b",)
+FAST = ("falcon_40b", "gptj")
 
 
 def config(name: str, **changes):
@@ -84,6 +88,11 @@ def test_falcon_counts_by_hand(tmp_path):
     ("falcon_40b", "num_kv_heads", 3, "num_kv_heads = 3 does not divide num_attention_heads = 4"),
     ("falcon_7b", "ffn_hidden_size", "abc", "ffn_hidden_size = 'abc': expected a whole number"),
     ("falcon_7b", "bias", "yes", "bias = 'yes': expected true or false"),
+    ("gptj", "rotary_dim", None, "rotary_dim = None: null: GPTJAttention then builds sin / cos tables"),
+    ("gptj", "rotary_dim", 7, "rotary_dim = 7: expected an even number"),
+    ("gptj", "rotary_dim", 32, "rotary_dim = 32: expected a whole number >= 2 (at most 16)"),
+    ("gptj", "activation_function", "gelu_fast", "activation_function = 'gelu_fast': not supported"),
+    ("gptj", "n_head", 3, "n_embd = 64 is not a multiple of n_head = 3"),
 ])
 def test_refusals_name_the_key(tmp_path, capsys, name, key, value, message):
     data = config(name).to_dict()
@@ -100,7 +109,7 @@ def test_refusals_name_the_key(tmp_path, capsys, name, key, value, message):
 HOSTILE = (10**30, 1e30, -1, 0, True, 1.5, "abc", [], [1], {"a": 1})
 
 
-@pytest.mark.parametrize("model_type", ["falcon"])
+@pytest.mark.parametrize("model_type", ["falcon", "gptj"])
 def test_every_key_of_the_default_config_hostile_is_a_spec_or_a_named_refusal(tmp_path, model_type):
     """Each key of transformers' default config, given a hostile value in turn: a spec that loads, or an
     ImportProblem naming the file (never another exception)."""
@@ -110,9 +119,10 @@ def test_every_key_of_the_default_config_hostile_is_a_spec_or_a_named_refusal(tm
 
     base = transformers.AutoConfig.for_model(model_type).to_dict()
     keys = [k for k in base if k not in GENERIC_KEYS and not GENERIC_PATTERN.fullmatch(k)]
+    depth = "n_layer" if "n_layer" in base else "num_hidden_layers"
     for number, key in enumerate(keys):
         for value in (HOSTILE[number % len(HOSTILE)], HOSTILE[(number + 3) % len(HOSTILE)]):
-            path = write_config({**base, "num_hidden_layers": 2, key: value}, tmp_path)
+            path = write_config({**base, depth: 2, key: value}, tmp_path)
             try:
                 loads(import_hf(path).text)
             except CostspecError as exc:
@@ -139,10 +149,20 @@ def falcon_configs(draw) -> dict:
     return out
 
 
+@st.composite
+def gptj_configs(draw) -> dict:
+    heads, head_dim = draw(st.integers(1, 3)), draw(st.sampled_from([8, 16]))
+    return dict(n_layer=draw(st.integers(1, 2)), n_head=heads, n_embd=heads * head_dim,
+                rotary_dim=2 * draw(st.integers(1, head_dim // 2)), n_inner=draw(st.integers(4, 48)),
+                vocab_size=draw(st.integers(8, 120)), n_positions=draw(st.integers(4, 24)),
+                tie_word_embeddings=draw(st.booleans()),
+                activation_function=draw(st.sampled_from(["gelu_new", "gelu", "relu", "gelu_pytorch_tanh"])))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type, strategy", [("falcon", falcon_configs)])
+@pytest.mark.parametrize("model_type, strategy", [("falcon", falcon_configs), ("gptj", gptj_configs)])
 def test_random_configs_import_and_match_transformers(tmp_path_factory, model_type, strategy):
-    cls = {"falcon": "FalconConfig"}[model_type]
+    cls = {"falcon": "FalconConfig", "gptj": "GPTJConfig"}[model_type]
 
     @settings(max_examples=4, deadline=None)
     @given(strategy())
