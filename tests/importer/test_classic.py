@@ -25,6 +25,8 @@ from tests.importer.check import assert_exact, import_and_check, write_config  #
 FALCON = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100, max_position_embeddings=16,
               ffn_hidden_size=96)
 GPTJ = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=16, rotary_dim=8, n_inner=96)
+OPT = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100, max_position_embeddings=16,
+           ffn_dim=96, word_embed_proj_dim=64)
 # name: (model_type, config class, kwargs)
 SMALL = {
     "falcon_7b": ("falcon", "FalconConfig", FALCON),  # multi-query, parallel on one LayerNorm, tied
@@ -36,8 +38,12 @@ SMALL = {
     "gptj": ("gptj", "GPTJConfig", GPTJ),  # gelu_new (its python-level ops a named rule), untied biased head
     "gptj_full_rotary_tied": ("gptj", "GPTJConfig", dict(GPTJ, rotary_dim=16, tie_word_embeddings=True,
                                                          activation_function="relu")),
+    "opt_125m": ("opt", "OPTConfig", OPT),  # pre-LN, biases, tied head
+    "opt_350m": ("opt", "OPTConfig", dict(OPT, word_embed_proj_dim=32, do_layer_norm_before=False, enable_bias=False,
+                                          layer_norm_elementwise_affine=False, tie_word_embeddings=False,
+                                          activation_function="gelu_new")),
 }
-FAST = ("falcon_40b", "gptj")
+FAST = ("falcon_40b", "gptj", "opt_350m")
 
 
 def config(name: str, **changes):
@@ -92,6 +98,10 @@ def test_falcon_counts_by_hand(tmp_path):
     ("gptj", "rotary_dim", 7, "rotary_dim = 7: expected an even number"),
     ("gptj", "rotary_dim", 32, "rotary_dim = 32: expected a whole number >= 2 (at most 16)"),
     ("gptj", "activation_function", "gelu_fast", "activation_function = 'gelu_fast': not supported"),
+    ("opt_125m", "word_embed_proj_dim", 0, "word_embed_proj_dim = 0: expected a whole number >= 1"),
+    ("opt_125m", "do_layer_norm_before", 1, "do_layer_norm_before = 1: expected true or false"),
+    ("opt_125m", "activation_function", "gelu_fast", "activation_function = 'gelu_fast': not supported"),
+    ("opt_125m", "num_attention_heads", 5, "hidden_size = 64 is not a multiple of num_attention_heads = 5"),
     ("gptj", "n_head", 3, "n_embd = 64 is not a multiple of n_head = 3"),
 ])
 def test_refusals_name_the_key(tmp_path, capsys, name, key, value, message):
@@ -109,7 +119,7 @@ def test_refusals_name_the_key(tmp_path, capsys, name, key, value, message):
 HOSTILE = (10**30, 1e30, -1, 0, True, 1.5, "abc", [], [1], {"a": 1})
 
 
-@pytest.mark.parametrize("model_type", ["falcon", "gptj"])
+@pytest.mark.parametrize("model_type", ["falcon", "gptj", "opt"])
 def test_every_key_of_the_default_config_hostile_is_a_spec_or_a_named_refusal(tmp_path, model_type):
     """Each key of transformers' default config, given a hostile value in turn: a spec that loads, or an
     ImportProblem naming the file (never another exception)."""
@@ -159,10 +169,24 @@ def gptj_configs(draw) -> dict:
                 activation_function=draw(st.sampled_from(["gelu_new", "gelu", "relu", "gelu_pytorch_tanh"])))
 
 
+@st.composite
+def opt_configs(draw) -> dict:
+    heads = draw(st.integers(1, 3))
+    hidden = heads * draw(st.sampled_from([8, 16]))
+    return dict(num_hidden_layers=draw(st.integers(1, 2)), num_attention_heads=heads, hidden_size=hidden,
+                word_embed_proj_dim=draw(st.sampled_from([hidden, 8, 24])), ffn_dim=draw(st.integers(4, 48)),
+                vocab_size=draw(st.integers(8, 120)), max_position_embeddings=draw(st.integers(4, 24)),
+                do_layer_norm_before=draw(st.booleans()), _remove_final_layer_norm=draw(st.booleans()),
+                enable_bias=draw(st.booleans()), layer_norm_elementwise_affine=draw(st.booleans()),
+                tie_word_embeddings=draw(st.booleans()),
+                activation_function=draw(st.sampled_from(["relu", "gelu", "gelu_new", "silu"])))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type, strategy", [("falcon", falcon_configs), ("gptj", gptj_configs)])
+@pytest.mark.parametrize("model_type, strategy", [("falcon", falcon_configs), ("gptj", gptj_configs),
+                                                  ("opt", opt_configs)])
 def test_random_configs_import_and_match_transformers(tmp_path_factory, model_type, strategy):
-    cls = {"falcon": "FalconConfig", "gptj": "GPTJConfig"}[model_type]
+    cls = {"falcon": "FalconConfig", "gptj": "GPTJConfig", "opt": "OPTConfig"}[model_type]
 
     @settings(max_examples=4, deadline=None)
     @given(strategy())

@@ -66,3 +66,4 @@ _register("siglip")  # siglip, siglip_vision_model
 _register("modern")  # the decoder template: qwen3(_moe), gemma2/3, phi3, starcoder2, olmo(2/e), granite, cohere, ...
 _register("falcon")  # falcon: FalconForCausalLM, LM head included
 _register("gptj")  # gptj: GPTJForCausalLM, LM head included
+_register("opt")  # opt: OPTForCausalLM, LM head included
