@@ -9,6 +9,7 @@ count. A hypothesis property test draws each family's switches (slow profile); t
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -108,7 +109,7 @@ def test_refusals_name_the_key(tmp_path, capsys, name, key, value, message):
     data = config(name).to_dict()
     data[key] = value
     path = write_config(data, tmp_path)
-    escaped = message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")
+    escaped = re.escape(message)
     with pytest.raises(ImportProblem, match=escaped):
         import_hf(path)
     with pytest.raises(SystemExit) as exc:

@@ -67,3 +67,4 @@ _register("modern")  # the decoder template: qwen3(_moe), gemma2/3, phi3, starco
 _register("falcon")  # falcon: FalconForCausalLM, LM head included
 _register("gptj")  # gptj: GPTJForCausalLM, LM head included
 _register("opt")  # opt: OPTForCausalLM, LM head included
+_register("ssm")  # mamba, mamba2: MambaForCausalLM, Mamba2ForCausalLM, LM head included
