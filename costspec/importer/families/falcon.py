@@ -56,29 +56,28 @@ def kv_heads(cfg: HFConfig, new: bool, h: int) -> int:
     return h
 
 
+def branch_lines(branches: list[list[str]], indent: str) -> list[str]:
+    """Each branch (a list of item lines) as one entry of `branches:`."""
+    out = []
+    for branch in branches:
+        out.append(f"{indent}- {branch[0]}")
+        out.extend(f"{indent}  {line}" for line in branch[1:])
+    return out
+
+
 def block_lines(attn: str, mlp: str, parallel: bool, norms: int) -> list[str]:
     """The decoder layer: parallel branches on one or two LayerNorms, or two sequential residuals."""
     a, m = item(attn, "self_attention"), item(mlp, "mlp")
     if not parallel:
         return (["- residual:", *("    " + x for x in item("layernorm: {}", "input_layernorm") + a),
                  "- residual:", *("    " + x for x in item("layernorm: {}", "post_attention_layernorm") + m)])
-    if norms == 2:  # x + attn(ln_attn(x)) + mlp(ln_mlp(x))
-        branches = [item("layernorm: {}", "ln_attn") + a, item("layernorm: {}", "ln_mlp") + m]
-        out = ["# x + attention(ln_attn(x)) + mlp(ln_mlp(x)): both branches and the residual read x",
-               "- parallel:", "    join: add", "    branches:", "      - []  # the input itself"]
-    else:  # x + attn(ln(x)) + mlp(ln(x))
-        out = ["# x + attention(ln(x)) + mlp(ln(x)): one LayerNorm feeds both branches", "- residual:",
-               *("    " + x for x in item("layernorm: {}", "input_layernorm")), "    - parallel:",
-               "        join: add", "        branches:"]
-        branches = [a, m]
-        for branch in branches:
-            out.append("          - " + branch[0])
-            out.extend("            " + x for x in branch[1:])
-        return out
-    for branch in branches:
-        out.append("      - " + branch[0])
-        out.extend("        " + x for x in branch[1:])
-    return out
+    if norms == 2:
+        return ["# x + attention(ln_attn(x)) + mlp(ln_mlp(x)): both branches and the residual read x",
+                "- parallel:", "    join: add", "    branches:", "      - []  # the input itself",
+                *branch_lines([item("layernorm: {}", "ln_attn") + a, item("layernorm: {}", "ln_mlp") + m], "      ")]
+    return ["# x + attention(ln(x)) + mlp(ln(x)): one LayerNorm feeds both branches", "- residual:",
+            *("    " + x for x in item("layernorm: {}", "input_layernorm")), "    - parallel:", "        join: add",
+            "        branches:", *branch_lines([a, m], "          ")]
 
 
 def rules(new: bool, multi_query: bool) -> str:
