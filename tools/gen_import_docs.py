@@ -48,8 +48,8 @@ def family_section() -> str:
                 path.write_text(json.dumps(data, default=str))
                 try:
                     cfg = read_config(path)
-                except CostspecError as exc:  # Mamba2Config's default time_step_limit is (0, inf): not JSON
-                    lines.append(f"* `{each}` reads: (transformers' default config is not valid JSON: "
+                except CostspecError as exc:  # a default the reader refuses
+                    lines.append(f"* `{each}` reads: (transformers' default config is refused by the reader: "
                                  f"{str(exc).split('config.json: ', 1)[-1]})")
                     continue
                 try:

@@ -24,8 +24,8 @@ from costspec.importer.config import GENERIC_KEYS, GENERIC_PATTERN, ImportProble
 from costspec.model import loads  # noqa: E402
 from tests.importer.check import assert_exact, write_config  # noqa: E402
 
-# Mamba2Config's default time_step_limit (0, inf) serializes as JSON's non-standard Infinity, which costspec's
-# reader refuses: the configs here clamp dt to a finite range (the same cost: a clamp either way)
+# one config keeps Mamba2Config's default time_step_limit (0, inf), written by json.dumps as Infinity; the other
+# clamps dt to a finite range (the same cost: a clamp either way)
 LIMIT = (0.0, 100.0)
 SMALL = {
     "mamba": ("MambaConfig", dict(num_hidden_layers=2, hidden_size=16, state_size=4, vocab_size=100)),
@@ -33,7 +33,7 @@ SMALL = {
                                                 conv_kernel=2, time_step_rank=2, use_bias=True, use_conv_bias=False,
                                                 vocab_size=100, tie_word_embeddings=False)),
     "mamba2": ("Mamba2Config", dict(num_hidden_layers=2, hidden_size=32, vocab_size=100, state_size=8, head_dim=16,
-                                    num_heads=4, n_groups=2, chunk_size=4, time_step_limit=LIMIT)),
+                                    num_heads=4, n_groups=2, chunk_size=4)),
     "mamba2_biases_tied": ("Mamba2Config", dict(num_hidden_layers=2, hidden_size=32, vocab_size=100, state_size=2,
                                                 head_dim=16, num_heads=4, n_groups=4, chunk_size=2, use_bias=True,
                                                 use_conv_bias=False, conv_kernel=3, time_step_limit=LIMIT,
