@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Bindings, Hardware, PassPrecision
+from costspec.cli.options import Bindings, Hardware, PassPrecision, Serving
 
 
 @dataclass(frozen=True)
@@ -32,15 +32,18 @@ plot_options = options.option_group(
 @options.pass_only
 @options.hardware(required=True)
 @plot_options
-def roofline_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, plot: Plot):
-    """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof)."""
+@options.serving
+def roofline_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, plot: Plot, serving: Serving):
+    """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof); with --phase decode,
+    one generated token per sequence after --context cached ones."""
     from costspec.analysis.roofline import estimate
     from costspec.core.safeio import check_not_input
     from costspec.export.roofline_plot import plot_roofline
-    from costspec.model import load
 
+    options.require(serving.phase is None or run.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
     check_not_input(plot.output, [spec, hardware.catalog])  # before any work: an input would be lost
-    model = load(spec)
+    model = serving.load(spec)
     values = dims.bind(model)
     report = model.report(run.pass_, values)
     device = hardware.device()
