@@ -24,8 +24,8 @@ from costspec.analysis.roofline import Efficiency, RooflineReport, estimate
 from costspec.analysis.sweep import Grid, sweep
 from costspec.analysis.sweep_time import GridTimes, grid_times
 from costspec.core.errors import UsageError
-from costspec.core.results import Result
 from costspec.core.progress import progress
+from costspec.core.results import Result
 from costspec.export.report import CONVENTIONS
 from costspec.tree.walk import node_cost
 

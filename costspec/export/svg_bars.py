@@ -30,7 +30,8 @@ def stacked_bar(parts: Sequence[tuple[str, int]], title: str, fmt: Callable[[flo
     for i, (label, size) in enumerate(parts):
         color = PALETTE[i % len(PALETTE)]
         share = size / total if total else 0.0
-        out.append(f'<rect class="segment" x="{x(start):.2f}" y="{bar_y}" width="{max(x(start + size) - x(start), 0):.2f}"'
+        wide = max(x(start + size) - x(start), 0.0)
+        out.append(f'<rect class="segment" x="{x(start):.2f}" y="{bar_y}" width="{wide:.2f}"'
                    f' height="{bar_h}" fill="{color}"><title>{escape(f"{label}: {fmt(size)} ({100 * share:.1f}%)")}'
                    "</title></rect>")
         start += size

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from costspec.nn.attention import band_mask, eager_attention, sdpa
 from costspec.nn.autograd import alias
