@@ -76,14 +76,15 @@ def ncu_group() -> None:
 @run_pass_options
 @profile_options
 @options.output_format("table", "json")
-def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile, fmt: str):
+@options.backend
+def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile, fmt: str, backend: str | None):
     """Profile one step of SPEC's torch module under ncu; writes OUT.csv and the sidecar OUT.json."""
     import json
 
     from costspec.model import load
     from costspec.ncu.run import PRINT_COMMAND_HINT, detect_gpu, execute, find_ncu, format_plan, plan_run, resolve_arch
 
-    model = load(spec)
+    model = load(spec, backend=backend)
     dims.bind(model)  # bad dims fail here, before anything runs
     cc = resolve_arch(profile.arch, profile.gpu, profile.catalog)
     if cc is None:
@@ -93,7 +94,7 @@ def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile,
         options.require(profile.print_command, "ncu run needs -o OUT.csv (where the raw page is written)")
         out = f"{Path(spec).stem}.ncu.csv"
     plan = plan_run(spec, out, cc, dims.batch, dims.sets, run.pass_, run.dtype or str(model.precision),
-                    profile.warmup, profile.ncu)
+                    profile.warmup, profile.ncu, backend)
     if profile.print_command:
         if fmt == "json":
             click.echo(json.dumps({"command": plan.command, "env": plan.env, "csv": str(plan.csv),

@@ -51,6 +51,11 @@ def roofline_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Ha
     roof = estimate(model, report, values, device, hardware.fusion, hardware.efficiency)
     plot_roofline(report, roof, model.precision.dtype, plot.output, plot.depth, [spec, hardware.catalog])
     click.echo(f"wrote {plot.output}: {len(report.rows)} layers, estimated {roof.time_s * 1e3:.4g} ms", err=True)
+    if model.phase is not None:
+        from costspec.model import serving_note
+
+        if note := serving_note(model, int(model.in_shape[0].xreplace(values)), roof.time_s):
+            click.echo(note, err=True)
     if plot.fmt != "none":
         from costspec.core.render import render
         from costspec.export.report import eval_result

@@ -33,9 +33,9 @@ TINY_DECODER = textwrap.dedent("""\
       - rmsnorm: {}
     """)
 
-# the commands that cost a spec (ncu run profiles the module in a runner process: it has no --backend)
-COSTING = ["eval", "formula", "latex", "memory", "ncu calibrate", "ncu compare", "report", "roofline", "sweep",
-           "time", "validate"]
+# the commands that cost a spec or run its module
+COSTING = ["eval", "formula", "latex", "memory", "ncu calibrate", "ncu compare", "ncu run", "report", "roofline",
+           "sweep", "time", "validate"]
 
 
 def _command(name: str) -> click.Command:
@@ -94,7 +94,9 @@ def test_roofline_takes_the_decode_phase(cli, spec, tmp_path):
               tmp_path / "d.svg", "--format", "json")
     assert out.returncode == 0, out.stderr
     expected = load(spec, phase="decode", context=64).evaluate("forward")
-    assert json.loads(out.stdout)["total"]["total_flops"] == expected.total
+    total = json.loads(out.stdout)["total"]
+    assert total["total_flops"] == expected.total
+    assert f"{2 / total['est_time_s']:,.1f} tokens/s" in out.stderr  # B = 2 tokens per step
     refused = cli("roofline", spec, "--gpu", "h100-sxm", "--phase", "decode", "--pass", "train", "-o",
                   tmp_path / "t.svg")
     assert refused.returncode == 2 and "forward only" in refused.stderr
@@ -133,3 +135,13 @@ def test_validate_flash_on_cpu_runs_the_fused_kernel(cli, spec):
 def test_a_bad_backend_is_a_usage_error(cli, spec):
     out = cli("validate", spec, "--backend", "cudnn")
     assert out.returncode == 2 and "cudnn" in out.stderr
+
+
+def test_ncu_run_hands_the_backend_to_the_profiled_runner(cli, spec):
+    from costspec.ncu.runner import parse_args
+
+    out = cli("ncu", "run", spec, "--print-command", "--arch", "9.0", "--backend", "math", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    command = json.loads(out.stdout)["command"]
+    runner = command[command.index("costspec.ncu.runner") + 1:]
+    assert parse_args(runner).backend == "math"
