@@ -123,6 +123,22 @@ def test_validate_runs_the_matching_kernel_on_cpu(cli, spec, backend):
     assert not [r for r in result.get("reconciliations", []) if r["rule"].startswith("sdpa")], result
 
 
+def test_validate_runs_mla_on_the_math_kernel(cli, write_spec):
+    pytest.importorskip("torch")
+    mla = write_spec(textwrap.dedent("""\
+        costspec: 1
+        name: tiny_mla
+        dims: {B: 1, S: 8, C: 64}
+        input: [B, S, C]
+        layers:
+          - mla: {heads: 4, kv_lora_rank: 32, q_lora_rank: 16, qk_nope_head_dim: 8, qk_rope_head_dim: 4,
+                  v_head_dim: 8, causal: true}
+        """), "mla.yaml")
+    out = cli("validate", mla, "--pass", "train", "--device", "cpu", "--backend", "math", "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not [r for r in json.loads(out.stdout).get("reconciliations", []) if r["rule"].startswith("sdpa")]
+
+
 def test_validate_flash_on_cpu_runs_the_fused_kernel(cli, spec):
     """flash: cpu's fused kernel, which FlopCounterMode does not count: compensated by name."""
     pytest.importorskip("torch")
