@@ -44,6 +44,7 @@ def parse_sets(items: list[str]) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from costspec.core.dims import CLI_WORDS
     from costspec.core.errors import CostspecError
     from costspec.core.safeio import write_text
     from costspec.ncu.nvtx import NvtxRanges, TorchNvtx
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             print("costspec.ncu.runner: error: no CUDA GPU is available", file=sys.stderr)
             return 2
         model = Network.from_file(args.spec)
-        values = model.bind(args.batch, parse_sets(args.sets))
+        values = model.bind(args.batch, parse_sets(args.sets), CLI_WORDS)
         dtype_name = args.dtype or str(model.precision)
         dtype = configure_dtype(torch, dtype_name)
     except (CostspecError, ValueError) as exc:
