@@ -37,7 +37,7 @@ def hf_model(name: str, **changes):
 def test_two_layers_validate_against_llama_for_causal_lm(name, pass_):
     out = invoke("validate", f"specs/{name}.yaml", "--set", "L=2", "--set", "S=64", "--pass", pass_,
                  "--against", "hf:LlamaForCausalLM", "--config", f"tests/data/hf_configs/{name}.json",
-                 "--config-set", "num_hidden_layers=2")
+                 "--config-set", "num_hidden_layers=2", "--device", "meta")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "structure: exact" in out.stdout and "result: PASS" in out.stdout
     assert "unmatched real modules: none" in out.stdout
