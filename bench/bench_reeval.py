@@ -1,7 +1,8 @@
 """In-process re-evaluation at a new batch size: `Model.evaluate` on a loaded costspec model vs
 re-running torch's FlopCounterMode over the transformers model, already built on the meta device, at
-that batch size. The same run, the same machine, for llama_1b (LlamaModel) and mixtral_8x7b
-(MixtralModel, experts as `batched_mm`, the one implementation FlopCounterMode counts on meta).
+that batch size. The same run, the same machine, for llama_1b (LlamaForCausalLM: Llama-3.2-1B, its tied
+LM head included) and mixtral_8x7b (MixtralModel, experts as `batched_mm`, the one implementation
+FlopCounterMode counts on meta).
 
 costspec: the model is loaded and evaluated once (that compiles it), then evaluated at --evals new
 batch sizes (every one unseen), timed one by one, CPU time; the median is reported as time per
@@ -24,11 +25,12 @@ sys.path.insert(0, str(ROOT))
 
 import costspec  # noqa: E402
 
-# the zoo spec's defaults as transformers configs (no LM head in either spec)
+# the zoo spec's defaults as transformers configs (llama_1b with its tied LM head, mixtral_8x7b without one)
 MODELS = {
-    "llama_1b": ("LlamaModel", "LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632,
-                                               "num_hidden_layers": 16, "num_attention_heads": 32,
-                                               "num_key_value_heads": 8, "vocab_size": 32000}),
+    "llama_1b": ("LlamaForCausalLM", "LlamaConfig", {"hidden_size": 2048, "intermediate_size": 8192,
+                                                     "num_hidden_layers": 16, "num_attention_heads": 32,
+                                                     "num_key_value_heads": 8, "vocab_size": 128256,
+                                                     "tie_word_embeddings": True}),
     "mixtral_8x7b": ("MixtralModel", "MixtralConfig", {"hidden_size": 4096, "intermediate_size": 14336,
                                                        "num_hidden_layers": 32, "num_attention_heads": 32,
                                                        "num_key_value_heads": 8, "vocab_size": 32000,

@@ -19,6 +19,7 @@ import sympy
 
 from costspec.analysis.compiled import PASSES, CompiledModel
 from costspec.analysis.evaluation import Report, build_report
+from costspec.core.dims import API_WORDS, Wording
 from costspec.core.errors import SpecError, UsageError
 from costspec.core.vocab import Pass, Serve
 from costspec.core.yaml_marks import load_marked
@@ -111,6 +112,12 @@ def load(path: str | Path, dtype: str | None = None, phase: Serve | str | None =
     `context` (tokens already cached) serve a decoder (`costspec.analysis.serving`): decode costs one new
     token per sequence over `context` cached ones (default: the spec's token count). `backend` ("flash",
     "math", "eager") replaces every attention layer's kernel family."""
+    return load_worded(path, dtype, phase, context, backend, API_WORDS)
+
+
+def load_worded(path: str | Path, dtype: str | None, phase: Serve | str | None, context: int | None,
+                backend: str | None, words: Wording) -> Model:
+    """`load`, its errors naming phase, context and backend in `words` (the CLI's flags: `CLI_WORDS`)."""
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"costspec.load needs a file path (str or pathlib.Path), got {type(path).__name__}; "
                          "use costspec.loads for spec text")
@@ -118,18 +125,19 @@ def load(path: str | Path, dtype: str | None = None, phase: Serve | str | None =
     if backend is not None:
         from costspec.analysis.serving import backend_doc
 
-        model = Model(backend_doc(model.doc, backend), dtype=dtype)
-    return serve(model, phase, context, dtype)
+        model = Model(backend_doc(model.doc, backend, words), dtype=dtype)
+    return serve(model, phase, context, dtype, words)
 
 
-def serve(model: Model, phase: Serve | str | None, context: int | None, dtype: str | None = None) -> Model:
+def serve(model: Model, phase: Serve | str | None, context: int | None, dtype: str | None = None,
+          words: Wording = API_WORDS) -> Model:
     """`model` for a serving phase (see `load`); `model` itself for no phase and no context."""
     if phase is None and context is None:
         return model
     from costspec.analysis.serving import context_dim, serving_doc
 
-    phase = Serve.parse(Serve.PREFILL if phase is None else phase, "phase")
-    doc = serving_doc(model, phase, context)
+    phase = Serve.parse(Serve.PREFILL if phase is None else phase, words.of_option("phase"))
+    doc = serving_doc(model, phase, context, words)
     served = Model(doc, dtype=dtype) if doc is not model.doc else model
     served.phase = phase
     served.context_dim = context_dim(model.doc) if doc is not model.doc else None

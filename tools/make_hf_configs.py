@@ -39,10 +39,26 @@ ZOO_CONFIGS: dict[str, tuple[str, dict]] = {
     # (gelu_pytorch_tanh: the zoo's --against check builds the model so too)
     "gpt2_small": ("GPT2Config", {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12,
                                   "n_head": 12, "activation_function": "gelu_pytorch_tanh"}),
-    # specs/llama_1b.yaml: C 2048, L 16, heads 32, KV 8, F 5632, V 32000, S 2048
-    "llama_1b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
-                                 "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
-                                 "max_position_embeddings": 2048}),
+    # specs/llama_1b.yaml: meta-llama/Llama-3.2-1B's config.json (C 2048, L 16, heads 32, KV 8, head_dim 64,
+    # F 8192, V 128256, tied LM head, llama3 RoPE scaling, 131072 positions; the spec runs S 2048 of them)
+    "llama_1b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+                                 "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+                                 "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                     "original_max_position_embeddings": 8192},
+                                 "tie_word_embeddings": True, "bos_token_id": 128000, "eos_token_id": 128001,
+                                 "architectures": ["LlamaForCausalLM"]}),
+    # specs/llama3_8b.yaml: meta-llama/Llama-3.1-8B's config.json (C 4096, L 32, heads 32, KV 8, F 14336,
+    # V 128256, untied LM head, llama3 RoPE scaling, 131072 positions; the spec runs S 8192 of them)
+    "llama3_8b": ("LlamaConfig", {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                                  "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+                                  "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                      "original_max_position_embeddings": 8192},
+                                  "tie_word_embeddings": False, "bos_token_id": 128000, "eos_token_id": 128001,
+                                  "architectures": ["LlamaForCausalLM"]}),
     # specs/t5_small_encoder.yaml: the T5Config defaults are t5-small (d_model 512, d_kv 64, d_ff 2048, 6 layers,
     # 8 heads, vocab 32128, 32 buckets up to 128, relu)
     "t5_small_encoder": ("T5Config", {}),

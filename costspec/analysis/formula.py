@@ -39,6 +39,7 @@ import sympy
 from sympy.printing.latex import greek_letters_set
 
 from costspec.core.budget import check_formula_rows, check_formula_terms
+from costspec.core.dims import API_WORDS, Wording
 from costspec.core.errors import UsageError
 from costspec.core.vocab import Pass
 from costspec.tree.nodes import RepeatNode
@@ -102,15 +103,17 @@ class Symbols:
 
 
 def choose_symbols(model: "Network", keep: Sequence[str] | None = None, expand: bool = False,
-                   sets: Mapping[str, int] | None = None) -> Symbols:
+                   sets: Mapping[str, int] | None = None, words: Wording = API_WORDS) -> Symbols:
     """The symbols of the formulas: `keep` (None: free dims + dims marked keep), the rest substituted
-    by their values (spec defaults overridden by `sets`); derived dims as symbols unless `expand`."""
+    by their values (spec defaults overridden by `sets`); derived dims as symbols unless `expand`.
+    Errors name the settings in `words` (the API's arguments by default, the CLI's flags)."""
+    opt = words.of_option
     dims = model.dims
     if isinstance(keep, str):
         keep = keep.split(",")
     if keep is not None and not all(isinstance(k, str) for k in keep):
         bad = next(k for k in keep if not isinstance(k, str))
-        raise UsageError(f"keep: dim names are strings, got {type(bad).__name__} {bad!r}")
+        raise UsageError(f"{opt('keep')}: dim names are strings, got {type(bad).__name__} {bad!r}")
     given = set(sets or {})
     if keep is None:  # a dim given a value with --set is substituted, not kept
         kept = [d.name for d in dims.dims.values() if (d.definition is None or d.keep) and d.name not in given]
@@ -120,17 +123,17 @@ def choose_symbols(model: "Network", keep: Sequence[str] | None = None, expand: 
         for name in kept:
             if name not in dims.dims:
                 known = ", ".join(dims.dims) or "none"
-                raise UsageError(f"--keep {name}: the spec has no dim '{name}' (dims: {known})")
+                raise UsageError(f"{opt('keep')} {name}: the spec has no dim '{name}' (dims: {known})")
             if expand and dims.dims[name].definition is not None:
                 deps = ", ".join(sorted(str(s) for s in dims.expand(dims.dims[name].symbol).free_symbols))
-                raise UsageError(f"--keep {name} with --expand: '{name}' is derived, and --expand writes it out; "
-                                 f"keep {deps} instead, or drop --expand")
+                raise UsageError(f"{opt('keep')} {name} with {opt('expand')}: '{name}' is derived, and "
+                                 f"{opt('expand')} writes it out; keep {deps} instead, or drop {opt('expand')}")
     both = [n for n in kept if n in given]
     if both:
         value = (sets or {})[both[0]]
-        raise UsageError(f"--keep {both[0]} and --set {both[0]}={value}: a dim is either kept symbolic or "
-                         "given a value; drop one")
-    values = model.bind(None, sets)
+        raise UsageError(f"{opt('keep')} {both[0]} and {words.of_dim(f'{both[0]}={value}')}: a dim is either kept "
+                         "symbolic or given a value; drop one")
+    values = model.bind(None, sets, words)
     kept_free = {dims.dims[n].symbol for n in kept if dims.dims[n].definition is None}
     symbolic: set[sympy.Symbol] = set()
     if not expand:
@@ -476,10 +479,12 @@ class Formulas:
 
 
 def formulas(model: "Network", pass_: Pass | str = Pass.FORWARD, keep: Sequence[str] | None = None,
-             expand: bool = False, sets: Mapping[str, int] | None = None, depth: int | None = None) -> Formulas:
-    """Closed forms for `pass_`; rows for layers at tree depth < `depth` (None: all, 0: none)."""
-    pass_ = Pass.parse(pass_, "--pass")
-    symbols = choose_symbols(model, keep, expand, sets)
+             expand: bool = False, sets: Mapping[str, int] | None = None, depth: int | None = None,
+             words: Wording = API_WORDS) -> Formulas:
+    """Closed forms for `pass_`; rows for layers at tree depth < `depth` (None: all, 0: none). Errors name the
+    settings in `words` (the API's arguments by default, the CLI's flags)."""
+    pass_ = Pass.parse(pass_, words.of_option("pass"))
+    symbols = choose_symbols(model, keep, expand, sets, words)
     check_formula_rows(sum(1 for _, level, *_ in model.walk() if depth is None or level < depth))
     rows = []
     for node, level, mult, in_rg in walk(model.root):

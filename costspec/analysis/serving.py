@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from costspec.core.dims import API_WORDS, Wording
 from costspec.core.errors import UsageError
 from costspec.core.vocab import Backend, Serve
 from costspec.core.yaml_marks import MarkedDoc
@@ -41,16 +42,18 @@ def context_dim(doc: MarkedDoc) -> str:
                      "rename one")
 
 
-def serving_doc(network: Network, phase: Serve | str, context: int | None) -> MarkedDoc:
+def serving_doc(network: Network, phase: Serve | str, context: int | None,
+                words: Wording = API_WORDS) -> MarkedDoc:
     """The spec document of `network` rewritten for `phase` with `context` cached tokens (see the module
     docstring); the document unchanged for prefill without a context. UsageError when the spec cannot
-    be served this way (no causal attention, a layer that mixes tokens, an input without a token axis)."""
-    phase = Serve.parse(phase, "--phase")
+    be served this way (no causal attention, a layer that mixes tokens, an input without a token axis),
+    naming phase and context in `words` (the API's arguments by default, the CLI's flags)."""
+    phase = Serve.parse(phase, words.of_option("phase"))
     if context is not None and context < 1:
-        raise UsageError(f"--context must be a positive number of cached tokens, not {context}")
+        raise UsageError(f"{words.of_option('context')} must be a positive number of cached tokens, not {context}")
     if phase is Serve.PREFILL and context is None:
         return network.doc
-    _check_servable(network, phase)
+    _check_servable(network, phase, words.of_option("phase"))
     doc = network.doc
     data: Any = copy.deepcopy(doc.data)
     name = context_dim(doc)
@@ -62,19 +65,19 @@ def serving_doc(network: Network, phase: Serve | str, context: int | None) -> Ma
         data["input"] = [*data["input"][:1], 1, *data["input"][2:]]
     for path in ("blocks", "layers"):
         if path in data:
-            _add_cache(data[path], name, doc, (path,))
+            _add_cache(data[path], name, doc, (path,), words.of_option("context"))
     return MarkedDoc(doc.file, data, doc.marks)
 
 
 BACKEND_OPS = ("attention", "mla")  # the ops with a `backend` attribute (the SDPA kernel family)
 
 
-def backend_doc(doc: MarkedDoc, backend: Backend | str | None) -> MarkedDoc:
+def backend_doc(doc: MarkedDoc, backend: Backend | str | None, words: Wording = API_WORDS) -> MarkedDoc:
     """`doc` with `backend: <backend>` on every attention and mla layer (`--backend`: it replaces the
     layers' own choice); `doc` itself for None."""
     if backend is None:
         return doc
-    backend = Backend.parse(backend, "--backend")
+    backend = Backend.parse(backend, words.of_option("backend"))
     data: Any = copy.deepcopy(doc.data)
     for path in ("blocks", "layers"):
         if path in data:
@@ -94,42 +97,42 @@ def _set_attr(node: Any, ops: tuple[str, ...], attr: str, value: str) -> None:
                 _set_attr(child, ops, attr, value)
 
 
-def _check_servable(network: Network, phase: Serve) -> None:
+def _check_servable(network: Network, phase: Serve, flag: str) -> None:
     if len(network.in_shape) < 2:
-        raise UsageError(f"--phase {phase} needs an input of tokens ([B, S] ids or [B, S, C]); this spec's input has "
+        raise UsageError(f"{flag} {phase} needs an input of tokens ([B, S] ids or [B, S, C]); this spec's input has "
                          f"rank {len(network.in_shape)}")
     ops = list(network.op_nodes())
     if not any(n.op.name in CACHED_OPS and n.call.attrs.causal for n in ops):
-        raise UsageError(f"--phase {phase} serves a decoder: this spec has no causal attention layer, so nothing is "
+        raise UsageError(f"{flag} {phase} serves a decoder: this spec has no causal attention layer, so nothing is "
                          "cached")
     if phase is Serve.DECODE:
         for node in ops:
             if node.op.name not in PER_TOKEN_OPS:
-                raise UsageError(f"--phase decode: layer '{node.name}' ({node.op.name}) mixes tokens in a way a key/"
+                raise UsageError(f"{flag} decode: layer '{node.name}' ({node.op.name}) mixes tokens in a way a key/"
                                  f"value cache does not model; decode covers causal attention and per-token layers "
                                  f"({', '.join(sorted(PER_TOKEN_OPS))})")
     for node in ops:
         if node.op.name == "attention" and node.call.attrs.kv is not None:
-            raise UsageError(f"--phase {phase}: layer '{node.name}' is cross-attention, whose cached encoder keys "
+            raise UsageError(f"{flag} {phase}: layer '{node.name}' is cross-attention, whose cached encoder keys "
                              "and values are not modelled; serve the decoder without it")
 
 
-def _add_cache(node: Any, name: str, doc: MarkedDoc, path: tuple) -> None:
+def _add_cache(node: Any, name: str, doc: MarkedDoc, path: tuple, flag: str) -> None:
     """Set `cache: name` on every attention layer under `node` (a spec's blocks or layers)."""
     if isinstance(node, list):
         for i, item in enumerate(node):
-            _add_cache(item, name, doc, path + (i,))
+            _add_cache(item, name, doc, path + (i,), flag)
     elif isinstance(node, dict):
         for key, value in node.items():
             if key in CACHED_OPS and (value is None or isinstance(value, dict)):
                 attrs = dict(value or {})
                 if "cache" in attrs:
-                    raise UsageError(f"{doc.locate(path + (key, 'cache'))}: the layer sets cache itself; --context "
+                    raise UsageError(f"{doc.locate(path + (key, 'cache'))}: the layer sets cache itself; {flag} "
                                      "sets it on every attention layer: drop one")
                 attrs["cache"] = name
                 node[key] = attrs
             else:
-                _add_cache(value, name, doc, path + (key,))
+                _add_cache(value, name, doc, path + (key,), flag)
 
 
 __all__ = ["BACKEND_OPS", "CACHED_OPS", "CONTEXT_DIMS", "PER_TOKEN_OPS", "backend_doc", "context_dim", "serving_doc"]

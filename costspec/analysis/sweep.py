@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 import sympy
 
 from costspec.analysis.sweep_eval import Compiled, compile_expr, evaluate, full, safe
+from costspec.core.dims import CLI_WORDS, Wording
 from costspec.core.errors import CostspecError, UsageError
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ MAX_POINTS_GPU = 1_000_000  # CSV with --gpu (roofline time per point)
 MAX_POINTS_IN_MEMORY = 200_000  # --format json / table, --plot (with or without --gpu)
 MAX_VALUE = 2**62  # --vary values (and grid values) stay below this
 CHUNK = 1 << 16  # points evaluated at once
+VARY_WORDS = Wording("--vary {}", "--batch {}")  # how a bad swept dim is named (the fixed ones: CLI_WORDS)
 
 
 @dataclass
@@ -189,7 +191,7 @@ def make_grid(model: Network, varies: Sequence[tuple[str, Sequence[int]]],
         seen.add(name)
         dim = model.dims.dims.get(name)
         if dim is None or dim.definition is not None:
-            model.dims.values({name: 1}, where="--vary")  # raises the unknown / derived-dim error
+            model.dims.values({name: 1}, VARY_WORDS)  # raises the unknown / derived-dim error
         size *= len(values)
         if size > MAX_POINTS:
             raise UsageError(f"the grid has more than {MAX_POINTS:,} points (the limit); narrow the --vary ranges")
@@ -233,7 +235,7 @@ class _Plan:
 
 
 def _plan(model: Network, grid: Grid, exprs: Mapping[str, Any], fixed: Mapping[str, int] | None) -> _Plan:
-    base = model.dims.values(dict(fixed or {}))
+    base = model.dims.values(dict(fixed or {}), CLI_WORDS)
     free = [d for d in model.dims.free() if d.name in grid.names]
     consts = {d.symbol: base[d.symbol] for d in model.dims.free() if d.name not in grid.names}
 

@@ -18,14 +18,15 @@ from costspec.cli.options import ClosedForm
 def latex_command(spec: str, form: ClosedForm, output: str | None, standalone: bool, fmt: str, backend: str | None):
     """LaTeX formulas of SPEC: one row per top-level layer (every level with --per-layer), subtotals, total."""
     from costspec.analysis.formula import formulas
+    from costspec.core.dims import CLI_WORDS
     from costspec.core.safeio import check_not_input, write_text
     from costspec.export.latex import render_latex
-    from costspec.model import load
+    from costspec.model import load_worded
 
     if output:
         check_not_input(output, [spec])  # before any work: the spec would be lost
-    result = formulas(load(spec, backend=backend), form.pass_, form.keep, form.expand, form.substituted(),
-                      depth=None if form.per_layer else 1)
+    result = formulas(load_worded(spec, None, None, None, backend, CLI_WORDS), form.pass_, form.keep, form.expand,
+                      form.substituted(), depth=None if form.per_layer else 1, words=CLI_WORDS)
     if fmt == "json":
         from costspec.export.formulas import render_json
 

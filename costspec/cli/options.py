@@ -217,8 +217,10 @@ class Bindings:
     sets: Mapping[str, int] = field(default_factory=dict)
 
     def bind(self, model: Network) -> dict:
-        """The model's dims at these bindings (bad dims fail here, before any work)."""
-        return model.bind(self.batch, self.sets)
+        """The model's dims at these bindings (bad dims fail here, before any work); errors name the flags."""
+        from costspec.core.dims import CLI_WORDS
+
+        return model.bind(self.batch, self.sets, CLI_WORDS)
 
 
 @dataclass(frozen=True)
@@ -277,9 +279,10 @@ class Serving:
 
     def load(self, spec: str, dtype: str | None = None) -> Model:
         """The spec loaded for this phase and backend (`costspec.analysis.serving`)."""
-        from costspec.model import load
+        from costspec.core.dims import CLI_WORDS
+        from costspec.model import load_worded
 
-        return load(spec, dtype, self.phase, self.context, self.backend)
+        return load_worded(spec, dtype, self.phase, self.context, self.backend, CLI_WORDS)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,31 @@ from costspec.core.errors import Location, SpecError, UsageError
 from costspec.core.expr import MAX_INT_DIGITS, as_exact_int, digits, dim_symbol, parse_expr
 
 
+@dataclass(frozen=True)
+class Wording:
+    """How an error names what its caller was given, as that caller's user wrote it: `dim` formats one
+    dim (`NAME=VALUE`, or `NAME`), `batch` the batch size (its value), `option` any other setting (its
+    name: keep, expand, pass). The CLI's messages name its flags (`CLI_WORDS`), the Python API's its
+    arguments (`API_WORDS`: `evaluate(B=8)`, `bind(batch=8)`, `latex(keep=[...])`)."""
+
+    dim: str
+    batch: str
+    option: str = "{}"
+
+    def of_dim(self, text: str) -> str:
+        return self.dim.format(text)
+
+    def of_batch(self, text: str) -> str:
+        return self.batch.format(text)
+
+    def of_option(self, name: str) -> str:
+        return self.option.format(name)
+
+
+CLI_WORDS = Wording("--set {}", "--batch {}", "--{}")
+API_WORDS = Wording("dim {}", "batch={}", "{}")
+
+
 @dataclass
 class Dim:
     name: str
@@ -90,17 +115,19 @@ class Dims:
         return expr
 
     def values(self, bindings: Mapping[str, int] | None = None,
-               where: str = "--set") -> dict[sympy.Symbol, sympy.Integer]:
-        """Symbol -> value for every dim: defaults, overridden by `bindings`, derived ones computed."""
-        bindings = {name: as_dim_value(name, raw, where) for name, raw in dict(bindings or {}).items()}
+               words: Wording = API_WORDS) -> dict[sympy.Symbol, sympy.Integer]:
+        """Symbol -> value for every dim: defaults, overridden by `bindings`, derived ones computed; errors
+        name the bindings in `words` (the caller's: the CLI's flags or the API's arguments)."""
+        bindings = {dim_name(name, words): as_dim_value(raw, words.of_dim(f"{name}={raw!r}"))
+                    for name, raw in dict(bindings or {}).items()}
         for name in bindings:
             if name not in self.dims:
                 known = ", ".join(self.dims) or "none"
-                raise UsageError(f"{where} {name}: the spec has no dim '{name}' (dims: {known})")
+                raise UsageError(f"{words.of_dim(name)}: the spec has no dim '{name}' (dims: {known})")
             definition = self.dims[name].definition
             if definition is not None:
                 deps = ", ".join(sorted(str(s) for s in definition.free_symbols))
-                raise UsageError(f"{where} {name}: '{name}' is derived from {deps}; set those instead")
+                raise UsageError(f"{words.of_dim(name)}: '{name}' is derived from {deps}; set those instead")
         out: dict[sympy.Symbol, sympy.Integer] = {}
         for d in self.dims.values():
             if d.definition is None:
@@ -119,26 +146,32 @@ class Dims:
                 raise SpecError(f"dim {d.name} = {d.definition} has {digits(number):,} digits", d.loc,
                                 f"a size of at most {MAX_INT_DIGITS} digits")
             if number < 1 and d.name in bindings:
-                raise UsageError(f"{where} {d.name}={number}: sizes must be positive")
+                raise UsageError(f"{words.of_dim(f'{d.name}={number}')}: sizes must be positive")
             if number < 1:
                 raise SpecError(f"dim {d.name} = {number} is not a positive size", d.loc, "a positive integer")
             out[d.symbol] = sympy.Integer(number)
         return out
 
 
-def as_dim_value(name: object, raw: Any, where: str = "--set") -> int:
+def dim_name(name: object, words: Wording = API_WORDS) -> str:
+    """A dim name given by a user: a string."""
+    if not isinstance(name, str):
+        raise UsageError(f"{words.of_dim(repr(name))}: dim names are strings, got {type(name).__name__}")
+    return name
+
+
+def as_dim_value(raw: Any, shown: str) -> int:
     """A dim value given by a user (CLI or Python API): an int or a numpy integer; bools, floats and
-    strings are refused (8.0 or "8" is not silently a size)."""
+    strings are refused (8.0 or "8" is not silently a size). `shown`: how the error names it, in the
+    caller's words (`--set B=8.0`, `dim B=8.0`, `batch=8.0`)."""
     import operator
 
-    if not isinstance(name, str):
-        raise UsageError(f"{where}: dim names are strings, got {type(name).__name__} {name!r}")
     if isinstance(raw, bool) or type(raw).__name__ == "bool_":
-        raise UsageError(f"{where} {name}={raw!r}: a dim value is an integer, not a bool")
+        raise UsageError(f"{shown}: a dim value is an integer, not a bool")
     try:
         return operator.index(raw)  # int, numpy integers; not float, str, Decimal
     except TypeError:
-        raise UsageError(f"{where} {name}={raw!r}: a dim value is an integer (int or numpy integer), got "
+        raise UsageError(f"{shown}: a dim value is an integer (int or numpy integer), got "
                          f"{type(raw).__name__}") from None
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from costspec.core.dims import CLI_WORDS
 from costspec.core.errors import CostspecError, UsageError
 from costspec.core.safeio import SIDECAR, read_json, write_text
 from costspec.ncu.attribute import Attribution, attribute
@@ -100,7 +101,7 @@ def load_measured(model: Network, csvs: Sequence[str], batch: int | None = None,
     sidecars = [read_sidecar(c) for c in csvs]
     bind = _merge_bindings(sidecars, batch, sets or {})
     batch_value = bind.pop("B", None) if "B" in model.dims.dims else None
-    values = model.bind(batch_value, bind)
+    values = model.bind(batch_value, bind, CLI_WORDS)  # the flags --batch / --set (and the sidecars' dims)
     bound = {str(k): int(v) for k, v in values.items()}
     for csv_path, sidecar in zip(csvs, sidecars):
         profiled = (sidecar or {}).get("dims") or {}

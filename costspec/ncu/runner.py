@@ -45,6 +45,7 @@ def parse_sets(items: list[str]) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from costspec.core.dims import CLI_WORDS
     from costspec.core.errors import CostspecError
     from costspec.core.safeio import write_text
     from costspec.ncu.nvtx import NvtxRanges, TorchNvtx
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend is not None:  # every attention layer's kernel family (`costspec ncu run --backend`)
             from costspec.analysis.serving import backend_doc
 
-            model = Network(backend_doc(model.doc, args.backend))
-        values = model.bind(args.batch, parse_sets(args.sets))
+            model = Network(backend_doc(model.doc, args.backend, CLI_WORDS))
+        values = model.bind(args.batch, parse_sets(args.sets), CLI_WORDS)
         dtype_name = args.dtype or str(model.precision)
         dtype = configure_dtype(torch, dtype_name)
     except (CostspecError, ValueError) as exc:

@@ -11,7 +11,7 @@ import sympy
 
 from costspec.core.conventions import Precision
 from costspec.core.cost_table import flops_per_element
-from costspec.core.dims import Dims, as_dim_value, parse_dims
+from costspec.core.dims import API_WORDS, Dims, Wording, as_dim_value, parse_dims
 from costspec.core.errors import SpecError, UsageError
 from costspec.core.vocab import Pass
 from costspec.core.yaml_marks import MarkedDoc
@@ -103,18 +103,22 @@ class Network:
         raise KeyError(name)
 
     # -- binding ----------------------------------------------------------------------------
-    def bind(self, batch: int | None = None,
-             sets: Mapping[str, int] | None = None) -> dict[sympy.Symbol, sympy.Integer]:
-        """Dim values for `--batch` (binds B) and `--set NAME=VALUE`, checked against the constraints."""
+    def bind(self, batch: int | None = None, sets: Mapping[str, int] | None = None,
+             words: Wording = API_WORDS) -> dict[sympy.Symbol, sympy.Integer]:
+        """Dim values for `batch` (binds B) and `sets` (NAME -> VALUE), checked against the constraints;
+        errors name them in `words` (the caller's: the API's arguments by default, the CLI's flags)."""
         bindings = dict(sets or {})
         if batch is not None and "B" in bindings:
-            raise UsageError(f"--batch {batch} and --set B={bindings['B']} both bind B; give one")
+            both = f"{words.of_batch(repr(batch))} and {words.of_dim('B=' + repr(bindings['B']))}"
+            raise UsageError(f"{both} both bind B; give one")
         if batch is not None:
-            batch = as_dim_value("B", batch, "--batch")
+            batch = as_dim_value(batch, words.of_batch(repr(batch)))
+            if batch < 1:
+                raise UsageError(f"{words.of_batch(str(batch))}: sizes must be positive")
             if "B" not in self.dims.dims:
-                raise UsageError("--batch binds the dim B, which this spec does not define")
+                raise UsageError(f"{words.of_batch(str(batch))} binds the dim B, which this spec does not define")
             bindings["B"] = batch
-        values = self.dims.values(bindings)
+        values = self.dims.values(bindings, words)
         problems = self.problems(values)
         if problems:
             raise problems[0]

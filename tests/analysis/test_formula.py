@@ -92,12 +92,17 @@ def test_set_changes_substituted_values(vit_b):
 
 
 @pytest.mark.parametrize("keep, expand, message", [
-    (["B", "X"], False, "--keep X: the spec has no dim 'X'"),
-    (["B", "S"], True, "--keep S with --expand: 'S' is derived"),
+    (["B", "X"], False, "keep X: the spec has no dim 'X'"),
+    (["B", "S"], True, "keep S with expand: 'S' is derived"),
 ])
 def test_bad_keep_is_a_usage_error(vit_b, keep, expand, message):
-    with pytest.raises(UsageError, match=message):
+    """In the API's words by default; in the CLI's (its flags) when the command passes them."""
+    from costspec.core.dims import CLI_WORDS
+
+    with pytest.raises(UsageError, match=f"^{message}"):
         formulas(vit_b, keep=keep, expand=expand)
+    with pytest.raises(UsageError, match="^--" + message.replace("with ", "with --")):
+        formulas(vit_b, keep=keep, expand=expand, words=CLI_WORDS)
 
 
 def test_bad_keep_exits_2(cli):

@@ -61,7 +61,7 @@ def test_llama_1b_lengths_32_512_128():
     model = load(SPECS / "llama_1b.yaml")
     assert totals["padded_flops"] == model.evaluate(B=3, S=512).total
     assert totals["packed_flops"] == sum(model.evaluate(B=1, S=s).total for s in (32, 512, 128))
-    assert totals["padded_flops"] == 2_323_636_027_392 and totals["packed_flops"] == 1_007_903_834_112
+    assert totals["padded_flops"] == 3_904_024_608_768 and totals["packed_flops"] == 1_699_323_838_464
     assert totals["waste_flops"] == totals["padded_flops"] - totals["packed_flops"]
 
 
@@ -143,14 +143,14 @@ def test_cli_eval_and_sweep(tmp_path):
     out = cli("sweep", str(SPECS / "llama_1b.yaml"), "--vary", "L=1,16", "--lengths", "32,512,128")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert lines[0].startswith("L,padded_flops,packed_flops") and lines[2].startswith("16,2323636027392,1007903834112,")
+    assert lines[0].startswith("L,padded_flops,packed_flops") and lines[2].startswith("16,3904024608768,1699323838464,")
     bad = cli("eval", str(SPECS / "vit_b.yaml"), "--lengths", "3,4")
     assert bad.returncode == 2 and "derived" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_depth_limits_the_rows():
     rows = ragged(load(SPECS / "llama_1b.yaml"), [32, 512, 128], depth=1).table.rows
-    assert [r.name for r in rows] == ["embed_tokens", "layers", "norm"]
+    assert [r.name for r in rows] == ["embed_tokens", "layers", "norm", "lm_head"]
 
 
 def test_lengths_and_batch_conflict():

@@ -16,19 +16,24 @@ LLAMA = ROOT / "specs/llama_1b.yaml"
 GPT2 = ROOT / "specs/gpt2_small.yaml"
 
 
-def llama_decode_flops(b: int, n: int, layers=16, c=2048, kv_width=512, f=5632) -> int:
-    """Per layer: q and o (2*C*C each), k and v (2*C*KV*d each), SDPA's QK^T and AV over n + 1 keys
-    (2 * 2*B*heads*(n+1)*d = 4*B*C*(n+1)), the SwiGLU MLP (3 * 2*C*F), all on B tokens."""
-    per_token = 2 * (2 * c * c) + 2 * (2 * c * kv_width) + 3 * 2 * c * f
-    return layers * (b * per_token + 4 * b * c * (n + 1))
+def llama_token_flops(c=2048, kv_width=512, f=8192) -> int:
+    """Llama-3.2-1B's GEMMs per token and layer: q and o (2*C*C each), k and v (2*C*KV*d each), the SwiGLU
+    MLP (3 * 2*C*F)."""
+    return 2 * (2 * c * c) + 2 * (2 * c * kv_width) + 3 * 2 * c * f
+
+
+def llama_decode_flops(b: int, n: int, layers=16, c=2048, v=128256) -> int:
+    """Per layer the GEMMs and SDPA's QK^T and AV over n + 1 keys (2 * 2*B*heads*(n+1)*d = 4*B*C*(n+1)), all on
+    B tokens; then the tied LM head on the B new tokens (2*C*V each)."""
+    return layers * (b * llama_token_flops(c) + 4 * b * c * (n + 1)) + b * 2 * c * v
 
 
 @pytest.mark.parametrize("batch", [1, 8])
 def test_llama_decode_matmul_flops_by_hand(batch):
     model = load(LLAMA, phase="decode", context=2048)
     report = model.evaluate("forward", B=batch)
-    assert report.tc == llama_decode_flops(batch, 2048)  # 1,711,407,104 at B = 1
-    assert llama_decode_flops(1, 2048) == 1_711_407_104
+    assert report.tc == llama_decode_flops(batch, 2048)  # 2,740,060,160 at B = 1
+    assert llama_decode_flops(1, 2048) == 2_740_060_160
     assert report.params == load(LLAMA).evaluate().params
 
 
@@ -46,9 +51,9 @@ def test_prefill_is_the_forward_and_chunked_prefill_reads_the_cache():
     plain = load(LLAMA).evaluate("forward")
     assert load(LLAMA, phase="prefill").evaluate("forward").tc == plain.tc
     chunk = load(LLAMA, phase="prefill", context=1000).evaluate("forward", S=48)
-    # 48 new tokens over 1000 cached ones: the projections and MLP on 48 tokens, QK^T and AV over 48 x 1048
-    per_token = 2 * (2 * 2048 * 2048) + 2 * (2 * 2048 * 512) + 3 * 2 * 2048 * 5632
-    assert chunk.tc == 16 * (48 * per_token + 2 * 2 * 32 * 48 * 1048 * 64)
+    # 48 new tokens over 1000 cached ones: the projections and MLP on 48 tokens, QK^T and AV over 48 x 1048,
+    # the LM head on the 48 tokens
+    assert chunk.tc == 16 * (48 * llama_token_flops() + 2 * 2 * 32 * 48 * 1048 * 64) + 48 * 2 * 2048 * 128256
 
 
 def test_chunked_prefill_useful_pairs_align_bottom_right():
@@ -82,7 +87,7 @@ def test_eval_cli_decode_and_bad_input(cli):
     out = cli("eval", LLAMA, "--phase", "decode", "--context", "2048", "--format", "json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["totals"]["tc_flops"] == 1_711_407_104
+    assert data["totals"]["tc_flops"] == llama_decode_flops(1, 2048)
     assert data["serving"] == {"phase": "decode", "context_dim": "N"}
     for args in (["specs/vit_b.yaml", "--phase", "decode"],  # no causal attention
                  ["specs/mamba_130m.yaml", "--phase", "decode"],
@@ -155,9 +160,25 @@ def test_llama_decode_equals_transformers(batch):
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(hidden_size=256, intermediate_size=384, num_hidden_layers=2,
                                       num_attention_heads=8, num_key_value_heads=2, vocab_size=1000,
-                                      max_position_embeddings=512, attn_implementation="sdpa")
-    flops, held = hf_decode(transformers.LlamaModel, config, batch, 37)
+                                      max_position_embeddings=512, tie_word_embeddings=True,
+                                      attn_implementation="sdpa")
+    flops, held = hf_decode(transformers.LlamaForCausalLM, config, batch, 37)
     assert spec_decode(LLAMA, 37, B=batch, C=256, F=384, L=2, heads=8, KV=2, V=1000) == (flops, held)
+
+
+def test_llama_1b_decode_equals_transformers_at_full_size(cli):
+    """`costspec eval specs/llama_1b.yaml --phase decode --context 2048 --batch 1` against Llama-3.2-1B's
+    LlamaForCausalLM (its config.json) stepping one token over a 2,048-token cache, the LM head on that token;
+    `costspec memory`'s kv cache is the bytes of what transformers' cache holds after the step."""
+    transformers = pytest.importorskip("transformers")
+    data = json.loads((ROOT / "tests/data/hf_configs/llama_1b.json").read_text())
+    config = transformers.LlamaConfig(**data, attn_implementation="sdpa")
+    flops, held = hf_decode(transformers.LlamaForCausalLM, config, 1, 2048)
+    assert spec_decode(LLAMA, 2048, B=1) == (flops, held)
+    out = cli("eval", LLAMA, "--phase", "decode", "--context", "2048", "--batch", "1", "--format", "json")
+    assert json.loads(out.stdout)["totals"]["tc_flops"] == flops == llama_decode_flops(1, 2048)
+    memory = cli("memory", LLAMA, "--phase", "decode", "--context", "2048", "--format", "json")
+    assert json.loads(memory.stdout)["kinds"]["kv cache"]["bytes"] == held * 2  # bf16
 
 
 def test_gpt2_decode_equals_transformers():
@@ -200,7 +221,8 @@ def test_sweep_and_formula_take_the_phase(cli):
     assert [p["tc_flops"] for p in points] == [llama_decode_flops(1, 1023), llama_decode_flops(1, 2047)]
     form = cli("formula", LLAMA, "--phase", "decode", "--keep", "B,N,L")
     assert form.returncode == 0, form.stderr
-    assert "TC FLOPs    = L*(8192*B*N + 90185728*B)" in form.stdout  # 4*C*(N+1) + the per-token GEMMs
+    # per layer 4*C*(N+1) + the per-token GEMMs; the LM head 2*C*V per token
+    assert f"TC FLOPs    = L*(8192*B*N + {llama_token_flops() + 4 * 2048}*B) + {2 * 2048 * 128256}*B" in form.stdout
 
 
 def test_other_zoo_decoders_decode_equal_transformers():

@@ -146,7 +146,7 @@ def test_force_builds_beyond_the_layer_budget(monkeypatch, capsys):
     import costspec.core.budget as budget
 
     monkeypatch.setattr(budget, "MAX_REAL_LAYERS", 2)
-    args = ["validate", "llama_1b", "--set", "L=3", "--set", "S=8", "--against", "hf:LlamaModel", *SMALL,
+    args = ["validate", "llama_1b", "--set", "L=3", "--set", "S=8", "--against", "hf:LlamaForCausalLM", *SMALL,
             "--config-set", "num_hidden_layers=3"]
     code, _, err = _run(args, capsys)
     assert code == 2 and "the config asks for 3 layers" in err

@@ -110,8 +110,8 @@ def test_options_the_cache_does_not_cover_take_the_full_path(cached, capsys, mon
     _run(capsys, "eval", "vit_b", "--batch", "8")  # a warm entry exists
     reference = _run(capsys, *args, "--no-cache")
     calls = []
-    real = costspec.model.load
-    monkeypatch.setattr(costspec.model, "load", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = costspec.model.load_worded  # the commands' load (costspec.load, its errors naming the flags)
+    monkeypatch.setattr(costspec.model, "load_worded", lambda *a, **k: calls.append(a) or real(*a, **k))
     assert _run(capsys, *args) == reference and calls
     assert reference[0] == 0 and "est. time" in reference[1]
 

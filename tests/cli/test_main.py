@@ -41,7 +41,7 @@ def test_eval_depth_collapses_the_tree(cli):
     (["eval", "specs/vit_b.yaml", "--set", "X=3"], "no dim 'X'"),
     (["eval", "specs/vit_b.yaml", "--set", "heads=7"], "not divisible by heads 7"),
     (["eval", "specs/nope.yaml"], "no such file"),
-    (["eval", "specs/toy_mlp.yaml", "--batch", "2"], "--batch binds the dim B"),
+    (["eval", "specs/toy_mlp.yaml", "--batch", "2"], "--batch 2 binds the dim B"),
 ])
 def test_bad_usage_exits_2_with_one_line(cli, args, message):
     result = cli(*args)

@@ -1,7 +1,8 @@
 """The zoo against transformers: each spec checked with `validate --against` the transformers class it
 describes, built from its config on `meta` (forward and train): matmul FLOPs and parameters agree exactly and
 every other difference is a named rule. DeepEncoder, which has no transformers class, against
-tests/against/models.py's wiring of transformers' SAM and CLIP parts."""
+tests/against/models.py's wiring of transformers' SAM and CLIP parts. The Llama specs, checked against
+LlamaForCausalLM built from their config.json files: tests/zoo/test_llama.py."""
 from __future__ import annotations
 
 import pytest
@@ -26,9 +27,6 @@ ZOO = {
     "sam_vit_b": ("hf:SamVisionModel", {}),
     "bert_base": ("hf:BertModel", {"add_pooling_layer": "false"}),
     "gpt2_small": ("hf:GPT2LMHeadModel", {"activation_function": "gelu_pytorch_tanh"}),
-    "llama_1b": ("hf:LlamaModel", {"hidden_size": "2048", "intermediate_size": "5632", "num_hidden_layers": "16",
-                                   "num_attention_heads": "32", "num_key_value_heads": "8", "vocab_size": "32000",
-                                   "max_position_embeddings": "2048"}),
 }
 
 

@@ -31,8 +31,12 @@ ZOO = {
     "bert_base": (96_636_764_160, 108_891_648),
     # GPT-2 small: 2 * 84.93 M * 1024 + 4 * S^2 * C * L + LM head 2 * S * C * V; 124.44 M params
     "gpt2_small": (291_648_307_200, 124_439_808),
-    # Llama-style 1B: 2 * 721.4 M weights * 2048 + 4 * S^2 * C * L
-    "llama_1b": (3_504_693_313_536, 787_023_872),
+    # Llama-3.2-1B: 2 * 973.1 M block weights * 2048 + 4 * S^2 * C * L + the LM head 2 * S * C * V;
+    # 1.24 B params (the head tied to the embedding); transformers' count in tests/zoo/test_llama.py
+    "llama_1b": (5_611_374_772_224, 1_235_814_400),
+    # Llama-3.1-8B: 2 * 6.98 B block weights * 8192 + 4 * S^2 * C * L + the LM head 2 * S * C * V; 8.03 B
+    # params (its own head weight)
+    "llama3_8b": (158_140_695_838_720, 8_030_261_248),
 }
 
 
@@ -53,6 +57,8 @@ def test_zoo_totals_against_independent_derivations():
     weights = L * 12 * C * C  # per layer 4 C^2 attention + 8 C^2 MLP
     assert ZOO["bert_base"][0] == 2 * weights * 512 + 4 * 512 ** 2 * C * L
     assert ZOO["gpt2_small"][0] == 2 * weights * 1024 + 4 * 1024 ** 2 * C * L + 2 * 1024 * C * 50257
-    C, L, kv, F, S = 2048, 16, 8 * 64, 5632, 2048
-    weights = L * (2 * C * C + 2 * C * kv + 3 * C * F)
-    assert ZOO["llama_1b"][0] == 2 * weights * S + 4 * S ** 2 * C * L
+    for name, (C, L, kv, F, S, V) in {"llama_1b": (2048, 16, 8 * 64, 8192, 2048, 128256),
+                                      "llama3_8b": (4096, 32, 8 * 128, 14336, 8192, 128256)}.items():
+        weights = L * (2 * C * C + 2 * C * kv + 3 * C * F)
+        assert ZOO[name][0] == 2 * weights * S + 4 * S ** 2 * C * L + 2 * S * C * V
+        assert ZOO[name][1] == weights + 2 * C * L + C + V * C * (1 if name == "llama_1b" else 2)  # tied or not
