@@ -313,6 +313,8 @@ class PointwiseCounter(TorchDispatchMode):
         opens at a QK^T matmul outside any SDPA call and closes at the next (its AV). Backward: the
         region of the node running."""
         nodes = self.tracker.nodes
+        if self.tracker.recomputing:  # a checkpointed part's forward again: its attention was recorded once
+            return None
         if self.phase != "forward":
             return nodes.current()[1]
         if name in QK_MATMULS and path != OUTSIDE and nodes.region is None:
@@ -335,7 +337,8 @@ class PointwiseCounter(TorchDispatchMode):
             self.outside[name] += 1
             return out
         module = self.modules.get(path)
-        category, kinds = classify(name, func, args, kwargs, out, self.phase, module)
+        runs = "forward" if self.tracker.recomputing else self.phase  # a recomputation runs forward ops
+        category, kinds = classify(name, func, args, kwargs, out, runs, module)
         if category == "ignored":
             self.ignored[(name, IGNORED.get(name, _IGNORED_REASON))] += 1
             if name == "aten.embedding":
@@ -343,7 +346,7 @@ class PointwiseCounter(TorchDispatchMode):
             return out
         decomposed = decomposed_kinds(module)
         if decomposed and category in ("pointwise", "unknown"):
-            kind = decomposed[0 if self.phase == "forward" else 1]
+            kind = decomposed[0 if runs == "forward" else 1]
             _, most = self.decomposed.get((self.phase, path), (kind, 0))
             self.decomposed[(self.phase, path)] = (kind, max(most, _numel(out)))
             return out
