@@ -218,6 +218,15 @@ class ScopeTracker(ModuleTracker):
             self._chains[path] = names
         return self._chains[path]
 
+    def __enter__(self):
+        """torch's hooks, the forward one called even when a module's forward raises: a recomputation that
+        PyTorch's early stop ends (an exception inside the modules it runs) leaves their scopes too."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._fw_pre_handle = register_module_forward_pre_hook(self._fw_pre_hook)
+        self._fw_post_handle = register_module_forward_hook(self._fw_post_hook, always_call=True)
+        return self
+
     def path(self, name: str) -> str:
         return name[len(self.root) + 1:] if name != self.root else ""
 

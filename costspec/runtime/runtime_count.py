@@ -289,7 +289,7 @@ class PointwiseCounter(TorchDispatchMode):
         self.pointwise: dict[str, dict[str, Counter]] = {p: defaultdict(Counter) for p in PASSES}
         self.fused: dict[str, dict[str, dict[str, Counter]]] = {p: defaultdict(lambda: defaultdict(Counter))
                                                                  for p in PASSES}
-        self.decomposed: dict[tuple[str, str], tuple[str, int]] = {}
+        self.decomposed: dict[tuple[str, str, str], tuple[str, int]] = {}
         self.ignored: Counter = Counter()
         self.outside: Counter = Counter()
         self.unknown: list[Unknown] = []
@@ -346,9 +346,9 @@ class PointwiseCounter(TorchDispatchMode):
             return out
         decomposed = decomposed_kinds(module)
         if decomposed and category in ("pointwise", "unknown"):
-            kind = decomposed[0 if runs == "forward" else 1]
-            _, most = self.decomposed.get((self.phase, path), (kind, 0))
-            self.decomposed[(self.phase, path)] = (kind, max(most, _numel(out)))
+            kind = decomposed[0 if runs == "forward" else 1]  # (a recomputation: both in backward)
+            _, most = self.decomposed.get((self.phase, path, kind), (kind, 0))
+            self.decomposed[(self.phase, path, kind)] = (kind, max(most, _numel(out)))
             return out
         if category == "unknown":
             self.unknown.append(Unknown(self.phase, path, name, _numel(out)))
@@ -367,7 +367,7 @@ class PointwiseCounter(TorchDispatchMode):
         return out
 
     def finish(self) -> None:
-        for (phase, path), (kind, elements) in self.decomposed.items():
+        for (phase, path, _), (kind, elements) in self.decomposed.items():
             self.pointwise[phase][path][kind] += elements
         self.decomposed.clear()
 
