@@ -143,3 +143,24 @@ def test_nested_checkpoints_are_refused():
         costspec.loads(text)
     assert "nested checkpoints" in str(exc.value)
     assert "$.layers[1]" in str(exc.value)  # the outer checkpointed layer is named
+
+
+def test_the_roofline_reads_the_recomputed_forward_bytes_too():
+    from costspec.analysis.roofline import total_bytes
+    from costspec.tree.walk import NO_GRAD
+
+    plain, ck = spec(), spec("    checkpoint: true")
+    one = sympy.Integer(1)
+
+    def train_bytes(model):
+        return total_bytes(model.root, "train", one, NO_GRAD, "default")
+
+    forward_of_blocks = total_bytes(plain.node("blocks"), "forward", one, NO_GRAD, "default")  # L instances
+    assert sympy.expand(train_bytes(ck) - train_bytes(plain) - forward_of_blocks) == 0
+    rows = {s.node.name: s for s in ck.walk()}
+    fc1 = rows["blocks.mlp.fc1"]
+    plain_fc1 = {s.node.name: s for s in plain.walk()}["blocks.mlp.fc1"]
+    gained = total_bytes(fc1.node, "backward", fc1.instances, fc1.grad, "default") - total_bytes(
+        plain_fc1.node, "backward", plain_fc1.instances, plain_fc1.grad, "default")
+    assert sympy.expand(gained - total_bytes(plain_fc1.node, "forward", plain_fc1.instances, plain_fc1.grad,
+                                             "default")) == 0
