@@ -19,7 +19,7 @@ from costspec.core.results import Column, Row
 from costspec.core.vocab import Fusion, Pass, Phase
 from costspec.ops.work import ZERO, Gemm
 from costspec.tree.cost import holds_weight_matrix
-from costspec.tree.nodes import Node, OpNode, PartNode, RepeatNode
+from costspec.tree.nodes import GroupNode, Node, OpNode, PartNode, RepeatNode
 from costspec.tree.walk import GradState, walk
 
 if TYPE_CHECKING:
@@ -100,8 +100,8 @@ def node_bytes(node: Node, pass_: Phase, in_rg: bool, fusion: Fusion) -> sympy.E
     out = sum((k * node_bytes(child, pass_, rg, fusion) for child, rg, k in node.backward_terms(in_rg)), ZERO)
     if node.checkpoint and node.runs_recompute(in_rg):  # its forward again (`Node.recompute`)
         if isinstance(node, RepeatNode):
-            out += sum((node.checkpointed(g) * node_bytes(g, Phase.FORWARD, in_rg, fusion) for g in node.children),
-                       ZERO)
+            out += sum((node.checkpointed(g) * node_bytes(g, Phase.FORWARD, in_rg, fusion) for g in node.children
+                        if isinstance(g, GroupNode)), ZERO)
         else:
             out += node_bytes(node, Phase.FORWARD, in_rg, fusion)
     return out
