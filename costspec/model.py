@@ -106,17 +106,19 @@ class Model(Network):
 
 
 def load(path: str | Path, dtype: str | None = None, phase: Serve | str | None = None,
-         context: int | None = None, backend: str | None = None) -> Model:
+         context: int | None = None, backend: str | None = None, checkpoint: str | None = None) -> Model:
     """Load, validate and build a spec file (or a zoo spec by name, e.g. "vit_b", when no such file
     exists); `dtype` overrides the spec's default precision. `phase` ("prefill" or "decode") and
     `context` (tokens already cached) serve a decoder (`costspec.analysis.serving`): decode costs one new
     token per sequence over `context` cached ones (default: the spec's token count). `backend` ("flash",
-    "math", "eager") replaces every attention layer's kernel family."""
-    return load_worded(path, dtype, phase, context, backend, API_WORDS)
+    "math", "eager") replaces every attention layer's kernel family. `checkpoint` ("none", "blocks",
+    "every:N") replaces the spec's activation checkpointing (`costspec.analysis.checkpointing`): train
+    costs then include the forward the checkpointed repeat instances re-run in backward."""
+    return load_worded(path, dtype, phase, context, backend, API_WORDS, checkpoint)
 
 
 def load_worded(path: str | Path, dtype: str | None, phase: Serve | str | None, context: int | None,
-                backend: str | None, words: Wording) -> Model:
+                backend: str | None, words: Wording, checkpoint: str | None = None) -> Model:
     """`load`, its errors naming phase, context and backend in `words` (the CLI's flags: `CLI_WORDS`)."""
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"costspec.load needs a file path (str or pathlib.Path), got {type(path).__name__}; "
@@ -126,6 +128,10 @@ def load_worded(path: str | Path, dtype: str | None, phase: Serve | str | None, 
         from costspec.analysis.serving import backend_doc
 
         model = Model(backend_doc(model.doc, backend, words), dtype=dtype)
+    if checkpoint is not None:
+        from costspec.analysis.checkpointing import checkpoint_doc
+
+        model = Model(checkpoint_doc(model.doc, checkpoint), dtype=dtype)
     return serve(model, phase, context, dtype, words)
 
 

@@ -21,7 +21,7 @@ from costspec.against.constants import ConstantOps
 from costspec.against.mapping import MODEL_ROW, RealModules, RowMap, build_mapping
 from costspec.against.target import Target, first_tensor
 from costspec.core.errors import MismatchError
-from costspec.core.vocab import RUNNABLE_PASSES, FusedRun, Pass
+from costspec.core.vocab import RUNNABLE_PASSES, FusedRun, Pass, Phase
 from costspec.runtime.reconcile import Amount, Applied, ran_facts
 from costspec.tree.nodes import OpNode
 
@@ -161,7 +161,10 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
     decomposed = _rmsnorm_classes(module)
     try:
         first: Any = target.args[0] if target.args else next(iter(target.kwargs.values()), None)
-        measured = measure(module, first, train=pass_ is Pass.TRAIN, by_node=True)
+        from torch.utils.checkpoint import set_checkpoint_early_stop
+
+        with set_checkpoint_early_stop(False):  # a checkpointed layer's whole forward again, as costspec counts it
+            measured = measure(module, first, train=pass_ is Pass.TRAIN, by_node=True)
     finally:
         for hook in hooks:
             hook.remove()
@@ -233,8 +236,7 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
         elif n:
             params[rowmap.row_of(path)] = params.get(rowmap.row_of(path), 0) + n
     rowmap.unmatched_real = [p for p in rowmap.unmatched_real if ignore_of(p) is None]
-    applied = rule_deltas(model, phases, facts, device, values) + _extra_rules(entries, real.order, rowmap, phases,
-                                                                               values)
+    applied = rule_deltas(model, phases, facts, device, values) + _extra_rules(model, entries, rowmap, phases, values)
     results: dict[str, PhaseResult] = {str(phase): compare_phase(model, values, rowmap, phase, amounts[phase], params,
                                     [a for a in applied if a.phase == phase], rtol) for phase in phases}
     problems, attribution = _row_problems(measured.problems, rowmap, results)
@@ -264,12 +266,16 @@ def _attention_runs(model: "Network", regions, rowmap: RowMap, facts: dict[str, 
                 facts[phase].setdefault(id(node), {})["ran"] = runs.get(id(node), ())
 
 
-def _extra_rules(entries: list[Ignored], paths: list[str], rowmap: RowMap, phases, values) -> list[Applied]:
+def _extra_rules(model: "Network", entries: list[Ignored], rowmap: RowMap, phases, values) -> list[Applied]:
     """`ignore:` entries with `extra:` as named rules: the real model runs exactly this much more
-    (real = spec + extra), in the row holding the modules they name."""
+    (real = spec + extra), in the row holding the modules they name. A forward extra in a checkpointed
+    row runs again in backward for the recomputed share of its instances (`GradState.recompute`)."""
     from costspec.core.expr import evaluator
+    from costspec.tree.walk import walk
 
     ev = evaluator(values)
+    recomputed = {step.node.name: (ev(step.instances), ev(step.grad.recompute)) for step in walk(model.root)
+                  if step.grad.recompute != 0}
     out = []
     for entry in entries:
         if entry.extra is None:
@@ -284,6 +290,13 @@ def _extra_rules(entries: list[Ignored], paths: list[str], rowmap: RowMap, phase
             if entry.phase in (None, phase):
                 out.append(Applied(f"ignore: {entry.pattern}", row, phase, entry.reason, amounts.get(MATMUL, 0),
                                    {k: v for k, v in amounts.items() if k != MATMUL}))
+        instances, again = recomputed.get(row, (1, 0))
+        if Phase.BACKWARD in phases and entry.phase in (None, Phase.FORWARD) and again \
+                and all(v * again % instances == 0 for v in amounts.values()):
+            share = {k: v * again // instances for k, v in amounts.items()}
+            out.append(Applied(f"ignore: {entry.pattern}", row, Phase.BACKWARD, f"{entry.reason}; its forward again "
+                               f"in backward, in the {again} of {instances} instances a checkpoint recomputes",
+                               share.get(MATMUL, 0), {k: v for k, v in share.items() if k != MATMUL}))
     return out
 
 

@@ -142,6 +142,9 @@ def load_target(target: str, model: "Network", values: Mapping[sympy.Symbol, sym
                             f"{type(module).__name__}")
     with user_code(target, "the real model's eval()"):
         module.eval()  # dropout is identity, as in the spec; autograd still runs for --pass train
+    if target.startswith(HF_PREFIX) and (every := checkpoint_every(model)):
+        with user_code(target, "the real model's activation_checkpointing_enable()"):
+            described.append(enable_checkpointing(module, every))
     _guard_forward(module, target)
     if inputs is None:
         args: tuple = (spec_input(model, values, device),)
@@ -153,6 +156,48 @@ def load_target(target: str, model: "Network", values: Mapping[sympy.Symbol, sym
     if output is not None:
         described.append(f"output: the real model's {output!r}")
     return Target(target, module, args, kwargs, described, output)
+
+
+def checkpoint_every(model: "Network") -> int:
+    """N when the spec checkpoints every N-th instance of its repeats (1: each), 0 when it checkpoints none."""
+    from costspec.tree.nodes import RepeatNode
+
+    found = {n.checkpoint_every for n in _nodes(model.root) if isinstance(n, RepeatNode) and n.checkpoint}
+    if len(found) > 1:
+        raise UsageError("--against hf:...: the spec's repeats are checkpointed at different intervals "
+                         f"({', '.join(f'every {n}' for n in sorted(found))}); transformers takes one for all layers")
+    return found.pop() if found else 0
+
+
+def _nodes(node) -> Iterator:
+    yield node
+    for child in node.children:
+        yield from _nodes(child)
+
+
+def enable_checkpointing(module: "torch.nn.Module", every: int) -> str:
+    """Turn on transformers' activation checkpointing of every `every`-th layer (non-reentrant), as the spec's
+    `checkpoint:` has it; its layers checkpoint only in training mode, so the checkpointed layers (and not their
+    children: dropout stays off) are marked training. Returns the line saying so."""
+    enable = (getattr(module, "activation_checkpointing_enable", None)
+              or getattr(module, "gradient_checkpointing_enable", None))
+    if enable is None or not getattr(module, "supports_gradient_checkpointing", False):
+        raise UsageError(f"{type(module).__name__} has no activation checkpointing in transformers, and the spec "
+                         "checkpoints its repeats (drop `checkpoint:` / --checkpoint to compare it)")
+    kwargs: dict[str, Any] = {"every_n_layers": every} if every > 1 else {}
+    if every > 1 and "every_n_layers" not in inspect.signature(enable).parameters:
+        raise UsageError(f"checkpointing every {every}-th layer needs transformers' every_n_layers (transformers 5)")
+    enable({"use_reentrant": False}, **kwargs)
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    # only the layers: the model itself in training mode would drop its cache (and find packed sequences)
+    layers = [m for m in module.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
+    for layer in layers:
+        layer.training = True
+    return (f"activation checkpointing: transformers' {enable.__name__}(use_reentrant=False"
+            + (f", every_n_layers={every}" if every > 1 else "") + f") on {len(layers)} modules, run with "
+            "PyTorch's checkpoint early stop off (each checkpointed layer's whole forward re-run, as costspec "
+            "counts it)")
 
 
 def spec_input(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], device: str) -> "torch.Tensor":

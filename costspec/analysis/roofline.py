@@ -19,7 +19,7 @@ from costspec.core.results import Column, Row
 from costspec.core.vocab import Fusion, Pass, Phase
 from costspec.ops.work import ZERO, Gemm
 from costspec.tree.cost import holds_weight_matrix
-from costspec.tree.nodes import Node, OpNode, PartNode
+from costspec.tree.nodes import GroupNode, Node, OpNode, PartNode, RepeatNode
 from costspec.tree.walk import GradState, walk
 
 if TYPE_CHECKING:
@@ -97,7 +97,14 @@ def node_bytes(node: Node, pass_: Phase, in_rg: bool, fusion: Fusion) -> sympy.E
         return sum(_op_traffic(node, pass_, in_rg, fusion).values(), ZERO)
     if pass_ == Phase.FORWARD:
         return sum((child.count * node_bytes(child, pass_, in_rg, fusion) for child in node.children), ZERO)
-    return sum((k * node_bytes(child, pass_, rg, fusion) for child, rg, k in node.backward_terms(in_rg)), ZERO)
+    out = sum((k * node_bytes(child, pass_, rg, fusion) for child, rg, k in node.backward_terms(in_rg)), ZERO)
+    if node.checkpoint and node.runs_recompute(in_rg):  # its forward again (`Node.recompute`)
+        if isinstance(node, RepeatNode):
+            out += sum((node.checkpointed(g) * node_bytes(g, Phase.FORWARD, in_rg, fusion) for g in node.children
+                        if isinstance(g, GroupNode)), ZERO)
+        else:
+            out += node_bytes(node, Phase.FORWARD, in_rg, fusion)
+    return out
 
 
 def total_bytes(node: Node, pass_: Pass | str, mult: sympy.Expr, grad: GradState, fusion: Fusion | str
@@ -110,7 +117,10 @@ def total_bytes(node: Node, pass_: Pass | str, mult: sympy.Expr, grad: GradState
                                                                                   fusion)
     if pass_ is Pass.FORWARD:
         return mult * node_bytes(node, Phase.FORWARD, grad.first, fusion)
-    return sum((k * node_bytes(node, Phase.BACKWARD, rg, fusion) for rg, k in grad.split(mult)), ZERO)
+    out = sum((k * node_bytes(node, Phase.BACKWARD, rg, fusion) for rg, k in grad.split(mult)), ZERO)
+    if grad.recompute != 0:  # inside a checkpointed part: its forward's bytes again
+        out += grad.recompute * node_bytes(node, Phase.FORWARD, grad.first, fusion)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

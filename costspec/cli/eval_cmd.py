@@ -59,8 +59,8 @@ def eval_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardwa
     the cost of one generated token per sequence after --context cached ones.
 
     The first plain evaluation of a spec (any --batch, --set, --pass, --dtype, --depth, --format; not --gpu,
-    --ladder, --lengths, --lengths-file, --calibration, --alignment strict, --phase, --context or --backend,
-    which always build the model) stores the spec compiled to exact integer programs in the cache folder
+    --ladder, --lengths, --lengths-file, --calibration, --alignment strict, --phase, --context, --backend or
+    --checkpoint, which always build the model) stores the spec compiled to exact integer programs in the cache folder
     (COSTSPEC_CACHE_DIR, else $XDG_CACHE_HOME/costspec or ~/.cache/costspec; ~/Library/Caches/costspec on
     macOS), keyed by the spec's bytes and path, the dtype, the pass and the installed costspec. Later runs
     read it instead of building the model: the same output, in a fraction of the time. A damaged or stale
@@ -70,9 +70,8 @@ def eval_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardwa
 
     options.require(serving.phase is None or run.pass_ == "forward",
                     f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
-    served = (serving.phase, serving.context, serving.backend) != (None, None, None)
-    plain = not (served or hardware.gpu or view.calibration or view.ladder or view.alignment != "warn" or view.no_cache
-                 or ragged.lengths is not None or ragged.lengths_file is not None)
+    plain = not (serving.rewrites or hardware.gpu or view.calibration or view.ladder or view.alignment != "warn"
+                 or view.no_cache or ragged.lengths is not None or ragged.lengths_file is not None)
     key = eval_fast.entry_key(spec, run) if plain else None
     if key is not None and (result := eval_fast.cached_result(key, dims, run, view.depth)) is not None:
         click.echo(render(result, view.fmt))

@@ -208,6 +208,25 @@ backend = click.option("--backend", type=click.Choice([Backend.FLASH.value, Back
                                           "(replaces the spec's `backend:`): flash, math or eager.")
 
 
+def _parse_checkpoint(ctx, param, value):
+    if value is None:
+        return None
+    from costspec.analysis.checkpointing import parse_checkpoint
+
+    try:
+        parse_checkpoint(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+checkpoint = click.option("--checkpoint", callback=_parse_checkpoint, default=None, metavar="none|blocks|every:N",
+                          help="Activation checkpointing (replaces the spec's `checkpoint:` keys): none; blocks (each "
+                               "instance of every outermost repeat re-runs its forward in backward); every:N (the "
+                               "instances 0, N, 2N, ... of each). Train and backward costs gain the recomputed "
+                               "forward.")
+
+
 # -- option groups -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Bindings:
@@ -270,19 +289,26 @@ class Ragged:
 
 @dataclass(frozen=True)
 class Serving:
-    """How the model runs: a serving phase (--phase prefill|decode, --context N) and the attention kernel
-    family (--backend); None: as the spec is written."""
+    """How the model runs: a serving phase (--phase prefill|decode, --context N), the attention kernel
+    family (--backend) and activation checkpointing (--checkpoint); None: as the spec is written."""
 
     phase: str | None = None
     context: int | None = None
     backend: str | None = None
+    checkpoint: str | None = None
 
     def load(self, spec: str, dtype: str | None = None) -> Model:
-        """The spec loaded for this phase and backend (`costspec.analysis.serving`)."""
+        """The spec loaded for this phase, backend and checkpointing (`costspec.analysis.serving`,
+        `costspec.analysis.checkpointing`)."""
         from costspec.core.dims import CLI_WORDS
         from costspec.model import load_worded
 
-        return load_worded(spec, dtype, self.phase, self.context, self.backend, CLI_WORDS)
+        return load_worded(spec, dtype, self.phase, self.context, self.backend, CLI_WORDS, self.checkpoint)
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether the spec is rewritten (a phase, a context, a backend or checkpointing given)."""
+        return (self.phase, self.context, self.backend, self.checkpoint) != (None, None, None, None)
 
 
 @dataclass(frozen=True)
@@ -318,7 +344,7 @@ pass_precision = option_group("run", PassPrecision, pass_, dtype)  # eval, repor
 pass_only = option_group("run", PassPrecision, pass_)  # roofline: the spec's precision
 run_pass_precision = option_group("run", PassPrecision, runnable_pass, run_dtype)  # time
 ragged = option_group("ragged", Ragged, lengths, lengths_file, seq_dim)
-serving = option_group("serving", Serving, phase, context, backend)
+serving = option_group("serving", Serving, phase, context, backend, checkpoint)
 closed_form = option_group("form", ClosedForm, keep, batch, sets, pass_, per_layer, expand)
 
 

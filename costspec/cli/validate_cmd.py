@@ -13,11 +13,13 @@ from costspec.cli.options import Bindings, Display
 
 @dataclass(frozen=True)
 class Counting:
-    """What is run and counted: --pass, on --device, compared within --rtol."""
+    """What is run and counted: --pass, on --device, compared within --rtol, with --checkpoint (activation
+    checkpointing: the generated module runs the checkpointed parts under torch.utils.checkpoint)."""
 
     pass_: str
     device: str
     rtol: float
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ def _config_sets(ctx, param, values) -> dict[str, str]:
     return out
 
 
-counting_options = options.option_group("counting", Counting, options.runnable_pass, options.device, options.rtol)
+counting_options = options.option_group("counting", Counting, options.runnable_pass, options.device, options.rtol,
+                                        options.checkpoint)
 against_options = options.option_group(
     "target", Against,
     click.option("--against", "against", metavar="TARGET", default=None,
@@ -85,7 +88,7 @@ def validate_command(spec: str, dims: Bindings, counting: Counting, display: Dis
     from costspec.core.render import render
     from costspec.model import load
 
-    model = load(spec, backend=backend)
+    model = load(spec, backend=backend, checkpoint=counting.checkpoint)
     values = dims.bind(model)
     pass_, device = counting.pass_, counting.device
     if target.against is None:

@@ -125,8 +125,8 @@ class SdpaCalls(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is not torch.nn.functional.scaled_dot_product_attention:
-            return func(*args, **kwargs)
+        if func is not torch.nn.functional.scaled_dot_product_attention or torch._C._current_graph_task_id() != -1:
+            return func(*args, **kwargs)  # (in backward: a recomputation, whose attention was recorded in forward)
         path = self.innermost()
         self.nodes.mark(path)  # nodes made before the call are not in it
         outer = self.nodes.region
@@ -178,6 +178,11 @@ class ScopeTracker(ModuleTracker):
 
     In both modes the autograd nodes are tagged (`nodes`): the attention regions' backward work
     is recorded by node.
+
+    A forward that runs during the backward pass is a checkpointed part's recomputation
+    (torch.utils.checkpoint re-runs it when backward first needs its saved tensors): its modules are
+    `recomputing`, a stack of their own, and its work belongs to them (as in forward), whatever
+    backward scopes are open; the backward scopes are left as they are.
     """
 
     def __init__(self, root: str = "", by_node: bool = False) -> None:
@@ -185,10 +190,15 @@ class ScopeTracker(ModuleTracker):
         self.root, self.by_node = root, by_node
         self.nodes = NodeScopes()
         self.called: set[str] = set()  # tracker names of the modules whose forward ran
+        self.recomputing: list[str] = []  # tracker names of the modules a recomputation is inside, outer first
         self._chains: dict[str, set[str]] = {}
 
     @property
     def parents(self) -> set[str]:
+        if self.recomputing:  # the recomputed modules and the called ones above them
+            outer = self.recomputing[0].split(".")
+            above = {n for n in (".".join(outer[:k]) for k in range(1, len(outer))) if n in self.called}
+            return {"Global", *above, *self.recomputing}
         if self.by_node and torch._C._current_graph_task_id() != -1:
             return self._chain(self.nodes.current()[0])
         return self._parents
@@ -208,6 +218,15 @@ class ScopeTracker(ModuleTracker):
             self._chains[path] = names
         return self._chains[path]
 
+    def __enter__(self):
+        """torch's hooks, the forward one called even when a module's forward raises: a recomputation that
+        PyTorch's early stop ends (an exception inside the modules it runs) leaves their scopes too."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._fw_pre_handle = register_module_forward_pre_hook(self._fw_pre_hook)
+        self._fw_post_handle = register_module_forward_hook(self._fw_post_hook, always_call=True)
+        return self
+
     def path(self, name: str) -> str:
         return name[len(self.root) + 1:] if name != self.root else ""
 
@@ -219,6 +238,9 @@ class ScopeTracker(ModuleTracker):
         return max((self.path(n) for n in names), key=lambda p: (p.count(".") + 1 if p else 0))
 
     def _fw_pre_hook(self, mod, input) -> None:
+        if torch._C._current_graph_task_id() != -1:  # a checkpointed part's forward, re-run in backward
+            self.recomputing.append(self._get_mod_name(mod))
+            return
         self.nodes.mark(self.innermost())
         self.called.add(self._get_mod_name(mod))
         self._get_append_fn(self._get_mod_name(mod), False)()  # the input-gradient exit: _fw_post_hook
@@ -231,6 +253,9 @@ class ScopeTracker(ModuleTracker):
                 self._hooks.append(register_multi_grad_hook(params, self._get_pop_fn(self._get_mod_name(mod), True)))
 
     def _fw_post_hook(self, mod, input, output) -> None:
+        if self.recomputing:
+            self.recomputing.pop()
+            return
         name = self._get_mod_name(mod)
         self.nodes.close(self.path(name))  # an eager region left open (one matmul): not attention
         self.nodes.mark(self.innermost())

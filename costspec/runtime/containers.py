@@ -66,11 +66,16 @@ class Scope(nn.Module):
     (residuals are transparent in names, so their layers are children of the scope itself).
     `values` holds the named values (`save:` / `inputs:`); nested scopes share it, a repeat's
     instances each get their own copy (their values are theirs).
+
+    A `checkpointed` scope (a block use or repeat instance with `checkpoint:`) runs under
+    torch.utils.checkpoint (non-reentrant, early stop off): autograd keeps its input only, and its whole
+    forward runs again in backward, hooks and all, as the analytic costs count it.
     """
 
     def __init__(self):
         super().__init__()
         self.steps: tuple = ()
+        self.checkpointed = False
 
     def _run(self, steps, x, values: dict):
         for step in steps:
@@ -107,11 +112,31 @@ class Scope(nn.Module):
     def enter(self, x: torch.Tensor, values: dict) -> torch.Tensor:
         """Run this scope with the named values of the enclosing one. They are handed over outside the
         call's arguments: module hooks (the scope trackers) must see the scope's input tensor only."""
+        if self.checkpointed:
+            return self._checkpointed(x, values)
+        return self._call(x, values)
+
+    def _call(self, x: torch.Tensor, values: dict) -> torch.Tensor:
         self._values = values
         try:
             return self(x)
         finally:
             del self._values
+
+    def _checkpointed(self, x: torch.Tensor, values: dict) -> torch.Tensor:
+        """`self(x)` under torch.utils.checkpoint. The recomputation in backward reads the named values as the
+        forward found them (a copy: the forward's reads and saves changed the dict and its alias lists)."""
+        from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+        found = {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
+        runs = [values]
+
+        def run(t: torch.Tensor) -> torch.Tensor:
+            own = runs.pop() if runs else {k: list(v) if isinstance(v, list) else v for k, v in found.items()}
+            return self._call(t, own)
+
+        with set_checkpoint_early_stop(False):  # the whole forward again, as `checkpoint:` in the spec counts it
+            return checkpoint(run, x, use_reentrant=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         values = getattr(self, "_values", None)

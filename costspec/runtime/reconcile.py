@@ -110,6 +110,14 @@ def reconciliations(steps: list[Step], phases: tuple[Phase, ...], runtime, devic
                                                        by_kind):
                 deltas[phase].setdefault(slot, Amount()).add(amount.matmul, amount.pointwise)
                 applied.append(Applied(rule, slot, phase, text, amount.matmul, nonzero(amount.pointwise)))
+            if phase == Phase.BACKWARD and step.grad.recompute != 0:  # checkpointed: its forward ran again
+                facts = {"device": device.value, **{k: FusedRun.DECOMPOSED for k in node.op.runtime.fused},
+                         **runtime.get(Phase.FORWARD, {}).get(id(node), {})}
+                for slot, rule, text, amount in reconcile_node(node, Phase.FORWARD, step.grad.recompute,
+                                                               GradState(False, False), facts, values, ev, by_kind):
+                    deltas[phase].setdefault(slot, Amount()).add(amount.matmul, amount.pointwise)
+                    applied.append(Applied(rule, slot, phase, f"{text}; in the forward a checkpointed part re-runs in "
+                                           "backward", amount.matmul, nonzero(amount.pointwise)))
     return deltas, applied
 
 

@@ -289,7 +289,7 @@ class PointwiseCounter(TorchDispatchMode):
         self.pointwise: dict[str, dict[str, Counter]] = {p: defaultdict(Counter) for p in PASSES}
         self.fused: dict[str, dict[str, dict[str, Counter]]] = {p: defaultdict(lambda: defaultdict(Counter))
                                                                  for p in PASSES}
-        self.decomposed: dict[tuple[str, str], tuple[str, int]] = {}
+        self.decomposed: dict[tuple[str, str, str], tuple[str, int]] = {}
         self.ignored: Counter = Counter()
         self.outside: Counter = Counter()
         self.unknown: list[Unknown] = []
@@ -313,6 +313,8 @@ class PointwiseCounter(TorchDispatchMode):
         opens at a QK^T matmul outside any SDPA call and closes at the next (its AV). Backward: the
         region of the node running."""
         nodes = self.tracker.nodes
+        if self.tracker.recomputing:  # a checkpointed part's forward again: its attention was recorded once
+            return None
         if self.phase != "forward":
             return nodes.current()[1]
         if name in QK_MATMULS and path != OUTSIDE and nodes.region is None:
@@ -335,7 +337,8 @@ class PointwiseCounter(TorchDispatchMode):
             self.outside[name] += 1
             return out
         module = self.modules.get(path)
-        category, kinds = classify(name, func, args, kwargs, out, self.phase, module)
+        runs = "forward" if self.tracker.recomputing else self.phase  # a recomputation runs forward ops
+        category, kinds = classify(name, func, args, kwargs, out, runs, module)
         if category == "ignored":
             self.ignored[(name, IGNORED.get(name, _IGNORED_REASON))] += 1
             if name == "aten.embedding":
@@ -343,9 +346,9 @@ class PointwiseCounter(TorchDispatchMode):
             return out
         decomposed = decomposed_kinds(module)
         if decomposed and category in ("pointwise", "unknown"):
-            kind = decomposed[0 if self.phase == "forward" else 1]
-            _, most = self.decomposed.get((self.phase, path), (kind, 0))
-            self.decomposed[(self.phase, path)] = (kind, max(most, _numel(out)))
+            kind = decomposed[0 if runs == "forward" else 1]  # (a recomputation: both in backward)
+            _, most = self.decomposed.get((self.phase, path, kind), (kind, 0))
+            self.decomposed[(self.phase, path, kind)] = (kind, max(most, _numel(out)))
             return out
         if category == "unknown":
             self.unknown.append(Unknown(self.phase, path, name, _numel(out)))
@@ -364,7 +367,7 @@ class PointwiseCounter(TorchDispatchMode):
         return out
 
     def finish(self) -> None:
-        for (phase, path), (kind, elements) in self.decomposed.items():
+        for (phase, path, _), (kind, elements) in self.decomposed.items():
             self.pointwise[phase][path][kind] += elements
         self.decomposed.clear()
 

@@ -137,6 +137,7 @@ def _fill(container, nodes, ev, built: list) -> tuple:
             for i in range(ev(node.times)):
                 instance = Scope()
                 instance.steps = _fill(instance, group_of(node, i).children, ev, built)
+                instance.checkpointed = node.checkpoint and i % node.checkpoint_every == 0
                 instances.append(instance)
             _add_child(container, node, instances)
             steps.append(Repeat(node.local))
@@ -146,6 +147,7 @@ def _fill(container, nodes, ev, built: list) -> tuple:
         else:  # a named scope (sequence, block use)
             scope = Scope()
             scope.steps = _fill(scope, node.children, ev, built)
+            scope.checkpointed = node.checkpoint
             _add_child(container, node, scope)
             steps.append(Call(node.local))
         if node.saves is not None:

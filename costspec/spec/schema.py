@@ -100,6 +100,12 @@ def build_schema() -> dict:
         "body": {"anyOf": [{"type": "string", "pattern": NAME_PATTERN}, _LAYERS],
                  "x-expected": "a block name or a list of layers", "description": "the repeated layers"},
         "block": {"type": "string", "pattern": NAME_PATTERN, "description": "use a block from `blocks:`"},
+        "checkpoint": {"anyOf": [{"type": "boolean"},
+                                 {"type": "object", "additionalProperties": False, "required": ["every"],
+                                  "properties": {"every": {"type": "integer", "minimum": 1}}}],
+                       "x-expected": "true, false, or {every: N} (a repeat's instances 0, N, 2N, ...)",
+                       "description": "activation checkpointing of a block use or of each instance of a repeat: "
+                                      "its forward runs again in backward (torch.utils.checkpoint)"},
         "args": _ARGS,
         "source": {"anyOf": [{"type": "string", "pattern": _MODULE_PATH},
                              {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": _MODULE_PATH}}],

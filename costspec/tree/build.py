@@ -47,6 +47,7 @@ class TreeBuilder:
         self.op_count = 0
         self.read = AttributeReader(locate, dims, self.constraints, declared_activations(table))
         self.flow = Dataflow(locate)
+        self.checkpointed: tuple | None = None  # the spec path of the checkpointed layer being built
 
     def build(self, precision: Precision) -> tuple[ScopeNode, tuple]:
         check_op_instances(self.data, self.locate(("layers",)))
@@ -147,6 +148,42 @@ class TreeBuilder:
                     raise SpecError(f"'{key}' only belongs to a repeat", self.locate(path + (key,)))
         if "args" in layer and kind not in ("repeat", "block"):
             raise SpecError("'args' only belongs to a repeat or a block", self.locate(path + ("args",)))
+        every = self._checkpoint(layer, kind, path)
+        if every:
+            outer, self.checkpointed = self.checkpointed, path
+            try:
+                node, shape = self._layer_of(layer, kind, path, shape, env, where)
+            finally:
+                self.checkpointed = outer
+            node.checkpoint = True
+            if isinstance(node, RepeatNode):
+                node.checkpoint_every = every
+            return node, shape
+        return self._layer_of(layer, kind, path, shape, env, where)
+
+    def _checkpoint(self, layer: dict, kind: str, path: tuple) -> int:
+        """`checkpoint:` on a block use or a repeat: 0 (none), 1 (every instance) or N (`{every: N}`, a repeat's
+        instances 0, N, 2N, ...). Refused on other layers and inside a checkpointed block or repeat."""
+        value = layer.get("checkpoint", False)
+        if value is False:
+            return 0
+        where = self.locate(path + ("checkpoint",))
+        if kind not in ("block", "repeat"):
+            raise SpecError(f"'checkpoint' belongs to a block use or a repeat, not to a {kind}", where,
+                            "checkpoint: true on the `block:` or `repeat:` layer that holds this one")
+        every = 1 if value is True else value["every"]
+        if every != 1 and kind != "repeat":
+            raise SpecError("checkpoint: {every: N} picks instances of a repeat; a block use has one", where,
+                            "checkpoint: true")
+        if self.checkpointed is not None:
+            outer = self.locate(self.checkpointed)
+            raise SpecError(f"a checkpoint inside the checkpointed layer at {outer}: nested checkpoints "
+                            "(an inner forward re-run twice) are not modelled", where,
+                            "checkpoint on the outer layer or on the inner ones, not both")
+        return every
+
+    def _layer_of(self, layer: dict, kind: str, path: tuple, shape: tuple, env: Env,
+                  where: Location) -> tuple[Node, tuple]:
         if "precision" in layer:
             env = env.with_precision(Precision.of_spec(layer["precision"], env.precision,
                                                        self.locate(path + ("precision",))))

@@ -3,6 +3,12 @@
 Costs are per instance of a node and cached on it: `Node.forward()`, and `Node.backward(in_rg)` with
 in_rg = "my input requires grad". Layers before the first parameterised layer get no backward, and that
 first layer computes dW but no dX; `backward_terms` says which child sees which gradient state.
+
+Activation checkpointing (`checkpoint:` on a block use or a repeat, `--checkpoint`) is the flag
+`Node.checkpoint` on that block's scope or that repeat (`RepeatNode.checkpoint_every`: every N-th
+instance; `checkpointed(group)` counts them). A checkpointed node's backward includes its recomputed
+forward (`recompute`): torch.utils.checkpoint (non-reentrant, early stop off) re-runs the whole forward
+of each checkpointed instance during backward, and such an instance keeps only its input for backward.
 """
 from __future__ import annotations
 
@@ -28,6 +34,9 @@ class Node:
     value: "ValueRef | None" = None  # (on the layer that saves, or its fanout) the value it names
     input_from: "ValueRef | None" = None  # `input: name`: this layer reads a saved value / model input
     reads: tuple[str, ...] = ()  # values an op reads besides its input (`with:`, `kv:`), in order
+    # activation checkpointing: a block use's scope or a repeat (each instance checkpointed alone) whose
+    # forward is re-run in backward; it saves only its input for backward. Nested ones are refused.
+    checkpoint: bool = False
 
     def __init__(self, local: str, loc: Location, explicit: bool = False):
         self.local = local
@@ -52,9 +61,24 @@ class Node:
         return self._fwd
 
     def backward(self, in_rg: bool) -> Cost:
+        """One instance's backward; a checkpointed node's includes its recomputed forward (`recompute`)."""
         if in_rg not in self._bwd:
-            self._bwd[in_rg] = self._backward(in_rg)
+            cost = self._backward(in_rg)
+            if self.checkpoint and self.runs_recompute(in_rg):
+                cost = cost + self.recompute()
+            self._bwd[in_rg] = cost
         return self._bwd[in_rg]
+
+    def runs_recompute(self, in_rg: bool) -> bool:
+        """Whether a checkpointed instance re-runs its forward in backward: when anything in it is
+        differentiated (its input needs a gradient, or it has parameters); else autograd saved nothing
+        there and the backward never reaches it."""
+        return in_rg or self.makes_grad
+
+    def recompute(self) -> Cost:
+        """The forward a checkpointed instance of this node re-runs in backward: all of it (no parameters:
+        they are counted once, in the forward)."""
+        return self.forward().without_params()
 
     def _backward(self, in_rg: bool) -> Cost:
         total = ZERO_COST
@@ -254,6 +278,29 @@ class RepeatNode(Node):
     def __init__(self, local: str, loc: Location, explicit: bool, times: sympy.Expr):
         super().__init__(local, loc, explicit)
         self.times = times
+        self.checkpoint_every = 1  # with `checkpoint`: instances 0, N, 2N, ... are checkpointed (N = this)
+
+    def checkpointed(self, group: "GroupNode") -> sympy.Expr:
+        """How many of `group`'s instances are checkpointed: all of them with every = 1, else the
+        instances i with i % every == 0 (ceiling(times / every) of the repeat; Hugging Face's
+        `every_n_layers`)."""
+        if not self.checkpoint:
+            return sympy.Integer(0)
+        n = self.checkpoint_every
+        if n == 1:
+            return group.count
+        if group.indices is not None:
+            return sympy.Integer(sum(1 for i in group.indices if i % n == 0))
+        listed = sum(1 for g in self.children if isinstance(g, GroupNode) and g.indices is not None
+                     for i in g.indices if i % n == 0)
+        return sympy.ceiling(self.times / n) - listed
+
+    def recompute(self) -> Cost:
+        total = ZERO_COST
+        for group in self.children:
+            assert isinstance(group, GroupNode)
+            total = total + group.forward().scaled(self.checkpointed(group))
+        return total.without_params()
 
     @property
     def grouped(self) -> bool:

@@ -44,15 +44,22 @@ class GradState:
     later ones see one only if an earlier instance had parameters. `leading` is how many of a row's
     instances see `first`: one, except inside repeats whose bodies have no parameters at all, where
     every instance of the body within the first instance of the enclosing repeat sees its input state.
+    `recompute` is how many of the row's instances lie in a checkpointed block or repeat instance that
+    re-runs its forward in backward (activation checkpointing; `Node.checkpoint`).
     """
 
     first: bool
     rest: bool
     leading: sympy.Expr = sympy.Integer(1)
+    recompute: sympy.Expr = sympy.Integer(0)
 
     def then(self, makes_grad: bool) -> GradState:
         """The state after a node that has (or has not) parameters."""
-        return GradState(self.first or makes_grad, self.rest or makes_grad, self.leading)
+        return GradState(self.first or makes_grad, self.rest or makes_grad, self.leading, self.recompute)
+
+    def recomputed(self, count: sympy.Expr) -> GradState:
+        """This state with `count` of the row's instances recomputed in backward."""
+        return GradState(self.first, self.rest, self.leading, count)
 
     def split(self, instances: sympy.Expr) -> list[tuple[bool, sympy.Expr]]:
         """(input requires grad, how many) over `instances` instances of a row: leading ones, then the rest."""
@@ -75,6 +82,8 @@ def node_cost(node: Node, pass_: Pass | str, instances: sympy.Expr, grad: GradSt
             one = node.backward(rg).scaled(count)
             total = one if total is None else total + one
         assert total is not None
+        if grad.recompute != 0:  # inside a checkpointed block or repeat instance: its forward again
+            total = total + node.forward().without_params().scaled(grad.recompute)
         return total
     return node_cost(node, Pass.FORWARD, instances, grad) + node_cost(node, Pass.BACKWARD, instances,
                                                                       grad).without_params()
@@ -94,6 +103,11 @@ def walk(root: Node) -> Iterator[Step]:
     yield from _walk(root, 0, sympy.Integer(1), NO_GRAD)
 
 
+def _recomputed(node: Node, instances: sympy.Expr, grad: GradState) -> sympy.Expr:
+    """How many of a checkpointed node's `instances` re-run their forward in backward (`Node.runs_recompute`)."""
+    return sum((count for rg, count in grad.split(instances) if node.runs_recompute(rg)), sympy.Integer(0))
+
+
 def _walk(node: Node, depth: int, mult: sympy.Expr, grad: GradState) -> Iterator[Step]:
     state = grad
     for child in node.children:
@@ -102,21 +116,27 @@ def _walk(node: Node, depth: int, mult: sympy.Expr, grad: GradState) -> Iterator
         if isinstance(node, ParallelNode):
             state = grad  # every branch, and the join's gradient sum at the fork, see the fork's input
         if child.input_from is not None:  # `input:` a saved value or a model input
-            state = GradState(child.input_from.rg, child.input_from.rg, state.leading)
+            state = GradState(child.input_from.rg, child.input_from.rg, state.leading, state.recompute)
         child_mult = mult * child.count
+        state = state.recomputed(grad.recompute * child.count)  # a part of a recomputed node is recomputed
+        inner = state.recomputed(_recomputed(child, child_mult, state)) if child.checkpoint else state
         if child.transparent:
             yield from _walk(child, depth, child_mult, state)
         elif isinstance(child, RepeatNode):
             yield Step(child, depth, child_mult, state)
             first = child.first_group()
             later = state.then(first.makes_grad)  # instances after the repeat's very first one
+            runs = _recomputed(child, child_mult, state) if child.checkpoint else sympy.Integer(0)
             for group in child.children:
+                assert isinstance(group, GroupNode)
                 if not child.makes_grad:  # no parameters in any instance: each sees the repeat's own input state
                     group_state = GradState(state.first, state.rest, state.leading * group.count)
                 elif group is first:
                     group_state = GradState(state.first, later.rest, state.leading)
                 else:
                     group_state = GradState(later.first, later.rest, state.leading)
+                group_state = group_state.recomputed(runs * child.checkpointed(group) if child.checkpoint
+                                                     else state.recompute * group.count)
                 if child.grouped:
                     yield Step(group, depth + 1, child_mult * group.count, group_state)
                     yield from _walk(group, depth + 2, child_mult * group.count, group_state)
@@ -124,7 +144,7 @@ def _walk(node: Node, depth: int, mult: sympy.Expr, grad: GradState) -> Iterator
                     yield from _walk(group, depth + 1, child_mult * group.count, group_state)
         else:
             yield Step(child, depth, child_mult, state)
-            yield from _walk(child, depth + 1, child_mult, state)
+            yield from _walk(child, depth + 1, child_mult, inner)
         state = state.then(child.makes_grad)
 
 

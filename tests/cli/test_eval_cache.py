@@ -39,9 +39,9 @@ def cached(tmp_path_factory, monkeypatch):
     loaded: dict[tuple[str, str | None], costspec.model.Model] = {}
     real = costspec.model.load
 
-    def load(path, dtype=None, phase=None, context=None, backend=None):
-        if (phase, context, backend) != (None, None, None):
-            return real(path, dtype, phase, context, backend)
+    def load(path, dtype=None, phase=None, context=None, backend=None, checkpoint=None):
+        if (phase, context, backend, checkpoint) != (None, None, None, None):
+            return real(path, dtype, phase, context, backend, checkpoint)
         key = (str(path), dtype)
         if key not in loaded:
             loaded[key] = real(path, dtype)
@@ -114,6 +114,18 @@ def test_options_the_cache_does_not_cover_take_the_full_path(cached, capsys, mon
     monkeypatch.setattr(costspec.model, "load_worded", lambda *a, **k: calls.append(a) or real(*a, **k))
     assert _run(capsys, *args) == reference and calls
     assert reference[0] == 0 and "est. time" in reference[1]
+
+
+def test_checkpointing_takes_the_full_path_and_changes_train(cached, capsys, monkeypatch):
+    args = ["eval", "vit_b", "--batch", "2", "--pass", "train", "--format", "json"]
+    plain = _run(capsys, *args)  # stores a warm entry of the spec as written
+    assert _run(capsys, *args) == plain
+    reference = _run(capsys, *args, "--checkpoint", "blocks", "--no-cache")
+    calls = []
+    real = costspec.model.load
+    monkeypatch.setattr(costspec.model, "load", lambda *a, **k: calls.append(a) or real(*a, **k))
+    assert _run(capsys, *args, "--checkpoint", "blocks") == reference and calls
+    assert reference[0] == 0 and reference[1] != plain[1]
 
 
 def test_a_damaged_entry_is_rebuilt(cached, capsys):

@@ -137,6 +137,7 @@ FRAGMENT_CONTEXTS = {
     "ceil_mode: true": "dims: {B: 2, C: 16}\ninput: [B, C, 7, 7]\n",
     "each use of the block saves its own x": "dims: {B: 2, C: 16, H: 8}\ninput: [B, C, H, H]\n",
     "weights: int4, group: 128": "dims: {B: 2, S: 8, C: 256, V: 100}\ninput: [B, S, C]\n",
+    "checkpoint: {every: 2}": "dims: {B: 1, S: 16, C: 32, heads: 4, L: 4}\ninput: [B, S, C]\n",
 }
 # fragments the torch build refuses (an activation the spec's costs: declare has no torch module): the message
 REFUSED_BY_TORCH = {"fn: my_act": "has no torch module"}
