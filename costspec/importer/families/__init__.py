@@ -54,7 +54,7 @@ def _register(module_name: str) -> None:
 # One line per family group (keep this list additive: each group's owner appends its line).
 _register("vision")  # vit, deit, dinov2
 _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
-_register("bert")  # bert, roberta
+_register("bert")  # the BERT-like template: bert, roberta, xlm-roberta, electra, distilbert
 _register("decoders")  # gpt2, llama
 _register("encdec")  # t5, whisper: the encoders of encoder-decoders
 _register("resnet")  # resnet
