@@ -258,7 +258,7 @@ DISTILBERT_KEYS = (size("dim"), heads("n_heads", "dim"), layers("n_layers"), siz
 def family(e: Encoder) -> Family:
     keys = DISTILBERT_KEYS if e.parts is DISTILBERT_PARTS else ENCODER_KEYS + (
         (size("embedding_size"),) if e.embedding_size else ())
-    refused = () if e.parts is DISTILBERT_PARTS else BERT_REFUSED
+    refused: tuple[str, ...] = () if e.parts is DISTILBERT_PARTS else BERT_REFUSED
     if e.positions_after_pad:
         refused += ("max_position_embeddings below 3 (positions are numbered from pad_token_id + 1)",)
     return Family((e.model_type,), e.hf_class, lambda cfg: build_encoder(e, cfg), e.blurb, hf_kwargs=dict(e.hf_kwargs),
