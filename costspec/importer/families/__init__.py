@@ -56,6 +56,7 @@ _register("vision")  # vit, deit, dinov2
 _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
 _register("bert")  # the BERT-like template: bert, roberta, xlm-roberta, electra, distilbert
 _register("deberta")  # deberta-v2: disentangled attention
+_register("modernbert")  # modernbert: global and local layers
 _register("decoders")  # gpt2, llama
 _register("encdec")  # t5, whisper: the encoders of encoder-decoders
 _register("resnet")  # resnet
