@@ -58,7 +58,8 @@ _register("bert")  # the BERT-like template: bert, roberta, xlm-roberta, electra
 _register("deberta")  # deberta-v2: disentangled attention
 _register("modernbert")  # modernbert: global and local layers
 _register("decoders")  # gpt2, llama
-_register("encdec")  # t5, whisper: the encoders of encoder-decoders
+_register("encdec")  # t5: the encoder of the encoder-decoder
+_register("whisper")  # whisper: the whole encoder-decoder with its LM head
 _register("resnet")  # resnet
 _register("neox")  # gpt_neox, phi
 _register("llm")  # mistral, qwen2, gemma
