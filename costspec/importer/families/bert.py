@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from costspec.importer.config import HFConfig, heads, layers, size
+from costspec.importer.config import HFConfig, Key, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import ENCODER_KEYS, GELU_NEW_NOTE, activation, check_divides
@@ -42,6 +42,8 @@ class Parts:
     stack: str = "encoder.layer"
 
 
+DISTILBERT_KEYS = (size("dim"), heads("n_heads", "dim"), layers("n_layers"), size("hidden_dim"), size("vocab_size"),
+                   size("max_position_embeddings"))
 DISTILBERT_PARTS = Parts("attention", "q_lin / k_lin / v_lin / out_lin, all with bias", "sa_layer_norm", "ffn",
                          "lin1, activation, lin2", "output_layer_norm", "transformer.layer")
 
@@ -64,7 +66,10 @@ class Encoder:
     segments: bool = True  # token_type_embeddings (type_vocab_size)
     embedding_size: bool = False  # ELECTRA: embeddings of width embedding_size, projected to hidden_size
     pooler: bool = False  # the dense + tanh pooler on the first token (output: pooler_output)
+    bert_keys: bool = True  # is_decoder, add_cross_attention, position_embedding_type (BertConfig's) are read
+    sines_key: str = ""  # a bool key that initialises the position table with sines (DistilBERT's)
     parts: Parts = field(default_factory=Parts)
+    keys: tuple[Key, ...] = ENCODER_KEYS
     bf16_default: bool = True  # no dtype in the config: bf16 (BERT and RoBERTa keep transformers' fp32)
     hf_kwargs: tuple[tuple[str, str], ...] = ()
     architectures: tuple[str, ...] = ()
@@ -80,7 +85,7 @@ def _precision(spec: SpecText, cfg: HFConfig, e: Encoder) -> None:
 
 
 def _refuse_decoder(cfg: HFConfig, e: Encoder) -> None:
-    if e.parts is DISTILBERT_PARTS:
+    if not e.bert_keys:
         return
     if cfg.get_bool("is_decoder", False):
         raise cfg.refuse("is_decoder", f"{e.title} as a causal decoder is not supported by this importer "
@@ -122,7 +127,7 @@ def build_encoder(e: Encoder, cfg: HFConfig) -> str:
     fn = activation(cfg, e.act_key, "gelu")
     if cfg.get(e.act_key) == "gelu_new":
         spec.note(GELU_NEW_NOTE if e.act_key == "hidden_act" else GELU_NEW_NOTE.replace("hidden activation", e.act_key))
-    sinusoidal = cfg.get_bool("sinusoidal_pos_embds", False) if e.parts is DISTILBERT_PARTS else False
+    sinusoidal = cfg.get_bool(e.sines_key, False) if e.sines_key else False
     _precision(spec, cfg, e)
     spec.input(["B", "S"], "token ids")
     embeds = ("token + segment + learned position" if e.segments else
@@ -246,19 +251,16 @@ ENCODERS = (
     Encoder("distilbert", "DistilBertModel", "DistilBERT",
             "DistilBERT encoder: no token types, learned positions (sine-initialised or not) (no pooler, no head)",
             width_key="dim", heads_key="n_heads", layers_key="n_layers", ffn_key="hidden_dim", act_key="activation",
-            segments=False, parts=DISTILBERT_PARTS,
+            segments=False, parts=DISTILBERT_PARTS, bert_keys=False, sines_key="sinusoidal_pos_embds",
+            keys=DISTILBERT_KEYS,
             architectures=("DistilBertForMaskedLM", "DistilBertModel"),
             ignored=(("qa_dropout", DISTILBERT_HEAD), ("seq_classif_dropout", DISTILBERT_HEAD))),
 )
 
-DISTILBERT_KEYS = (size("dim"), heads("n_heads", "dim"), layers("n_layers"), size("hidden_dim"), size("vocab_size"),
-                   size("max_position_embeddings"))
-
 
 def family(e: Encoder) -> Family:
-    keys = DISTILBERT_KEYS if e.parts is DISTILBERT_PARTS else ENCODER_KEYS + (
-        (size("embedding_size"),) if e.embedding_size else ())
-    refused: tuple[str, ...] = () if e.parts is DISTILBERT_PARTS else BERT_REFUSED
+    keys = e.keys + ((size("embedding_size"),) if e.embedding_size else ())
+    refused: tuple[str, ...] = BERT_REFUSED if e.bert_keys else ()
     if e.positions_after_pad:
         refused += ("max_position_embeddings below 3 (positions are numbered from pad_token_id + 1)",)
     return Family((e.model_type,), e.hf_class, lambda cfg: build_encoder(e, cfg), e.blurb, hf_kwargs=dict(e.hf_kwargs),
