@@ -31,7 +31,7 @@ WHISPER_REFUSED = ("activation_function the importer does not price",
 DEFAULT_DTYPE = "bf16"
 
 
-def _block(name: str, heads: str, hidden: str, fn: str, cross: bool) -> str:
+def _block(heads: str, hidden: str, fn: str, cross: bool) -> str:
     """One pre-LN block: self-attention (causal in the decoder), cross-attention over `enc`, MLP."""
     causal = ", causal: true" if cross else ""
     text = f"""\
@@ -107,8 +107,8 @@ def build_whisper(cfg: HFConfig) -> str:
                 f"learned positions, {cfg.get('decoder_layers', 4)} pre-LN blocks of causal self-attention, "
                 f"cross-attention over the encoder's states and {fn} MLP, final LayerNorm) with the LM head proj_out"
                 + (" tied to the token embedding" if tied else " (its own weight)"))
-    spec.block("encoder_block", _block("encoder", "heads", "F", fn, cross=False))
-    spec.block("decoder_block", _block("decoder", "dheads", "FD", fn, cross=True))
+    spec.block("encoder_block", _block("heads", "F", fn, cross=False))
+    spec.block("decoder_block", _block("dheads", "FD", fn, cross=True))
     spec.header.append("# `source:` and `ignore:` name modules of transformers' WhisperForConditionalGeneration; "
                        "validate --against passes decoder_input_ids (the spec's second input) by name")
     spec.ignore("""\
