@@ -148,8 +148,10 @@ def load_target(target: str, model: "Network", values: Mapping[sympy.Symbol, sym
     _guard_forward(module, target)
     if inputs is None:
         args: tuple = (spec_input(model, values, device),)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = further_inputs(model, values, device) if target.startswith(HF_PREFIX) else {}
         described.append(f"input: the spec's input {list(args[0].shape)} ({args[0].dtype}) on {device}")
+        described.extend(f"input {name}=: the spec's input {name} {list(x.shape)} ({x.dtype}) on {device}"
+                         for name, x in kwargs.items())
     else:
         args, kwargs = _as_call(inputs, target)
         described.append("input: the example inputs the callable returned")
@@ -210,6 +212,21 @@ def spec_input(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], d
     dtype = torch.get_default_dtype()
     x = first.op.example_input(first.call, shape, ev, device, dtype) if first is not None else None
     return torch.randn(shape, device=device, dtype=dtype) if x is None else x
+
+
+def further_inputs(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], device: str) -> dict[str, Any]:
+    """The spec's further inputs (`inputs:`) as tensors, by name: an hf: model gets them as keyword arguments
+    of the same name (an encoder-decoder's `decoder_input_ids`); token ids in range where an embedding reads one."""
+    torch = import_torch("costspec validate --against")
+    ev = evaluator(values)
+    out = {}
+    for name, ref in model.root.inputs.items():
+        shape = tuple(ev(d) for d in ref.shape)
+        reader = next((n for n in model.op_nodes() if n.input_from is ref), None)
+        dtype = torch.get_default_dtype()
+        x = reader.op.example_input(reader.call, shape, ev, device, dtype) if reader is not None else None
+        out[name] = torch.randn(shape, device=device, dtype=dtype) if x is None else x
+    return out
 
 
 def first_tensor(out: Any, output: str | None = None) -> "torch.Tensor":

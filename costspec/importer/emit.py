@@ -52,6 +52,7 @@ class SpecText:
     _dims: list[str] = field(default_factory=list)
     _precision: str = ""
     _input: str = ""
+    _inputs: list[str] = field(default_factory=list)
     _blocks: list[str] = field(default_factory=list)
     _ignore: list[str] = field(default_factory=list)
     _layers: list[str] = field(default_factory=list)
@@ -79,6 +80,11 @@ class SpecText:
 
     def input(self, shape: list[str], why: str = "") -> SpecText:
         self._input = f"input: [{', '.join(shape)}]" + comment(why)
+        return self
+
+    def further_input(self, name: str, shape: list[str], why: str = "") -> SpecText:
+        """A further model input (`inputs:`), e.g. an encoder-decoder's decoder token ids."""
+        self._inputs.append(f"  {name}: [{', '.join(shape)}]" + comment(why))
         return self
 
     def block(self, name: str, yaml_lines: str) -> SpecText:
@@ -112,6 +118,9 @@ class SpecText:
         out.extend(self._dims)
         out.append(self._precision or "precision: {dtype: fp32}")
         out.append(self._input)
+        if self._inputs:
+            out.append("inputs:")
+            out.extend(self._inputs)
         if self._blocks:
             out.append("blocks:")
             out.extend(self._blocks)

@@ -1,5 +1,6 @@
-"""Imported encoders of encoder-decoder models against their transformers modules (on meta): T5's encoder
-(T5EncoderModel) and Whisper's (WhisperEncoder). Forward and train: no failing row, matmul FLOPs and
+"""Imported encoder-decoder models against their transformers modules (on meta): T5's encoder
+(T5EncoderModel) and Whisper's whole encoder-decoder with its LM head (WhisperForConditionalGeneration, the
+decoder's tokens passed as decoder_input_ids). Forward and train: no failing row, matmul FLOPs and
 parameters exactly equal. Fixed small configs (fast), then random valid configs per family (slow)."""
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ from tests.common import ROOT  # noqa: E402
 from tests.importer.check import assert_exact, import_and_check, write_config  # noqa: E402
 
 T5_SMALL = {"d_model": 64, "d_kv": 16, "d_ff": 96, "num_layers": 2, "num_heads": 4, "vocab_size": 100}
+# token ids inside the small vocabulary (WhisperConfig's defaults are whisper-tiny's, 50256 and 50257)
+SMALL_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 1, "decoder_start_token_id": 2}
 WHISPER_SMALL = {"d_model": 64, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 96,
-                 "num_mel_bins": 16, "max_source_positions": 30, "vocab_size": 100}
+                 "decoder_layers": 2, "decoder_attention_heads": 4, "decoder_ffn_dim": 80, "num_mel_bins": 16,
+                 "max_source_positions": 30, "max_target_positions": 12, "vocab_size": 100, **SMALL_IDS}
 
 CONFIGS = {
     "t5": lambda: transformers.T5Config(**T5_SMALL),
@@ -33,7 +37,8 @@ CONFIGS = {
     "t5_wide_heads": lambda: transformers.T5Config(**{**T5_SMALL, "d_kv": 24}, relative_attention_num_buckets=8,
                                                    relative_attention_max_distance=20),  # heads*d_kv != d_model
     "whisper": lambda: transformers.WhisperConfig(**WHISPER_SMALL),
-    "whisper_relu": lambda: transformers.WhisperConfig(**WHISPER_SMALL, activation_function="relu"),
+    "whisper_relu_untied": lambda: transformers.WhisperConfig(**WHISPER_SMALL, activation_function="relu",
+                                                              tie_word_embeddings=False),
 }
 
 
@@ -47,14 +52,40 @@ def test_import_matches_the_transformers_model(name, tmp_path):
 def test_hub_configs_legacy_keys_are_understood(tmp_path):
     """t5-small's and whisper-tiny's config.json on the hub carry keys their config classes no longer
     write (n_positions, output_past; num_hidden_layers): understood, the numbers are the zoo specs'
-    (tests/zoo/test_import_round_trip.py checks the class defaults' round trip at batch 1 and 8)."""
+    (whisper's: its `encoder` row, less the gradient sum of the encoder's states over the decoder's L
+    cross-attentions; tests/zoo/test_import_round_trip.py checks the class defaults' round trip at batch 1 and 8)."""
     t5 = {**transformers.T5Config().to_dict(), "n_positions": 512, "output_past": True}
     whisper = {**transformers.WhisperConfig().to_dict(), "num_hidden_layers": 4}
     for data, spec in ((t5, "t5_small_encoder"), (whisper, "whisper_tiny_encoder")):
         imported = loads(import_hf(write_config(data, tmp_path), dtype="bf16").text)
         zoo = load(ROOT / f"specs/{spec}.yaml")
         got, want = imported.report("train", imported.bind(2)), zoo.report("train", zoo.bind(2))
-        assert (got.tc, got.cuda, got.params) == (want.tc, want.cuda, want.params)
+        if spec.startswith("whisper"):
+            rows = {row.name: row for row in got.rows}
+            encoder, fanout = rows["encoder"], rows["encoder.enc_fanout"]
+            assert (encoder.tc_flops, encoder.cuda_flops - fanout.cuda_flops, encoder.params) == (
+                want.tc, want.cuda, want.params)
+        else:
+            assert (got.tc, got.cuda, got.params) == (want.tc, want.cuda, want.params)
+
+
+def test_whisper_is_the_whole_model_with_its_lm_head(tmp_path):
+    """WhisperForConditionalGeneration: the encoder, the decoder over T = max_target_positions tokens (a second
+    input, decoder_input_ids), proj_out tied to the decoder's token embedding (its V*C counted once)."""
+    imported = import_hf(write_config(transformers.WhisperConfig(**WHISPER_SMALL), tmp_path))
+    assert "--against hf:WhisperForConditionalGeneration" in imported.text
+    assert "inputs:\n  decoder_input_ids: [B, T]" in imported.text
+    model = loads(imported.text)
+    rows = {row.name: row for row in model.report("forward", model.bind(1)).rows}
+    T, C, V = 12, 64, 100
+    assert rows["proj_out"].tc_flops == 2 * T * C * V and rows["proj_out"].params == 0
+    assert rows["embed_tokens"].params == V * C
+    untied = loads(import_hf(write_config(transformers.WhisperConfig(**WHISPER_SMALL, tie_word_embeddings=False),
+                                          tmp_path)).text)
+    assert {r.name: r for r in untied.report("forward", untied.bind(1)).rows}["proj_out"].params == V * C
+    # the cross-attention: q and out_proj over the decoder's T rows, k and v over the encoder's S = 30 states
+    S, LD = 30, 2
+    assert rows["decoder.attn2"].tc_flops == LD * (2 * (2 * T * C * C) + 2 * (2 * S * C * C) + 2 * 2 * T * S * C)
 
 
 def test_t5_gated_gelu_differs_only_by_gelu_new_ops(tmp_path):
@@ -130,4 +161,6 @@ def test_random_t5(heads, d_kv, width, layers, d_ff, buckets, distance, proj, ba
 def test_random_whisper(heads, head_dim, layers, ffn, mels, positions, act, batch):
     _check(transformers.WhisperConfig(d_model=heads * head_dim, encoder_attention_heads=heads, encoder_layers=layers,
                                       encoder_ffn_dim=ffn, num_mel_bins=mels, max_source_positions=positions,
-                                      activation_function=act, vocab_size=64), batch)
+                                      decoder_attention_heads=heads, decoder_layers=layers, decoder_ffn_dim=ffn + 4,
+                                      max_target_positions=positions + 3, activation_function=act, vocab_size=64,
+                                      **SMALL_IDS), batch)

@@ -54,9 +54,12 @@ def _register(module_name: str) -> None:
 # One line per family group (keep this list additive: each group's owner appends its line).
 _register("vision")  # vit, deit, dinov2
 _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
-_register("bert")  # bert, roberta
+_register("bert")  # the BERT-like template: bert, roberta, xlm-roberta, electra, distilbert
+_register("deberta")  # deberta-v2: disentangled attention
+_register("modernbert")  # modernbert: global and local layers
 _register("decoders")  # gpt2, llama
-_register("encdec")  # t5, whisper: the encoders of encoder-decoders
+_register("encdec")  # t5: the encoder of the encoder-decoder
+_register("whisper")  # whisper: the whole encoder-decoder with its LM head
 _register("resnet")  # resnet
 _register("neox")  # gpt_neox, phi
 _register("llm")  # mistral, qwen2, gemma

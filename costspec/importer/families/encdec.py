@@ -1,14 +1,15 @@
-"""The encoders of encoder-decoder models: T5 (T5EncoderModel) and Whisper (WhisperEncoder).
+"""The encoder of T5 (T5EncoderModel); Whisper's whole encoder-decoder is whisper.py.
 
-Only the encoder stack is imported (the decoder needs cross-attention, not written by this importer):
-the config keys that describe the decoder are read as such and named in the spec's notes.
+Only T5's encoder stack is imported: its decoder's embedding shares one table with the encoder's (`shared`),
+which a spec cannot write with two embedding layers; the config keys that describe the decoder are read as
+such and named in the spec's notes.
 """
 from __future__ import annotations
 
-from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
+from costspec.importer.config import HFConfig, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
-from costspec.importer.families.common import ACTIVATIONS, GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.families.common import ACTIVATIONS, GELU_NEW_NOTE
 
 DECODER_ONLY = "describes the decoder, which this importer leaves out (the spec is the encoder)"
 
@@ -123,119 +124,10 @@ layers:
     return spec.render()
 
 
-# ----------------------------------------------------------------------------------------------
-# Whisper
-# ----------------------------------------------------------------------------------------------
-NOT_IN_EVAL = "a training-time augmentation or drop; costspec counts the model as it runs in eval mode"
-CLASSIFIER = "WhisperForAudioClassification's head only"
-WHISPER_IGNORED = {
-    "vocab_size": DECODER_ONLY, "decoder_layers": DECODER_ONLY, "decoder_attention_heads": DECODER_ONLY,
-    "decoder_ffn_dim": DECODER_ONLY, "max_target_positions": DECODER_ONLY, "decoder_layerdrop": DECODER_ONLY,
-    "tie_word_embeddings": DECODER_ONLY, "forced_decoder_ids": DECODER_ONLY, "alignment_heads": DECODER_ONLY,
-    "median_filter_width": "word-level timestamps of the decoder's cross-attention (post-processing)",
-    "scale_embedding": "scales the decoder's token embeddings (the encoder computes the factor and does not use it)",
-    "is_encoder_decoder": "the model is an encoder-decoder; the spec is its encoder",
-    "encoder_layerdrop": NOT_IN_EVAL, "apply_spec_augment": NOT_IN_EVAL, "mask_time_prob": NOT_IN_EVAL,
-    "mask_time_length": NOT_IN_EVAL, "mask_time_min_masks": NOT_IN_EVAL, "mask_feature_prob": NOT_IN_EVAL,
-    "mask_feature_length": NOT_IN_EVAL, "mask_feature_min_masks": NOT_IN_EVAL,
-    "use_weighted_layer_sum": CLASSIFIER, "classifier_proj_size": CLASSIFIER,
-    "init_std": "initialisation only",
-    "num_hidden_layers": "an alias WhisperConfig sets to encoder_layers (read)",
-}
-WHISPER_REFUSED = ("activation_function the importer does not price",)
-
-
-def build_whisper(cfg: HFConfig) -> str:
-    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type whisper, transformers' "
-                                  "WhisperEncoder)")
-    C = cfg.get_int("d_model", 384)
-    heads = cfg.get_int("encoder_attention_heads", 6)
-    check_divides(cfg, "d_model", C, "encoder_attention_heads", heads)
-    L = cfg.get_int("encoder_layers", 4)
-    alias = cfg.get("num_hidden_layers", L)
-    if alias != L:
-        raise ImportProblem(f"{cfg.where('num_hidden_layers')} = {alias!r} differs from encoder_layers = {L} "
-                            "(WhisperConfig keeps them equal)")
-    fn = activation(cfg, "activation_function", "gelu")
-    spec.dim("B", 1, "batch size")
-    spec.dim("M", cfg.get_int("num_mel_bins", 80), "mel bins", "num_mel_bins")
-    spec.dim("S", cfg.get_int("max_source_positions", 1500), "positions after the stride-2 conv",
-             "max_source_positions")
-    spec.derived("T", "2*S", "input frames (WhisperEncoder requires exactly 2 * max_source_positions)")
-    spec.dim("C", C, "width", "d_model")
-    spec.dim("heads", heads, "attention heads", "encoder_attention_heads")
-    spec.dim("F", cfg.get_int("encoder_ffn_dim", 1536), "MLP hidden size", "encoder_ffn_dim")
-    spec.dim("L", L, "encoder blocks", "encoder_layers")
-    if cfg.get("activation_function") == "gelu_new":
-        spec.note(GELU_NEW_NOTE.replace("hidden activation", "activation_function"))
-    spec.note(f"The encoder only ({cfg.get('decoder_layers', L)} decoder layers and the LM head are not imported).")
-    spec.precision(cfg.dtype, cfg.dtype_source)
-    spec.input(["B", "M", "T"], "log-Mel spectrogram (input_features)")
-    spec.doc = (f"Whisper audio encoder imported from a Hugging Face config: two conv1d + GELU (the second with "
-                f"stride 2), a frozen sinusoidal position table, {L} pre-LN blocks (width {C}, {heads} heads, k_proj "
-                f"without bias, {fn} MLP), final LayerNorm")
-    spec.block("whisper_block", f"""\
-- residual:
-    - layernorm: {{}}
-      source: self_attn_layer_norm
-    # no attention mask (Whisper ignores it); q_proj, v_proj and out_proj have a bias, k_proj none
-    - attention: {{heads: heads, fused_qkv: false, k_bias: false}}
-      source: self_attn
-- residual:
-    - layernorm: {{}}
-      source: final_layer_norm
-    - mlp: {{hidden: F, fn: {fn}}}  # fc1 -> activation_function -> fc2
-      source: [fc1, fc2]
-""")
-    spec.header.append("# `source:` and `ignore:` name modules of transformers' WhisperEncoder")
-    spec.ignore("""\
-- module: "layers.*.self_attn"
-  extra: {scale: "L*B*S*C"}
-  reason: >-
-    transformers' WhisperAttention multiplies q by head_dim**-0.5 after q_proj and calls SDPA with
-    scaling 1.0, which still multiplies: one extra multiply per element of q (B*S*C per layer),
-    forward and backward; the spec scales once, in the SDPA
-""")
-    spec.layers("""\
-- conv1d: {out: C, kernel: 3, padding: 1}
-  name: conv1
-  source: conv1
-- activation: {fn: gelu}  # Whisper's convs are followed by GELU whatever activation_function says
-  name: act1
-- conv1d: {out: C, kernel: 3, stride: 2, padding: 1}
-  name: conv2
-  source: conv2
-- activation: {fn: gelu}
-  name: act2
-- permute: {order: [0, 2, 1]}  # [B, C, S] -> [B, S, C]
-# sinusoidal positions stored as a frozen (S x C) table: counted in the parameters, never trained
-- position_embedding: {length: S, trainable: false}
-  name: embed_positions
-  source: embed_positions
-- repeat: L
-  name: layers
-  body: whisper_block
-  source: layers
-- layernorm: {}
-  name: layer_norm
-  source: layer_norm
-""")
-    cfg.check_understood(WHISPER_IGNORED)
-    return spec.render()
-
-
 T5_KEYS = (size("vocab_size"), size("d_model"), size("d_kv"), size("d_ff"), layers("num_layers"),
            layers("num_decoder_layers"), heads("num_heads", "d_model"), size("relative_attention_num_buckets"),
            size("relative_attention_max_distance"))
-WHISPER_KEYS = (size("num_mel_bins"), layers("encoder_layers"), layers("decoder_layers"), layers("num_hidden_layers"),
-                heads("encoder_attention_heads", "d_model"), size("encoder_ffn_dim"), size("d_model"),
-                size("max_source_positions"))
 T5 = Family(("t5",), "T5EncoderModel", build_t5, "T5 encoder (the encoder stack of an encoder-decoder; no decoder)",
             architectures=("T5EncoderModel", "T5ForConditionalGeneration", "T5Model"), refused=T5_REFUSED,
             keys=T5_KEYS)
-WHISPER = Family(("whisper",), "WhisperEncoder", build_whisper,
-                 "Whisper audio encoder (the encoder of an encoder-decoder; no decoder)",
-                 architectures=("WhisperForConditionalGeneration", "WhisperModel"), refused=WHISPER_REFUSED,
-                 keys=WHISPER_KEYS)
-
-FAMILY_LIST = (T5, WHISPER)
+FAMILY_LIST = (T5,)
