@@ -169,6 +169,7 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     return Imported(text, family, cfg.path, field, hf_class, cfg)
 
 
+CHOSEN = ("B", "S")  # the batch and the sequence length: choices for a run (--set), whatever key gave a default
 _DIM = re.compile(r"^  (\w+): \{value: (\S+?), doc: (.*?)\}(?:  # (.*))?$")
 _PRECISION_LINE = re.compile(r"^precision: (\{.*?\})(?:  # (.*))?$")
 
@@ -187,7 +188,7 @@ def described(imported: Imported, check: str) -> dict:
             name, value, doc, key = match.groups()
             dims[name] = {"value": int(value) if value.isdigit() else value.strip('"'), "doc": doc.strip('"'),
                           "key": key}
-            if key is None:
+            if key is None or name in CHOSEN:
                 assumed[name] = f"{value} ({doc.strip(chr(34))})"
         match = _PRECISION_LINE.match(line)
         if match and not precision:

@@ -174,6 +174,7 @@ def test_a_hub_folder_and_what_json_says_was_read_and_assumed(tmp_path):
     assert {"hidden_size", "num_key_value_heads", "rope_scaling", "vocab_size"} <= set(info["read"])
     assert info["defaults"] == {"attention_bias": False, "mlp_bias": False}  # transformers' defaults, taken
     assert info["dims"]["C"] == {"value": 64, "doc": "hidden size", "key": "hidden_size"}
-    assert info["assumed"]["B"].startswith("1") and "dtype" in info["assumed"]
+    assumed = info["assumed"]  # B and S are choices for a run; no dtype in the config: one is assumed
+    assert assumed["B"].startswith("1") and assumed["S"].startswith("32 (") and "dtype" in assumed
     assert set(info["folder"]) == {"generation_config.json", "README.md"}
     assert info["check"].startswith("costspec validate SPEC.yaml --against hf:LlamaModel ")

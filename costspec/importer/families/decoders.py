@@ -52,8 +52,9 @@ def build_gpt2(cfg: HFConfig) -> str:
     spec.precision(cfg.dtype, cfg.dtype_source)
     spec.input(["B", "S"], "token ids")
     spec.doc = (f"GPT-2 imported from a Hugging Face config: token + learned position embeddings, pre-LN causal "
-                f"blocks (width {C}, {heads} heads, fused qkv, {fn} MLP), final LayerNorm and the LM head"
-                + (" tied to the token embedding" if tied else " (its own weight: tie_word_embeddings false)"))
+                f"blocks (width {C}, {heads} heads, fused qkv, {fn} MLP), final LayerNorm"
+                + ("" if cfg.backbone else " and the LM head" + (" tied to the token embedding" if tied else
+                                                                  " (its own weight: tie_word_embeddings false)")))
     scale = "" if cfg.get_bool("scale_attn_weights", True) else ", scale: none"
     hidden = "F" if inner is not None else "4*C"
     scale_note = "; scale_attn_weights" if scale else ""

@@ -357,8 +357,8 @@ def build(t: Template, cfg: HFConfig) -> str:
     heads = (f"multi-head latent attention, {dims.heads} heads" if t.mla else
              f"{dims.heads} query and {dims.kv} key/value heads of {dims.head_dim}")
     spec.doc = (f"{t.title} causal LM imported from a Hugging Face config: embedding, {dims.layers} blocks "
-                f"(hidden {dims.C}, {heads}, RoPE, causal{window_note}; {what}), final norm, LM head"
-                f"{' tied to the embedding' if tied else ''}")
+                f"(hidden {dims.C}, {heads}, RoPE, causal{window_note}; {what}), final norm"
+                + ("" if cfg.backbone else f", LM head{' tied to the embedding' if tied else ''}"))
     spec.header.extend(wrap_comment(f"`source:` and `ignore:` name modules of transformers' {t.hf_class} "
                                     "(transformers 5)"))
     moe_count = "L" if all(kinds) else str(sum(kinds))
