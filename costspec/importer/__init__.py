@@ -134,7 +134,8 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     cfg = read_config(source, dtype)
     cfg.backbone = backbone
     family = pick_family(cfg)
-    if backbone and family.lm is None:
+    lm = family.lm or head.inferred(family.hf_class)  # a family that does not declare its classes: by name
+    if backbone and lm is None:
         raise UsageError(f"--backbone: the {cfg.model_type or family.model_types[0]} importer writes "
                          f"{family.hf_class}, which has no LM head to drop (--backbone is for causal LMs)")
     cfg.validate(family.keys)  # every numeric key the family reads: type, range, divisibility (the key named)
@@ -144,12 +145,12 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     if not cfg.checked:
         raise RuntimeError(f"importer family {family.hf_class} never called check_understood")
     hf_class = family.hf_class
-    if family.lm is not None:
-        hf_class = family.lm.described(backbone)
-        if family.lm.writes == "backbone" and not backbone:
-            text = head.whole(text, family.lm, cfg)
-        elif family.lm.writes == "whole" and backbone:
-            text = head.backbone(text, family.lm)
+    if lm is not None:
+        hf_class = lm.described(backbone)
+        if lm.writes == "backbone" and not backbone:
+            text = head.whole(text, lm, cfg)
+        elif lm.writes == "whole" and backbone:
+            text = head.backbone(text, lm)
     if weights is not None:
         text = quantised(text, weights)
     spec_name = os.fspath(output) if output is not None else f"{cfg.name}.yaml"

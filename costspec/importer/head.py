@@ -10,7 +10,7 @@ head's layers cut, the sources moved back to the root). Each function keeps the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costspec.importer.config import HFConfig
 
@@ -37,6 +37,32 @@ class CausalLM:
     def described(self, backbone: bool) -> str:
         """The class a spec imported with (or without) --backbone describes."""
         return self.backbone if backbone else self.whole
+
+
+CAUSAL_SUFFIXES = {"ForCausalLM": "Model", "LMHeadModel": "Model"}  # LlamaForCausalLM -> LlamaModel
+
+
+def inferred(hf_class: str) -> CausalLM | None:
+    """A family that declares no `CausalLM` but describes a causal LM by its class name (`*ForCausalLM`,
+    `*LMHeadModel`): it writes the whole model; the backbone's attribute is read from the spec's sources."""
+    for suffix, backbone in CAUSAL_SUFFIXES.items():
+        if hf_class.endswith(suffix) and len(hf_class) > len(suffix):
+            return CausalLM(hf_class, hf_class[:-len(suffix)] + backbone, "", writes="whole")
+    return None
+
+
+def _prefix(text: _Text, lm: CausalLM) -> str:
+    """The attribute every top-level source but the head's starts with (`model`, `transformer`, `backbone`)."""
+    start, end = text.span("layers")
+    sources = [line[len("    source: "):].strip() for line in text.lines[start + 1:end]
+               if line.startswith("    source: ")]
+    sources += re.findall(r"\bsource: ([^,}\s]+)", "\n".join(line for line in text.lines[start + 1:end]
+                                                         if line.startswith("  - {")))
+    firsts = {s.split(".", 1)[0] for s in sources if s != lm.head}
+    if len(firsts) != 1:
+        raise RuntimeError(f"the {lm.whole} importer's top-level sources do not share one backbone attribute "
+                           f"({sorted(firsts)}): declare its CausalLM")
+    return firsts.pop()
 
 
 @dataclass
@@ -142,6 +168,8 @@ def backbone(spec: str, lm: CausalLM) -> str:
     """A whole causal LM's spec text as its backbone: the head's layers cut (the first top-level `lm_head`
     and everything after it: logit scales, soft-caps), the sources moved back to the root."""
     text = _Text(spec.rstrip("\n").split("\n"))
+    if not lm.prefix:
+        lm = replace(lm, prefix=_prefix(text, lm))
     start, end = text.span("layers")
     head = next((i for i in range(start + 1, end) if text.lines[i].startswith("  - lm_head:")), -1)
     if head < 0:

@@ -122,3 +122,18 @@ def test_llama_3_1_8b_equals_llamaforcausallm_with_its_lm_head(tmp_path):
     totals = _eval(LLAMA_8B, tmp_path, 512)
     assert totals["tc_flops"] == flops == 7_822_209_187_840
     assert totals["params"] == params == 8_030_261_248
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "gpt2"])
+def test_a_family_that_declares_no_classes_gets_them_from_its_class_name(tmp_path, monkeypatch, model_type):
+    """A `*ForCausalLM` / `*LMHeadModel` family without `lm`: --backbone names `*Model` and reads the backbone's
+    attribute (model, transformer) from the spec's top-level sources: the same spec as the declared one."""
+    import dataclasses
+
+    path = small_default(model_type, tmp_path)
+    declared = import_hf(path, backbone=True)
+    monkeypatch.setitem(FAMILIES, model_type, dataclasses.replace(FAMILIES[model_type], lm=None))
+    found = import_hf(path, backbone=True)
+    assert found.described == declared.described == FAMILIES[model_type].hf_class.replace(
+        "ForCausalLM", "Model").replace("LMHeadModel", "Model")
+    assert found.text == declared.text
