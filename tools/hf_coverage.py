@@ -58,24 +58,32 @@ class Row:
 def two_layers(data: dict) -> dict:
     """`data` with every layer count 2 (per-stage depths at most 2), nested configs too."""
     out = {}
+    staged = isinstance(data.get("depths"), list)  # Swin's num_layers counts its stages: the depths are the layers
     for key, value in data.items():
         if isinstance(value, dict):
             value = two_layers(value)
+        elif staged and key == "num_layers":
+            pass
         elif key in LAYER_KEYS and isinstance(value, int) and not isinstance(value, bool) and value > 2:
             value = 2
         elif key in DEPTH_KEYS and isinstance(value, list) and all(isinstance(v, int) for v in value):
             value = [min(v, 2) for v in value]
         out[key] = value
+    if out != data:  # a backbone's stage names and outputs follow the depth: the class derives them again
+        for key in ("out_features", "out_indices", "stage_names"):
+            out.pop(key, None)
     for key in ("layer_types", "mlp_only_layers", "no_rope_layers"):  # per-layer lists of the full depth
         if isinstance(out.get(key), list) and len(out[key]) > 2:
             out[key] = out[key][:2]
     return out
 
 
-def default_config(model_type: str) -> dict:
+def default_config(model_type: str, layers: bool = True) -> dict:
+    """The class's defaults, at 2 layers (`layers`) or at their own depth."""
     import transformers
 
-    return two_layers(transformers.AutoConfig.for_model(model_type).to_dict())
+    data = transformers.AutoConfig.for_model(model_type).to_dict()
+    return two_layers(data) if layers else data
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -91,9 +99,22 @@ def last_line(text: str, path: Path) -> str:
 
 
 def measure(model_type: str, folder: Path) -> Row:
+    """The row of `model_type`: at 2 layers, or where the class (or the importer) refuses its defaults at 2 layers
+    (per-layer lists such as SAM's global_attn_indexes), at the class's own depth, the note saying why."""
+    row = measure_at(model_type, folder, layers=True)
+    if row.imported or row.note.startswith("no config class") or "no importer for it" in row.note:
+        return row
+    full = measure_at(model_type, folder, layers=False)
+    if full.imported:
+        full.note = f"at the default depth (2 layers: {row.note})"[:300] + (f"; {full.note}" if full.note else "")
+        return full
+    return row
+
+
+def measure_at(model_type: str, folder: Path, layers: bool) -> Row:
     row = Row(model_type)
     try:
-        data = default_config(model_type)
+        data = default_config(model_type, layers)
     except Exception as exc:  # noqa: BLE001 -- a type this transformers does not have: reported in the table
         row.note = f"no config class: {type(exc).__name__}: {exc}"[:300]
         return row

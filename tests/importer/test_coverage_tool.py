@@ -40,3 +40,5 @@ def test_two_layers_sets_every_layer_count_nested_configs_too():
     assert two_layers(data) == {"num_hidden_layers": 2, "depths": [2, 2, 1],
                                 "text_config": {"num_layers": 2, "hidden_size": 512},
                                 "layer_types": ["sliding_attention"] * 2, "use_cache": True}
+    # Swin: num_layers counts the stages (len(depths)); the depths are the layers
+    assert two_layers({"num_layers": 4, "depths": [2, 2, 6, 2]}) == {"num_layers": 4, "depths": [2, 2, 2, 2]}

@@ -333,6 +333,9 @@ def build(t: Template, cfg: HFConfig) -> str:
         moe, what = moe_op(spec, cfg, t.moe, fn)
         if not all(kinds):
             what += f" in {sum(kinds)} of {dims.layers} layers (the others dense, {fn} MLP)"
+    elif t.moe is not None:  # every layer dense at this depth: the MoE's keys are read and checked, not written
+        moe_op(SpecText(cfg.name, "", ""), cfg, t.moe, fn)
+        what += " (every layer dense: no MoE layer at this depth)"
     for name, value in dims.extra.items():
         spec.dim(name, value, "rotated dims per head (partial_rotary_factor x head_dim)", "partial_rotary_factor")
     multiplier = number(cfg, t.residual_scale_key, 1.0) if t.residual_scale_key else 1.0
