@@ -20,9 +20,9 @@ from tests.importer.check import assert_exact, import_and_check_file  # noqa: E4
 LLAMA_8B = ROOT / "tests/data/hf_configs_flow/llama_3_1_8b.json"
 CAUSAL = sorted(t for t, f in FAMILIES.items() if f.lm is not None)
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
-# defaults the importer cannot take as they are (None where a value is needed; every layer dense at 2 layers)
-NEEDED = {"deepseek_v2": {"num_experts_per_tok": 2}, "deepseek_v3": {"first_k_dense_replace": 1},
-          "ministral": {"head_dim": 128}}
+# defaults the importer cannot take as they are (None where transformers needs a value); DeepSeek-V3 keeps its
+# first_k_dense_replace 3: every layer of the 2 dense, its MoE keys read and checked all the same
+NEEDED = {"deepseek_v2": {"num_experts_per_tok": 2}, "ministral": {"head_dim": 128}}
 
 
 def small_default(model_type: str, folder):
