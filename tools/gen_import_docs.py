@@ -23,6 +23,7 @@ def family_section() -> str:
     sys.path.insert(0, str(ROOT))
     import transformers
 
+    from costspec.core.errors import CostspecError
     from costspec.importer import FAMILIES, read_config
     from costspec.importer.config import GENERIC_KEYS, GENERIC_PATTERN, GENERIC_WHEN_FALSY, ImportProblem
 
@@ -45,7 +46,12 @@ def family_section() -> str:
             with tempfile.TemporaryDirectory() as folder:
                 path = Path(folder) / "config.json"
                 path.write_text(json.dumps(data, default=str))
-                cfg = read_config(path)
+                try:
+                    cfg = read_config(path)
+                except CostspecError as exc:  # a default the reader refuses
+                    lines.append(f"* `{each}` reads: (transformers' default config is refused by the reader: "
+                                 f"{str(exc).split('config.json: ', 1)[-1]})")
+                    continue
                 try:
                     family.build(cfg)
                     refused = ""

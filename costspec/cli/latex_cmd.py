@@ -14,7 +14,8 @@ from costspec.cli.options import ClosedForm
 @click.option("--standalone", is_flag=True, help="A complete document that pdflatex compiles.")
 @click.option("--format", "fmt", type=click.Choice(["latex", "json"]), default="latex", show_default=True,
               help="latex: the align environment; json: each formula's LaTeX and sympy text (as `formula`).")
-def latex_command(spec: str, form: ClosedForm, output: str | None, standalone: bool, fmt: str):
+@options.backend
+def latex_command(spec: str, form: ClosedForm, output: str | None, standalone: bool, fmt: str, backend: str | None):
     """LaTeX formulas of SPEC: one row per top-level layer (every level with --per-layer), subtotals, total."""
     from costspec.analysis.formula import formulas
     from costspec.core.safeio import check_not_input, write_text
@@ -23,7 +24,7 @@ def latex_command(spec: str, form: ClosedForm, output: str | None, standalone: b
 
     if output:
         check_not_input(output, [spec])  # before any work: the spec would be lost
-    result = formulas(load(spec), form.pass_, form.keep, form.expand, form.substituted(),
+    result = formulas(load(spec, backend=backend), form.pass_, form.keep, form.expand, form.substituted(),
                       depth=None if form.per_layer else 1)
     if fmt == "json":
         from costspec.export.formulas import render_json

@@ -76,14 +76,15 @@ def ncu_group() -> None:
 @run_pass_options
 @profile_options
 @options.output_format("table", "json")
-def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile, fmt: str):
+@options.backend
+def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile, fmt: str, backend: str | None):
     """Profile one step of SPEC's torch module under ncu; writes OUT.csv and the sidecar OUT.json."""
     import json
 
     from costspec.model import load
     from costspec.ncu.run import PRINT_COMMAND_HINT, detect_gpu, execute, find_ncu, format_plan, plan_run, resolve_arch
 
-    model = load(spec)
+    model = load(spec, backend=backend)
     dims.bind(model)  # bad dims fail here, before anything runs
     cc = resolve_arch(profile.arch, profile.gpu, profile.catalog)
     if cc is None:
@@ -93,7 +94,7 @@ def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile,
         options.require(profile.print_command, "ncu run needs -o OUT.csv (where the raw page is written)")
         out = f"{Path(spec).stem}.ncu.csv"
     plan = plan_run(spec, out, cc, dims.batch, dims.sets, run.pass_, run.dtype or str(model.precision),
-                    profile.warmup, profile.ncu)
+                    profile.warmup, profile.ncu, backend)
     if profile.print_command:
         if fmt == "json":
             click.echo(json.dumps({"command": plan.command, "env": plan.env, "csv": str(plan.csv),
@@ -127,14 +128,15 @@ def show_command(csv: str, fmt: str):
 @click.option("--calibration", type=options.InputFile("calibration"), default=None,
               help="A calibration file: adds the predicted executed FLOPs and the residuals.")
 @options.output_format()
-def compare_command(spec: str, measured: Measurement, calibration: str | None, fmt: str):
+@options.backend
+def compare_command(spec: str, measured: Measurement, calibration: str | None, fmt: str, backend: str | None):
     """Analytic vs measured Tensor-Core / CUDA-core FLOPs per layer, from ncu CSV(s); no GPU needed."""
     from costspec.analysis.calibration import load_calibration
     from costspec.core.render import render
     from costspec.model import load
     from costspec.ncu.compare import compare, to_result
 
-    result = compare(measured.load(load(spec)), load_calibration(calibration) if calibration else None)
+    result = compare(measured.load(load(spec, backend=backend)), load_calibration(calibration) if calibration else None)
     click.echo(render(to_result(result), fmt))
 
 
@@ -143,7 +145,8 @@ def compare_command(spec: str, measured: Measurement, calibration: str | None, f
 @measurement_options
 @click.option("-o", "--output", "out", required=True, type=options.OutputFile(), help="calib.yaml to write.")
 @options.output_format("table", "json")
-def calibrate_command(spec: str, measured: Measurement, out: str, fmt: str):
+@options.backend
+def calibrate_command(spec: str, measured: Measurement, out: str, fmt: str, backend: str | None):
     """Fit epsilon (GEMM), rho (split-K) and kappa (pointwise kinds) per phase; write a calibration file."""
     import json
 
@@ -154,7 +157,7 @@ def calibrate_command(spec: str, measured: Measurement, out: str, fmt: str):
 
     inputs: list[str | Path] = [spec, *measured.csv, *(sidecar_path(c) for c in measured.csv)]
     check_not_input(out, inputs)  # before any work: a raw profile may need a GPU to recreate
-    result = calibrate(measured.load(load(spec)), spec)
+    result = calibrate(measured.load(load(spec, backend=backend)), spec)
     write_text(out, calibration_text(result, out), inputs)  # read back first: never a file its reader refuses
     if fmt == "json":
         click.echo(json.dumps({**result.data, "written": out}, indent=2))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Bindings, Hardware, PassPrecision
+from costspec.cli.options import Bindings, Hardware, PassPrecision, Serving
 
 
 @dataclass(frozen=True)
@@ -45,24 +45,34 @@ page_options = options.option_group(
 @options.hardware(required=False)
 @page_options
 @options.output_format("table", "json")
-def report_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, page: Page, fmt: str):
-    """Write SPEC's costs as one HTML page (no network needed to view it: CSS, JS, SVG and MathML inline)."""
+@options.serving
+def report_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, page: Page, fmt: str,
+                   serving: Serving):
+    """Write SPEC's costs as one HTML page (no network needed to view it: CSS, JS, SVG and MathML inline).
+    With --phase decode, the costs of one generated token per sequence after --context cached ones (and with
+    --gpu, the time per step and tokens/s)."""
     from costspec.analysis.sweep import parse_vary
     from costspec.core.errors import UsageError
     from costspec.core.safeio import check_not_input, write_text
     from costspec.export.html_page import render_page
     from costspec.export.html_report import gather, read_json
-    from costspec.model import load
+    from costspec.model import load, serve, serving_note
 
     if not page.output.lower().endswith((".html", ".htm")):
         raise UsageError(f"-o {page.output}: the report is an HTML file (.html)")
+    options.require(serving.phase is None or run.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
     check_not_input(page.output, page.inputs(spec, hardware.catalog))
-    model = load(spec, run.dtype)
+    written = load(spec, run.dtype, backend=serving.backend)
+    model = serve(written, serving.phase, serving.context, run.dtype)
     values = dims.bind(model)
     data = gather(model, values, run.pass_, dims.sets, hardware.device(), hardware.fusion, hardware.efficiency,
                   [parse_vary(v) for v in page.varies],
                   read_json(page.validation, "--validation") if page.validation else None,
-                  read_json(page.compare, "--compare") if page.compare else None, page.quiet)
+                  read_json(page.compare, "--compare") if page.compare else None, page.quiet, written, run.dtype)
+    if data.served is not None and (note := serving_note(model, int(model.in_shape[0].xreplace(values)),
+                                                         data.roof.time_s if data.roof else None)):
+        data.notes.insert(0, note)
     html = render_page(data)
     write_text(page.output, html, page.inputs(spec, hardware.catalog))  # atomic; refuses to overwrite an input
     if fmt == "json":

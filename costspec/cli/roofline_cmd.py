@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Bindings, Hardware, PassPrecision
+from costspec.cli.options import Bindings, Hardware, PassPrecision, Serving
 
 
 @dataclass(frozen=True)
@@ -32,15 +32,18 @@ plot_options = options.option_group(
 @options.pass_only
 @options.hardware(required=True)
 @plot_options
-def roofline_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, plot: Plot):
-    """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof)."""
+@options.serving
+def roofline_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Hardware, plot: Plot, serving: Serving):
+    """Draw SPEC's layers on the roofline of GPU (both compute roofs and the memory roof); with --phase decode,
+    one generated token per sequence after --context cached ones."""
     from costspec.analysis.roofline import estimate
     from costspec.core.safeio import check_not_input
     from costspec.export.roofline_plot import plot_roofline
-    from costspec.model import load
 
+    options.require(serving.phase is None or run.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
     check_not_input(plot.output, [spec, hardware.catalog])  # before any work: an input would be lost
-    model = load(spec)
+    model = serving.load(spec)
     values = dims.bind(model)
     report = model.report(run.pass_, values)
     device = hardware.device()
@@ -48,6 +51,11 @@ def roofline_command(spec: str, dims: Bindings, run: PassPrecision, hardware: Ha
     roof = estimate(model, report, values, device, hardware.fusion, hardware.efficiency)
     plot_roofline(report, roof, model.precision.dtype, plot.output, plot.depth, [spec, hardware.catalog])
     click.echo(f"wrote {plot.output}: {len(report.rows)} layers, estimated {roof.time_s * 1e3:.4g} ms", err=True)
+    if model.phase is not None:
+        from costspec.model import serving_note
+
+        if note := serving_note(model, int(model.in_shape[0].xreplace(values)), roof.time_s):
+            click.echo(note, err=True)
     if plot.fmt != "none":
         from costspec.core.render import render
         from costspec.export.report import eval_result

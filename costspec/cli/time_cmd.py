@@ -30,15 +30,18 @@ steps_options = options.option_group(
 @steps_options
 @options.hardware(required=False, estimate=False)
 @options.display()
-def time_command(spec: str, dims: Bindings, run: PassPrecision, steps: Steps, hardware: Hardware, display: Display):
-    """Time every layer of SPEC's torch module on CUDA (median of repeats); with --gpu, vs the roofline."""
+@options.backend
+def time_command(spec: str, dims: Bindings, run: PassPrecision, steps: Steps, hardware: Hardware, display: Display,
+                 backend: str | None):
+    """Time every layer of SPEC's torch module on CUDA (median of repeats); with --gpu, vs the roofline.
+    --backend math runs PyTorch's math SDPA, eager explicit matmuls, flash torch's fused kernels."""
     from costspec.core.progress import status
     from costspec.core.render import render
     from costspec.model import load
     from costspec.ncu.run import detect_gpu
     from costspec.runtime.timing import add_estimate, time_layers, to_result
 
-    model = load(spec)
+    model = load(spec, backend=backend)
     values = dims.bind(model)
     detect_gpu()  # no CUDA GPU: says so, exit 2
     with status(f"time: {model.name} ({run.pass_}, {steps.warmup} warmup + {steps.repeats} timed steps)",

@@ -72,14 +72,20 @@ against_options = options.option_group(
 @options.display("table", "json")
 @click.option("--force", is_flag=True, help="Run on cpu even when the estimated memory exceeds what is available.")
 @against_options
-def validate_command(spec: str, dims: Bindings, counting: Counting, display: Display, force: bool, target: Against):
+@options.backend
+def validate_command(spec: str, dims: Bindings, counting: Counting, display: Display, force: bool, target: Against,
+                     backend: str | None):
     """Build SPEC's torch module (or, with --against, your real model), count it, and compare per layer;
-    exit 1 on any mismatch. Without --against this checks the engine against itself, not your model."""
+    exit 1 on any mismatch. Without --against this checks the engine against itself, not your model.
+
+    --backend sets every attention layer's kernel family, in the costs and in the generated module: math runs
+    PyTorch's math SDPA, eager explicit matmuls, flash the fused kernel where torch runs one (on cpu; on meta
+    SDPA always decomposes, and validate names the difference: sdpa-math-decomposition)."""
     from costspec.core.progress import status
     from costspec.core.render import render
     from costspec.model import load
 
-    model = load(spec)
+    model = load(spec, backend=backend)
     values = dims.bind(model)
     pass_, device = counting.pass_, counting.device
     if target.against is None:

@@ -57,6 +57,9 @@ class Kind:
 
     name: str
     max_bytes: int
+    # JSON's Infinity / -Infinity read as floats: Python's json.dumps writes them (transformers saves
+    # Mamba-2's default time_step_limit (0, inf) that way); NaN is refused in every kind
+    infinity: bool = False
 
     @property
     def a_name(self) -> str:
@@ -70,7 +73,7 @@ CATALOG = Kind("GPU catalog", YAML_MAX_BYTES)
 CALIBRATION = Kind("calibration", YAML_MAX_BYTES)
 SIDECAR = Kind("ncu sidecar", 1_000_000)
 NCU_CSV = Kind("ncu CSV", 256 * 2**20)  # a raw page of 10,000 kernels x 300 metrics is ~50 MB
-HF_CONFIG = Kind("Hugging Face config", 4_000_000)  # the largest in the hub are ~100 kB
+HF_CONFIG = Kind("Hugging Face config", 4_000_000, infinity=True)  # the largest in the hub are ~100 kB
 VALIDATION_JSON = Kind("validation JSON", 64 * 2**20)  # `validate --format json` of a large spec: ~1 MB
 COMPARE_JSON = Kind("ncu compare JSON", 64 * 2**20)
 LENGTHS = Kind("lengths file", 16 * 2**20)  # 1,000,000 lengths of up to 16 characters
@@ -195,22 +198,22 @@ def read_yaml(path: PathLike, kind: Kind) -> MarkedDoc:
 
 def read_json(path: PathLike, kind: Kind) -> object:
     """A JSON file: nesting at most MAX_JSON_DEPTH, numbers bounded (`check_number_text`), no
-    NaN / Infinity."""
+    NaN, and Infinity only where the kind allows it."""
     name = os.fspath(path)
     raw = read_bytes(path, kind)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: byte {exc.start} is not valid UTF-8 (expected a JSON text file)") from None
-    return loads_json(text, name)
+    return loads_json(text, name, infinity=kind.infinity)
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
 
 
-def loads_json(text: str, name: str) -> object:
-    """Parse JSON text with the bounds of `read_json`."""
+def loads_json(text: str, name: str, infinity: bool = False) -> object:
+    """Parse JSON text with the bounds of `read_json`; `infinity`: Infinity / -Infinity are floats."""
     depth = deepest = 0
     for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
         depth += 1 if bracket in "[{" else -1
@@ -224,6 +227,8 @@ def loads_json(text: str, name: str) -> object:
         return float(token) if any(c in token for c in ".eE") else int(token)
 
     def constant(token: str) -> float:
+        if infinity and token in ("Infinity", "-Infinity"):
+            return float(token)
         raise InputError(f"{name}: JSON value {token} is not a finite number (expected finite numbers)")
 
     try:

@@ -56,6 +56,7 @@ footer { margin-top: 40px; color: var(--muted); font-size: 12px; }
    charts scale down (viewBox, max-width), long words in text break. */
 p, li, dd, dt, .chip, caption, footer { overflow-wrap: anywhere; }
 table.symbols td:last-child { white-space: normal; min-width: 14em; }
+table.memory td.formula { min-width: 18em; overflow-wrap: anywhere; }
 @media (max-width: 1400px) { body { padding: 20px 20px 56px; } }
 @media (max-width: 700px) {
   body { padding: 14px 12px 40px; } h1 { font-size: 22px; } h2 { font-size: 17px; }

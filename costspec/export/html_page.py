@@ -1,9 +1,11 @@
 """`costspec report`: one self-contained HTML page (inline CSS, JS, SVG and MathML; nothing fetched).
 
-Sections: header (spec, doc, dims, precision, pass, conventions), summary cards, the collapsible
-layer tree (TC / CUDA FLOPs, params, share bars; with a GPU bytes, intensity, bound, time), the
-closed forms typeset as MathML (totals and per layer, forward and train), the roofline chart,
-the sweep curves, and the validation / ncu comparison read from their JSON outputs. Every string
+Sections: header (spec, doc, dims, precision, pass, phase, conventions), summary cards (a served model:
+time per token and tokens/s), the collapsible layer tree (TC / CUDA FLOPs, params, share bars; with a GPU
+bytes, intensity, bound, time), the closed forms typeset as MathML (totals and per layer, forward and
+train), the roofline chart, the memory section and the prefill / decode panel
+(`costspec.export.html_serving`), the sweep curves, and the validation / ncu comparison read from their
+JSON outputs. Every string
 that comes from a spec or a JSON file is escaped.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from costspec.core import units
 from costspec.core.version import __version__
 from costspec.export.html_assets import CSS, JS
 from costspec.export.html_report import PageData
+from costspec.export.html_serving import decode_panel, memory_section
 from costspec.export.json_html import json_sections
 from costspec.export.mathml import mathml
 from costspec.export.svg import RoofPoint, line_chart, roofline_chart, seconds
@@ -49,6 +52,8 @@ def _header(d: PageData) -> str:
     dims = "".join(f'<span class="chip" title="{_e(dim.doc)}"><b>{_e(k)}</b> = {v:,}</span>'
                    for k, v in r.dims.items() for dim in [m.dims.dims[k]] if k in m.dims.dims)
     chips = [f"<b>pass</b> {_e(r.pass_)}", f"<b>precision</b> {_e(r.precision)}"]
+    if d.served:
+        chips.append(f"<b>phase</b> {_e(d.served.phase)}")
     if d.gpu:
         chips.append(f"<b>GPU</b> {_e(d.gpu.name)}")
         chips.append(f"<b>fusion</b> {_e(d.roof.fusion if d.roof else '')}")
@@ -72,6 +77,11 @@ def _cards(d: PageData) -> str:
         cards.append((units.si(d.roof.bytes, "B"), "bytes moved"))
         if d.roof.mfu is not None:
             cards.append((f"{100 * d.roof.mfu:.1f}%", "MFU at that time"))
+        if d.served and d.roof.time_s:
+            per = "sequence" if d.served.phase == "decode" else "token"
+            per_token = d.roof.time_s if per == "sequence" else d.roof.time_s / d.served.tokens
+            cards.append((units.seconds(per_token), f"time per token (per {per})"))
+            cards.append((f"{d.served.tokens / d.roof.time_s:,.0f}", f"tokens/s ({d.served.tokens:,} per step)"))
     return '<div class="cards">' + "".join(f'<div class="card"><div class="v">{_e(v)}</div>'
                                            f'<div class="k">{_e(k)}</div></div>' for v, k in cards) + "</div>"
 
@@ -226,7 +236,8 @@ def render_page(d: PageData) -> str:
     parts = [_header(d), _cards(d), '<h2 id="layers">Layers</h2>', _tree(d),
              '<h2 id="formulas">Closed forms</h2><p class="muted">Exact in the spec\'s symbols (as '
              "<code>costspec formula</code> prints them); each layer's forms count all its instances.</p>",
-             _forms(d), _roofline(d), _sweep(d)]
+             _forms(d), _roofline(d), memory_section(d.memory), decode_panel(d.curve, d.model.precision.dtype),
+             _sweep(d)]
     if d.validation is not None:
         parts.append('<h2 id="validation">Validation against torch</h2>' + json_sections(d.validation))
     if d.compare is not None:

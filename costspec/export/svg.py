@@ -116,8 +116,9 @@ class Frame:
 
 def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], xlabel: str, ylabel: str,
                title: str, xfmt: Formatter = short, yfmt: Formatter = short, logx: bool = False,
-               logy: bool = False, width: int = 620, height: int = 360) -> str:
-    """Lines with markers, one per (label, xs, ys); log axes as asked (base 2 on x for powers of two)."""
+               logy: bool = False, width: int = 620, height: int = 360, legend_below: bool = False) -> str:
+    """Lines with markers, one per (label, xs, ys); log axes as asked (base 2 on x for powers of two); the
+    legend in the plot's upper left, or (`legend_below`) under the x axis's label, the chart taller by it."""
     xs = [x for _, sx, _ in series for x in sx]
     ys = [y for _, _, sy in series for y in sy if not logy or y > 0]
     if not xs or not ys:
@@ -125,7 +126,10 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], x
     base = 2 if logx and all(x > 0 and float(x).is_integer() and (int(x) & (int(x) - 1)) == 0 for x in xs) else 10
     xlo, xhi = (min(xs), max(xs)) if logx else _padded(min(xs), max(xs), False)
     ylo, yhi = _padded(min(ys), max(ys), logy)
-    frame = Frame(Axis(xlo, xhi, logx, 64, width - 16, base), Axis(ylo, yhi, logy, height - 40, 28), width, height)
+    below = 16 * len([s for s in series if s[0]]) + 12 if legend_below else 0
+    frame = Frame(Axis(xlo, xhi, logx, 64, width - 16, base), Axis(ylo, yhi, logy, height - 40, 28), width,
+                  height + below)
+    frame.height = height  # the axes' label sits where it would without the legend below
     frame.axes(xlabel, ylabel, xfmt, yfmt, title)
     p = frame.parts
     for i, (label, sx, sy) in enumerate(series):
@@ -137,9 +141,10 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], x
             tip = f"{label + ': ' if label else ''}{xlabel}={xfmt(x)}, {ylabel}={yfmt(y)}"
             p.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.2" fill="{color}"><title>{escape(tip)}</title></circle>')
         if label:
-            ly = 40 + 16 * i
+            ly = height + 16 + 16 * i if legend_below else 40 + 16 * i
             p.append(f'<rect x="{72}" y="{ly - 9}" width="12" height="4" fill="{color}"/>'
                      f'<text class="legend" x="{90}" y="{ly - 3}">{escape(label)}</text>')
+    frame.height = height + below
     return frame.svg("chart", title)
 
 

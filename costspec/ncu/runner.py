@@ -31,6 +31,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=tuple(TORCH_DTYPES), default=None)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sidecar", default=None)
+    p.add_argument("--backend", choices=("flash", "math", "eager"), default=None)
     return p.parse_args(argv)
 
 
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             print("costspec.ncu.runner: error: no CUDA GPU is available", file=sys.stderr)
             return 2
         model = Network.from_file(args.spec)
+        if args.backend is not None:  # every attention layer's kernel family (`costspec ncu run --backend`)
+            from costspec.analysis.serving import backend_doc
+
+            model = Network(backend_doc(model.doc, args.backend))
         values = model.bind(args.batch, parse_sets(args.sets))
         dtype_name = args.dtype or str(model.precision)
         dtype = configure_dtype(torch, dtype_name)
@@ -91,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             "pass": args.pass_,
             "dtype": dtype_name,
             "warmup": args.warmup,
+            "backend": args.backend,
             "bind": {**parse_sets(args.sets), **({"B": args.batch} if args.batch is not None else {})},
             "dims": {str(k): int(v) for k, v in values.items()},
             "runner_argv": sys.argv,

@@ -18,13 +18,27 @@ from costspec.nn.qk_norm import QKNorm
 @dataclass(frozen=True)
 class Scores:
     """How the scores are formed beyond SDPA's options: eagerly (explicit matmul / softmax / matmul),
-    soft-capped, with sinks; a bidirectional local window; the queries' length (cross-attention)."""
+    soft-capped, with sinks; a bidirectional local window; the queries' length (cross-attention); `math`:
+    SDPA on PyTorch's math kernel (`backend: math`), else on the kernel torch picks."""
 
     eager: bool = False
     softcap: float = 0.0
     sinks: bool = False
     local_window: int = 0
     q_len: int = 0  # 0: as many queries as keys
+    math: bool = False
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, math: bool = False, **kwargs) -> torch.Tensor:
+    """F.scaled_dot_product_attention on PyTorch's math kernel (`math`: the decomposition `backend: math`
+    costs, on every device) or on the kernel torch picks (`backend: flash`: the fused kernel where the
+    device has one, e.g. cpu's flash kernel; meta always decomposes)."""
+    if not math:
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 def band_mask(q_len: int, k_len: int, causal: bool, sliding: int = 0, local: int = 0) -> torch.Tensor:
@@ -115,7 +129,7 @@ class SelfAttention(nn.Module):
                  rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0, cross: int = 0,
                  scores: Scores = Scores(), qk_norm: QKNorm | None = None):
         super().__init__()
-        self.eager, self.softcap = scores.eager, scores.softcap
+        self.eager, self.softcap, self.math = scores.eager, scores.softcap, scores.math
         q_len = scores.q_len or rope_len
         self.heads, self.head_dim, self.fused_qkv = heads, head_dim, fused_qkv
         self.kv_heads, self.gqa, self.causal = kv_heads or heads, gqa, causal
@@ -247,8 +261,8 @@ class SelfAttention(nn.Module):
             o = eager_attention(q, k, v, mask, scale, self.softcap, getattr(self, "sinks", None))
         else:
             extra = {"enable_gqa": True} if self.gqa else {}
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
-                                               **extra)  # (B, h, S, d)
+            o = sdpa(q, k, v, self.math, attn_mask=mask, is_causal=causal, scale=self.scale,
+                     **extra)  # (B, h, S, d)
         o = o.transpose(1, 2).reshape(o.shape[0], o.shape[2], self.heads * self.head_dim)  # (B, S, h*d)
         o = self.proj(o)  # (B, S, C)
         if self.window:

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from costspec.nn.attention import band_mask, eager_attention
+from costspec.nn.attention import band_mask, eager_attention, sdpa
 from costspec.nn.autograd import alias
 from costspec.nn.positions import Rotary
 
@@ -48,10 +47,11 @@ class LatentAttention(nn.Module):
     or (absorb) `uk`, SDPA over the latent and `uv`; `proj`."""
 
     def __init__(self, shape: MlaShape, seq: int, bias: bool, causal: bool, absorb: bool, eager: bool,
-                 scale: float):
+                 scale: float, math: bool = False):
         super().__init__()
         c, h, rq, r = shape.dim, shape.heads, shape.q_rank, shape.kv_rank
         self.shape, self.causal, self.absorb, self.eager, self.scale = shape, causal, absorb, eager, scale
+        self.math = math  # SDPA on PyTorch's math kernel (`backend: math`)
         dq = h * (shape.nope + shape.rope)
         if rq:
             self.q_a = nn.Linear(c, rq, bias=bias)
@@ -96,7 +96,7 @@ class LatentAttention(nn.Module):
             o = eager_attention(query, key, value, getattr(self, "mask", None), self.scale)
         else:
             extra = {"enable_gqa": True} if self.absorb and h > 1 else {}
-            o = F.scaled_dot_product_attention(query, key, value, is_causal=self.causal, scale=self.scale, **extra)
+            o = sdpa(query, key, value, self.math, is_causal=self.causal, scale=self.scale, **extra)
         if self.absorb:
             o = self.uv(o)  # (B, h, S, d_v)
         return self.proj(o.transpose(1, 2).reshape(b, s, h * sh.v))

@@ -350,4 +350,4 @@ class MultiHeadLatentAttention(OpDef):
         shape = MlaShape(ev(a.dim), ev(g.h), ev(g.rq), ev(g.r), ev(g.dn), ev(g.dr), ev(g.dv))
         scale = float(a.mscale) ** 2 / float(ev(g.dn + g.dr)) ** 0.5
         return LatentAttention(shape, ev(g.s), bool(a.bias), a.causal, bool(a.absorb), a.backend == Backend.EAGER,
-                               scale)
+                               scale, a.backend == Backend.MATH)

@@ -145,6 +145,18 @@ def test_json_depth_and_numbers_are_bounded():
             loads_json(bad, "s.json")
 
 
+def test_a_hugging_face_config_may_hold_infinity_but_never_nan(tmp_path):
+    # transformers writes Mamba2Config's default time_step_limit (0, inf) with json.dumps: Infinity
+    path = tmp_path / "config.json"
+    path.write_text('{"time_step_limit": [0.0, Infinity], "low": -Infinity}')
+    assert safeio.read_json(path, safeio.HF_CONFIG) == {"time_step_limit": [0.0, float("inf")], "low": float("-inf")}
+    with pytest.raises(InputError, match="Infinity is not a finite number"):
+        safeio.read_json(path, safeio.SIDECAR)
+    path.write_text('{"a": NaN}')
+    with pytest.raises(InputError, match="NaN is not a finite number"):
+        safeio.read_json(path, safeio.HF_CONFIG)
+
+
 def test_sidecar_reader_refuses_a_non_utf8_file(tmp_path):
     path = tmp_path / "s.json"
     path.write_bytes(b"\xff{}")

@@ -42,7 +42,7 @@ def test_page_is_self_contained_and_has_every_section():
     assert rows == names * 2  # the layer tree and the per-layer closed forms
     # 7 totals (TC / CUDA / total x forward / train, params) + 3 per layer
     assert len(MATH.findall(html)) == 7 + 3 * len(names)
-    assert html.count("<svg") == 3  # roofline, FLOPs vs B, time vs B
+    assert html.count("<svg") == 4  # roofline, memory by kind, FLOPs vs B, time vs B
     for math in MATH.findall(html):
         ET.fromstring(math)  # well-formed MathML (raises otherwise)
 

@@ -285,7 +285,8 @@ class Attention(OpDef):
                              rope_dims=ev(a.rope_dims) if a.rope else 0, sliding_window=ev(a.sliding_window),
                              queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift),
                              cross=ev(g.ckv) if g.ckv is not None else 0,
-                             scores=Scores(eager(call), float(a.softcap), bool(a.sinks), ev(a.local_window), ev(g.tq)),
+                             scores=Scores(eager(call), float(a.softcap), bool(a.sinks), ev(a.local_window), ev(g.tq),
+                                           a.backend == Backend.MATH),
                              qk_norm=QKNorm(a.qk_norm, a.qk_norm_over, a.qk_norm_weight == "per_head",
                                             bool(a.qk_norm_bias)) if qk_norm.enabled(call) else None)
 

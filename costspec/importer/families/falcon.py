@@ -1,0 +1,211 @@
+"""Falcon (transformers' FalconForCausalLM), imported whole with its LM head: the three block layouts of its
+config (Falcon-7B's multi-query attention and MLP in parallel on one LayerNorm; the new decoder architecture
+of Falcon-40B / 180B, grouped key/value heads and a LayerNorm per branch; sequential pre-LN blocks), one
+fused query_key_value projection, RoPE, a plain MLP (dense_h_to_4h, activation, dense_4h_to_h), optional
+biases, a tied (or untied) LM head.
+
+ALiBi (`alibi: true`, Falcon-RW) is refused: its per-head linear bias is added to every score and the
+attention op has no such option.
+"""
+from __future__ import annotations
+
+from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
+from costspec.importer.emit import SpecText, wrap_comment
+from costspec.importer.families import Family
+from costspec.importer.families.common import activation, check_divides
+from costspec.importer.families.modern_template import BASE_IGNORED, DEFAULT_S, ROPE_REFUSED, item, precision, rope
+
+HF_CLASS = "FalconForCausalLM"
+ALIBI_WHY = ("ALiBi adds a per-head linear bias (slope x key position) to every attention score, built once in "
+             "FalconModel's forward and added through the mask: costspec's attention op has no ALiBi bias "
+             "(not supported by this importer)")
+
+
+def variant(cfg: HFConfig) -> tuple[bool, bool, int]:
+    """(new_decoder_architecture, parallel_attn, LayerNorms per parallel block) as FalconDecoderLayer reads
+    them; a combination transformers' layer cannot run is refused."""
+    new = cfg.get_bool("new_decoder_architecture", False)
+    parallel = cfg.get_bool("parallel_attn", True)
+    norms = cfg.get("num_ln_in_parallel_attn")
+    if norms is None:
+        norms = 2 if new else 1
+    if norms not in (1, 2) or isinstance(norms, bool):
+        raise cfg.refuse("num_ln_in_parallel_attn", "expected 1 or 2 (LayerNorms feeding the parallel attention "
+                         "and MLP)")
+    if new and not parallel:
+        raise cfg.refuse("parallel_attn", "new_decoder_architecture with sequential blocks: FalconDecoderLayer "
+                         "reads the MLP's input from a parallel LayerNorm it did not build (transformers cannot "
+                         "run it)")
+    return new, parallel, norms if (new or parallel) else 1
+
+
+def kv_heads(cfg: HFConfig, new: bool, h: int) -> int:
+    """Key/value heads: num_kv_heads (new architecture), 1 (multi_query), else every head."""
+    multi_query = cfg.get_bool("multi_query", True)
+    kv = cfg.get_int("num_kv_heads", h)
+    if new:
+        if h % kv:
+            raise ImportProblem(f"{cfg.where('num_kv_heads')} = {kv} does not divide num_attention_heads = {h}")
+        return kv
+    if multi_query:
+        return 1
+    if kv != h:
+        raise cfg.refuse("num_kv_heads", f"expected num_attention_heads ({h}) without multi_query or "
+                         "new_decoder_architecture (FalconAttention reshapes k and v to num_kv_heads heads of a "
+                         "3 x hidden_size projection: transformers cannot run another value)")
+    return h
+
+
+def branch_lines(branches: list[list[str]], indent: str) -> list[str]:
+    """Each branch (a list of item lines) as one entry of `branches:`."""
+    out = []
+    for branch in branches:
+        out.append(f"{indent}- {branch[0]}")
+        out.extend(f"{indent}  {line}" for line in branch[1:])
+    return out
+
+
+def block_lines(attn: str, mlp: str, parallel: bool, norms: int) -> list[str]:
+    """The decoder layer: parallel branches on one or two LayerNorms, or two sequential residuals."""
+    a, m = item(attn, "self_attention"), item(mlp, "mlp")
+    if not parallel:
+        return (["- residual:", *("    " + x for x in item("layernorm: {}", "input_layernorm") + a),
+                 "- residual:", *("    " + x for x in item("layernorm: {}", "post_attention_layernorm") + m)])
+    if norms == 2:
+        return ["# x + attention(ln_attn(x)) + mlp(ln_mlp(x)): both branches and the residual read x",
+                "- parallel:", "    join: add", "    branches:", "      - []  # the input itself",
+                *branch_lines([item("layernorm: {}", "ln_attn") + a, item("layernorm: {}", "ln_mlp") + m], "      ")]
+    return ["# x + attention(ln(x)) + mlp(ln(x)): one LayerNorm feeds both branches", "- residual:",
+            *("    " + x for x in item("layernorm: {}", "input_layernorm")), "    - parallel:", "        join: add",
+            "        branches:", *branch_lines([a, m], "          ")]
+
+
+def rules(new: bool, multi_query: bool) -> str:
+    """How FalconAttention splits its fused projection and applies RoPE, where the spec's attention runs
+    otherwise (each with its formula)."""
+    rope_k = "heads" if new else "KV"  # the new architecture broadcasts k to every query head before RoPE
+    out = f"""\
+- module: "transformer.h.*.self_attention"
+  extra: {{scale: "L*B*S*(heads + {rope_k})*D/2"}}
+  reason: >-
+    transformers' rotate_half builds [-x2, x1] with a neg (a multiplication by -1: the `scale` kind) of
+    half of q and k, B*S*(h + {'h' if new else 'kv'})*d/2 elements per layer, forward and backward; the spec's RoPE
+    folds the sign into the sin table (2 mul + 1 add per element)
+- module: "transformer.h.*.self_attention"
+  extra: {{add: "L*B*S*(heads + {rope_k})*D"}}
+  pass: backward
+  reason: >-
+    rotate_half's backward: the gradients of the two halves it slices from q and k are added back into
+    one tensor, one add per element of q and k
+"""
+    if new:
+        out += """\
+- module: "transformer.h.*.self_attention"
+  extra: {mul: "L*B*S*(heads - KV)*D*2", add: "L*B*S*(heads - KV)*D"}
+  reason: >-
+    the new decoder architecture broadcasts k to all heads before RoPE, so RoPE rotates h heads of k, not
+    kv: 2 mul + 1 add per extra element, forward and backward
+- module: "transformer.h.*.self_attention"
+  extra: {scatter_add: "L*B*S*2*KV*D", add: "2*L*B*S*(heads + 2*KV)*D"}
+  pass: backward
+  reason: >-
+    _split_heads views the fused output as KV groups of (heads/KV + 2) heads and takes q as a slice, k and v
+    by index ([-2], [-1]) of each group: the backward scatter-adds the k and v gradients (B*S*kv*d each) and
+    adds the three zero-filled gradients of the fused output (2 adds per element of its B*S*(h+2*kv)*d)
+"""
+    elif multi_query:
+        out += """\
+- module: "transformer.h.*.self_attention"
+  extra: {scatter_add: "L*B*S*2*D", add: "2*L*B*S*(heads + 2)*D"}
+  pass: backward
+  reason: >-
+    _split_heads takes q as a slice and k, v by index ([-2], [-1]) of the fused qkv output: the backward
+    scatter-adds the k and v gradients (B*S*d each) and adds the three zero-filled gradients of the fused
+    output (2 adds per element of its B*S*(h+2)*d)
+"""
+    else:
+        out += """\
+- module: "transformer.h.*.self_attention"
+  extra: {add: "2*L*B*S*(heads + 2*KV)*D"}
+  pass: backward
+  reason: >-
+    _split_heads views the fused output as (heads, 3, d) and selects q, k and v ([..., 0, :], [..., 1, :],
+    [..., 2, :]): the backward adds the three zero-filled gradients of the fused output (2 adds per element of
+    its B*S*3*h*d)
+"""
+    return out
+
+
+def build(cfg: HFConfig) -> str:
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type falcon, transformers' {HF_CLASS})")
+    if cfg.get_bool("alibi", False):
+        raise cfg.refuse("alibi", ALIBI_WHY)
+    rope(cfg, False)
+    new, parallel, norms = variant(cfg)
+    C, h = cfg.get_int("hidden_size"), cfg.get_int("num_attention_heads")
+    check_divides(cfg, "hidden_size", C, "num_attention_heads", h)
+    kv = kv_heads(cfg, new, h)
+    F = cfg.get_int("ffn_hidden_size", 4 * C)
+    L, V = cfg.get_int("num_hidden_layers"), cfg.get_int("vocab_size")
+    most = cfg.get_int("max_position_embeddings", 2048)
+    S = min(DEFAULT_S, most)
+    bias = cfg.get_bool("bias", False)
+    fn = activation(cfg, "activation", "gelu")
+    tied = cfg.get_bool("tie_word_embeddings", True)
+    spec.dim("B", 1, "batch size")
+    spec.dim("S", S, f"sequence length (tokens): min({DEFAULT_S}, the maximum {most}); --set S=... for another "
+             f"length up to {most}", "max_position_embeddings")
+    spec.dim("C", C, "hidden size", "hidden_size")
+    spec.dim("heads", h, "query heads", "num_attention_heads")
+    kv_key = "num_kv_heads" if new else "multi_query" if kv == 1 else "num_attention_heads"
+    spec.dim("KV", kv, "key/value heads (1: multi-query; fewer than heads: grouped-query)", kv_key)
+    spec.derived("D", "C / heads", "head dim")
+    spec.dim("F", F, "MLP width", "ffn_hidden_size")
+    spec.dim("L", L, "decoder layers", "num_hidden_layers")
+    spec.dim("V", V, "vocabulary size", "vocab_size")
+    precision(spec, cfg)
+    spec.input(["B", "S"], "token ids")
+    b = "true" if bias else "false"
+    attn = (f"attention: {{heads: heads, kv_heads: KV, fused_qkv: true, qkv_bias: {b}, proj_bias: {b}, rope: true, "
+            "causal: true}")
+    mlp = f"mlp: {{hidden: F, fn: {fn}, bias: {b}}}"
+    spec.block("falcon_block", "\n".join(block_lines(attn, mlp, parallel, norms)) + "\n")
+    spec.header.extend(wrap_comment(f"`source:` and `ignore:` name modules of transformers' {HF_CLASS} "
+                                    "(transformers 5)"))
+    spec.ignore(rules(new, cfg.get_bool("multi_query", True)))
+    layout = ("parallel attention and MLP on two LayerNorms" if parallel and norms == 2 else
+              "parallel attention and MLP on one LayerNorm" if parallel else "sequential pre-LN blocks")
+    spec.doc = (f"Falcon causal LM imported from a Hugging Face config: embedding, {L} blocks ({layout}; hidden "
+                f"{C}, {h} query and {kv} key/value heads of {C // h}, fused qkv, RoPE, causal; {fn} MLP), final "
+                f"LayerNorm, LM head{' tied to the embedding' if tied else ''}")
+    spec.layers(f"""\
+- embedding: {{vocab: V, dim: C}}
+  name: word_embeddings
+  source: transformer.word_embeddings
+- repeat: L
+  name: h
+  body: falcon_block
+  source: transformer.h
+- layernorm: {{}}
+  name: ln_f
+  source: transformer.ln_f
+- lm_head: {{vocab: V{', tied: true' if tied else ''}}}  # tie_word_embeddings: {'true' if tied else 'false'}
+  source: lm_head
+""")
+    text = spec.render()
+    cfg.check_understood({k: v for k, v in BASE_IGNORED.items() if cfg.has(k)})
+    return text
+
+
+KEYS = (size("vocab_size"), size("hidden_size"), layers("num_hidden_layers"),
+        heads("num_attention_heads", "hidden_size", rope=True), heads("num_kv_heads", "num_attention_heads"),
+        size("ffn_hidden_size"), size("max_position_embeddings"))
+FALCON = Family(("falcon",), HF_CLASS, build,
+                "Falcon causal LM with its LM head: fused qkv (multi-query, grouped or full key/value heads), "
+                "RoPE, attention and MLP in parallel on one or two LayerNorms (or sequential), optional biases",
+                architectures=(HF_CLASS,), keys=KEYS,
+                refused=("alibi: true (no ALiBi bias in the attention op)", ROPE_REFUSED,
+                         "new_decoder_architecture with parallel_attn: false (transformers cannot run it)",
+                         "num_kv_heads other than num_attention_heads without multi_query or "
+                         "new_decoder_architecture"))
+FAMILY_LIST = (FALCON,)
