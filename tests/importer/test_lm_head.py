@@ -9,6 +9,7 @@ import json
 import pytest
 
 from costspec.importer import FAMILIES, import_hf
+from costspec.importer.head import inferred
 from costspec.model import loads
 from tests.common import ROOT, run_cli
 
@@ -18,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 from tests.importer.check import assert_exact, import_and_check_file  # noqa: E402
 
 LLAMA_8B = ROOT / "tests/data/hf_configs_flow/llama_3_1_8b.json"
-CAUSAL = sorted(t for t, f in FAMILIES.items() if f.lm is not None)
+CAUSAL = sorted(t for t, f in FAMILIES.items() if (f.lm or inferred(f.hf_class)) is not None)
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 # defaults the importer cannot take as they are (None where transformers needs a value); DeepSeek-V3 keeps its
 # first_k_dense_replace 3: every layer of the 2 dense, its MoE keys read and checked all the same
@@ -42,7 +43,7 @@ def small_default(model_type: str, folder):
 @pytest.mark.parametrize("model_type", CAUSAL)
 def test_every_causal_lm_imports_whole_and_as_its_backbone(tmp_path, model_type):
     path = small_default(model_type, tmp_path)
-    lm = FAMILIES[model_type].lm
+    lm = FAMILIES[model_type].lm or inferred(FAMILIES[model_type].hf_class)
     whole, backbone = import_hf(path), import_hf(path, backbone=True)
     assert whole.described == lm.whole and backbone.described == lm.backbone
     assert f"--against hf:{lm.whole} " in whole.text and f"--against hf:{lm.backbone} " in backbone.text
@@ -54,8 +55,9 @@ def test_every_causal_lm_imports_whole_and_as_its_backbone(tmp_path, model_type)
     C, V = (int(values_a[a.dims.symbols[n]]) for n in ("C", "V"))
     S = int(values_a[a.dims.symbols["S"]])
     tied = "lm_head: {vocab: V, tied: true" in whole.text
-    # the head: C*V parameters unless tied (+ V for Phi's bias), 2*S*C*V FLOPs
-    assert ra.params - rb.params == (0 if tied else C * V) + (V if lm.bias else 0)
+    bias = "bias: true" in whole.text.split("  - lm_head: ")[1].split("\n")[0]
+    # the head: C*V parameters unless tied (+ V for a bias: Phi, GPT-J), 2*S*C*V FLOPs
+    assert ra.params - rb.params == (0 if tied else C * V) + (V if bias else 0)
     assert ra.tc - rb.tc == 2 * S * C * V
 
 
@@ -137,3 +139,16 @@ def test_a_family_that_declares_no_classes_gets_them_from_its_class_name(tmp_pat
     assert found.described == declared.described == FAMILIES[model_type].hf_class.replace(
         "ForCausalLM", "Model").replace("LMHeadModel", "Model")
     assert found.text == declared.text
+
+
+@pytest.mark.parametrize("model_type, sets", [
+    ("opt", dict(hidden_size=32, ffn_dim=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=50,
+                 max_position_embeddings=16, word_embed_proj_dim=32)),
+    ("mamba", dict(hidden_size=32, state_size=4, num_hidden_layers=2, vocab_size=50, intermediate_size=64,
+                   time_step_rank=4)),
+])
+def test_an_inferred_backbone_matches_its_model_class(tmp_path, model_type, sets):
+    """OPT (model.decoder) and Mamba (backbone) declare no CausalLM: --backbone finds OPTModel / MambaModel."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(transformers.AutoConfig.for_model(model_type, **sets).to_dict(), default=str))
+    assert_exact(import_and_check_file(path, passes=("forward",), backbone=True))
