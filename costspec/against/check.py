@@ -195,7 +195,8 @@ def validate_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integ
         return None
 
     for named in entries:  # the top-most real modules each entry names
-        matched = [p for p in real.order if p and named.regex.match(p)]
+        # "" names the model itself (the root: a rule about the work of its own forward, such as the masks)
+        matched = [p for p in real.order if (p or not named.pattern) and named.regex.match(p)]
         named.paths = [p for p in matched if not any(q != p and real.under(q, p) for q in matched)]
     phases = pass_.phases
     amounts: dict[str, dict[str, Amount]] = {p: {} for p in phases}

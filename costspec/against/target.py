@@ -367,7 +367,37 @@ def _hf_target(class_name: str, config_file: str | None, sets: dict[str, str], d
         if device != "meta":
             with torch.device(device):
                 module = model_cls(config, **kwargs)
+        else:
+            described.extend(_static_rope(module))
     return module, None, described
+
+
+RUN_TIME_ROPE = ("dynamic", "longrope")
+
+
+def _static_rope(module: Any) -> list[str]:
+    """Dynamic and LongRoPE rotary embeddings, on meta, run with the frequencies they were built with.
+
+    transformers updates their inverse frequencies in the forward from max(position_ids) + 1 with a Python
+    branch (`if seq_len > max_seq_len_cached`), which needs a value meta tensors do not hold. The frequencies
+    are constants of the cos / sin tables: which ones are used changes no FLOP the spec counts (the update's
+    max over the position ids and its recomputed tables, done once per forward, are not in the spec)."""
+    kinds = set()
+    for sub in module.modules():
+        rope_type = getattr(sub, "rope_type", None)
+        if isinstance(rope_type, str) and rope_type.startswith(RUN_TIME_ROPE):
+            kinds.add(rope_type)
+            sub.rope_type = "default"
+        elif isinstance(rope_type, dict) and any(isinstance(v, str) and v.startswith(RUN_TIME_ROPE)
+                                                 for v in rope_type.values()):
+            kinds.update(v for v in rope_type.values() if v.startswith(RUN_TIME_ROPE))
+            sub.rope_type = {k: "default" if isinstance(v, str) and v.startswith(RUN_TIME_ROPE) else v
+                             for k, v in rope_type.items()}
+    if not kinds:
+        return []
+    return [f"RoPE {'/'.join(sorted(kinds))}: its frequencies are updated from max(position_ids) at run time, "
+            "which meta tensors cannot give; run with the frequencies it was built with (the same FLOPs: RoPE's "
+            "type changes constants only; on --device cpu the update runs)"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,26 +22,30 @@ def import_group() -> None:
               help="Spec file to write (default: print the spec).")
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
               help="The spec's precision (default: the config's torch_dtype; float32 when it names none).")
+@click.option("--backbone", is_flag=True,
+              help="A causal LM without its LM head: the spec describes its *Model class (default: the whole LM).")
 @options.output_format("yaml", "json", default="yaml")
-def import_hf_command(source, output, dtype, fmt):
-    """Write a spec from SOURCE (a Hugging Face config.json or a folder holding it), read offline (docs/import.md)."""
+def import_hf_command(source, output, dtype, backbone, fmt):
+    """Write a spec from SOURCE (a Hugging Face config.json, a model folder or a hub cache folder), read offline
+    (docs/import.md)."""
     from costspec.core.errors import CostspecError
     from costspec.core.text import for_terminal
-    from costspec.importer import check_command, import_hf, write_import
+    from costspec.importer import check_command, described, import_hf, write_import
     from costspec.model import loads
 
-    imported = import_hf(source, dtype, output)
+    imported = import_hf(source, dtype, output, backbone)
     try:  # built before anything is written: a spec that does not load is a bug in its importer
         loads(imported.text, output or "<imported spec>")
     except CostspecError as exc:
-        raise RuntimeError(f"the {imported.family.hf_class} importer wrote a spec that does not load: {exc}") from None
+        raise RuntimeError(f"the {imported.described} importer wrote a spec that does not load: {exc}") from None
     if output:
         write_import(imported, output)
-    check = check_command(imported.family, output or "SPEC.yaml", imported.config_path, imported.output)
+    check = check_command(imported.family, output or "SPEC.yaml", imported.config_path, imported.output,
+                          imported.described, "quantization_config" not in (imported.config.data if imported.config
+                                                                             else {}))
     if fmt == "json":
-        click.echo(json.dumps({"written": output, "family": imported.family.model_types[0],
-                               "hf_class": imported.family.hf_class, "check": check,
-                               **({} if output else {"spec": imported.text})}, indent=2))
+        click.echo(json.dumps({"written": output, **described(imported, check),
+                               **({} if output else {"spec": imported.text})}, indent=2, default=str))
     elif output:
         click.echo(for_terminal(f"wrote {output}; check it with: {check}"), err=True)
     else:

@@ -139,11 +139,18 @@ class HFConfig:
         self.name = name or str(self._data.get("model_type") or "imported")  # the spec's name
         self.checked = False  # set by check_understood: the core refuses a family that never checks
         self.ignored: dict[str, str] = {}  # keys the family declared cost-free, with its reasons (docs/import.md)
+        self.backbone = False  # --backbone: a causal LM without its LM head (importer/head.py drops it)
+        self._defaulted: dict[str, Any] = {}  # keys read that the config lacks: the default the family assumed
 
     # -- reading ---------------------------------------------------------------------------------
     def where(self, key: str) -> str:
         """`file: key` as messages name it (nested keys dotted: vision_config.hidden_size)."""
         return f"{self.path}: {self._prefix}{key}"
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The config as read (a copy: reading it marks no key read)."""
+        return dict(self._data)
 
     def has(self, key: str) -> bool:
         return key in self._data
@@ -152,6 +159,8 @@ class HFConfig:
         """The value of `key` (read), or `default` when the config has no such key or holds null."""
         self._read.add(key)
         value = self._data.get(key)
+        if value is None and default is not None:
+            self._defaulted[key] = default
         return default if value is None else value
 
     def require(self, key: str) -> Any:
@@ -301,6 +310,13 @@ class HFConfig:
         out = [self._prefix + k for k in self._data if k in self._read and k not in self._subs]
         for sub in self._subs.values():
             out.extend(sub.read_keys())
+        return out
+
+    def defaulted(self) -> dict[str, Any]:
+        """Keys read that the config lacks (or holds as null), with the default the family assumed; dotted."""
+        out = {self._prefix + key: value for key, value in sorted(self._defaulted.items())}
+        for sub in self._subs.values():
+            out.update(sub.defaulted())
         return out
 
     def check_understood(self, ignored: Iterable[str] | Mapping[str, str] = ()) -> None:

@@ -36,11 +36,12 @@ _PRECISION = {"type": "object", "additionalProperties": False,
                                        "description": "quantised weights: values per scale along k (default "
                                                       f"{DEFAULT_GROUP})"}}}
 _MODULE_PATH = r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$"
-_MODULE_PATTERN = r"^([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*$"
+_MODULE_PATTERN = r"^(([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*)?$"  # "": the model itself (its own forward)
 _IGNORE = {"type": "array", "minItems": 1,
            "items": {"type": "object", "additionalProperties": False, "required": ["module", "reason"],
                      "properties": {"module": {"type": "string", "pattern": _MODULE_PATTERN,
-                                               "description": "a module path of the real model (* = any one name)"},
+                                               "description": "a module path of the real model (* = any one name; "
+                                                              "\"\": the model itself)"},
                                     "reason": {"type": "string", "minLength": 1,
                                                "description": "why the spec leaves it out"},
                                     "kinds": {"type": "array", "minItems": 1, "items": {"type": "string"},

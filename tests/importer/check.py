@@ -32,14 +32,15 @@ def path_model(path: Path):
     return loads(import_hf(path).text, str(path.with_suffix(".yaml")))
 
 
-def import_and_check_file(path: Path, passes=("forward", "train"), sets: dict | None = None, batch: int = 2):
-    """`import_and_check` of a config.json file: {pass: AgainstResult}."""
-    imported = import_hf(path)
+def import_and_check_file(path: Path, passes=("forward", "train"), sets: dict | None = None, batch: int = 2,
+                          backbone: bool = False):
+    """`import_and_check` of a config.json file (`backbone`: a causal LM without its head): {pass: AgainstResult}."""
+    imported = import_hf(path, backbone=backbone)
     model = loads(imported.text, str(path.with_suffix(".yaml")))
     values = model.bind(batch)
     results = {}
     for pass_ in passes:
-        real = load_target(f"hf:{imported.family.hf_class}", model, values, "meta", str(path),
+        real = load_target(f"hf:{imported.described}", model, values, "meta", str(path),
                            {**imported.family.hf_kwargs, **(sets or {})}, output=imported.output)
         results[pass_] = validate_against(model, values, real, pass_)
     return results

@@ -88,7 +88,7 @@ def test_falcon_counts_by_hand(tmp_path):
     ("falcon_40b", "parallel_attn", False, "parallel_attn = False: new_decoder_architecture with sequential"),
     ("falcon_sequential", "num_kv_heads", 2, "num_kv_heads = 2: expected num_attention_heads (4)"),
     ("falcon_40b", "num_ln_in_parallel_attn", 3, "num_ln_in_parallel_attn = 3: expected 1 or 2"),
-    ("falcon_7b", "rope_parameters", {"rope_type": "dynamic", "factor": 2.0}, "RoPE 'dynamic' is not supported"),
+    ("falcon_7b", "rope_parameters", {"rope_type": "ntk", "factor": 2.0}, "RoPE 'ntk' is not a rope_type"),
     ("falcon_7b", "activation", "mish", "activation = 'mish': not supported"),
     ("falcon_7b", "num_experts", 8, "key num_experts not understood by the falcon importer"),
     ("falcon_7b", "num_hidden_layers", 10**30, "num_hidden_layers = 1000000000000000000000000000000: expected"),

@@ -64,7 +64,8 @@ def test_llama_refuses_what_it_cannot_price(tmp_path):
         import_hf(write_config(data, tmp_path))
     data["num_key_value_heads"] = 2
     data["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
-    with pytest.raises(ImportProblem, match="key quantization_config not understood by the llama importer"):
+    # bitsandbytes' default 4-bit type is FP4: not a costspec weight format (NF4 is)
+    with pytest.raises(ImportProblem, match="quantization_config.bnb_4bit_quant_type: 'fp4'"):
         import_hf(write_config(data, tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({**data, "quantization_config": None, "hidden_act": "relu2"}))
     with pytest.raises(ImportProblem, match="hidden_act = 'relu2'"):

@@ -93,13 +93,18 @@ def test_small_config_imports_and_matches_transformers(tmp_path, model_type):
 
 
 def test_mistral_counts_by_hand(tmp_path):
-    model = loads(import_hf(write_config(tmp_path, "mistral", dtype="bfloat16", **SMALL["mistral"])).text)
+    path = write_config(tmp_path, "mistral", dtype="bfloat16", **SMALL["mistral"])
+    model = loads(import_hf(path, backbone=True).text)
     report = model.report("forward", model.bind())
-    # S = 32 (max_position_embeddings), C 64, 4 heads / 2 KV heads of 16, F 96, L 2, V 100:
-    # q, o 2*S*C*C; k, v 2*S*C*32; gate, up, down 2*S*C*F; SDPA executed 4*S*S*C
-    S, C, F, L = 32, 64, 96, 2
+    # MistralModel (--backbone): S = 32 (max_position_embeddings), C 64, 4 heads / 2 KV heads of 16, F 96, L 2,
+    # V 100: q, o 2*S*C*C; k, v 2*S*C*32; gate, up, down 2*S*C*F; SDPA executed 4*S*S*C
+    S, C, F, L, V = 32, 64, 96, 2, 100
     assert report.tc == L * (4 * S * C * C + 4 * S * C * 32 + 6 * S * C * F + 4 * S * S * C) == 4_456_448
-    assert report.params == 100 * C + L * (2 * C * C + 2 * C * 32 + 3 * C * F + 2 * C) + C == 68_160
+    assert report.params == V * C + L * (2 * C * C + 2 * C * 32 + 3 * C * F + 2 * C) + C == 68_160
+    # MistralForCausalLM (the default): its untied LM head adds 2*S*C*V FLOPs and C*V parameters
+    whole = loads(import_hf(path).text)
+    report = whole.report("forward", whole.bind())
+    assert report.tc == 4_456_448 + 2 * S * C * V and report.params == 68_160 + C * V
 
 
 def test_qwen2_sliding_layers_are_variants(tmp_path):
@@ -123,7 +128,7 @@ def test_gemma_scales_embeddings_and_uses_geglu(tmp_path):
 def test_qwen2_moe_dense_layers_listed_one_by_one(tmp_path):
     path = write_config(tmp_path, "qwen2_moe", **SMALL["qwen2_moe"])
     text = import_hf(path).text
-    assert "- {block: dense_block, name: layer1, source: layers.1}" in text
+    assert "- {block: dense_block, name: layer1, source: model.layers.1}" in text
     assert "shared_experts: 1, shared_hidden: FS, shared_gate: true" in text and "renorm: true" in text
     assert 'extra: {scatter_add: "2*B*S*K*3*FE*C"}' in text  # the 2 MoE layers' gathers
 

@@ -124,8 +124,9 @@ def test_switches_show_in_the_spec(tmp_path):
     ("gemma2", "use_bidirectional_attention", True, "use_bidirectional_attention = True: not supported by the "
                                                     "Gemma 2 importer (the spec is a causal decoder)"),
     ("olmo", "clip_qkv", 8.0, "clip_qkv = 8.0: not supported by the OLMo importer (q, k and v clamped"),
-    ("qwen3", "rope_parameters", {"rope_type": "dynamic", "factor": 2.0}, "RoPE 'dynamic' is not supported"),
-    ("phi3", "rope_parameters", {"rope_type": "longrope"}, "RoPE 'longrope' is not supported"),
+    ("qwen3", "rope_parameters", {"rope_type": "ntk", "factor": 2.0}, "RoPE 'ntk' is not a rope_type transformers 5 "
+                                                                      "has"),
+    ("phi3", "rope_parameters", {"rope_type": "longrope", "scale": 2}, "scale: not a RoPE frequency key"),
     ("deepseek_v2", "topk_method", "group_limited_greedy", "topk_method = 'group_limited_greedy': not supported"),
     ("deepseek_v2", "mlp_bias", True, "mlp_bias = True: not supported by the DeepSeek-V2 importer"),
     ("gpt_oss", "swiglu_alpha", 1.5, "swiglu_alpha = 1.5: the clamped SwiGLU's sigmoid slope must be 1.702"),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 
 from costspec.importer.config import HFConfig, Key
+from costspec.importer.head import CausalLM
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Family:
     # --output-field`: pooler_output for a spec ending in the model's pooling head); None: its first tensor
     hf_output: Callable[[HFConfig], str | None] | None = None
     keys: tuple[Key, ...] = ()
+    # a causal LM: its whole and backbone classes and what `build` writes; `import hf` describes the whole
+    # model (hf_class: lm.whole) unless --backbone (importer/head.py adds or drops the head on the text)
+    lm: CausalLM | None = None
 
 
 FAMILIES: dict[str, Family] = {}

@@ -5,7 +5,8 @@ from costspec.importer.config import HFConfig, ImportProblem, heads, layers, siz
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
-from costspec.importer.families.llm_parts import DECODER_KEYS
+from costspec.importer.families.llm_parts import DECODER_KEYS, rope
+from costspec.importer.head import CausalLM
 
 DOUBLE_HEADS = "GPT2DoubleHeadsModel's multiple-choice head only"
 ROPE_CONSTANTS = ("the rotary frequencies (theta, scaling type and factor) are constants: RoPE costs 2 mul + 1 add "
@@ -51,8 +52,9 @@ def build_gpt2(cfg: HFConfig) -> str:
     spec.precision(cfg.dtype, cfg.dtype_source)
     spec.input(["B", "S"], "token ids")
     spec.doc = (f"GPT-2 imported from a Hugging Face config: token + learned position embeddings, pre-LN causal "
-                f"blocks (width {C}, {heads} heads, fused qkv, {fn} MLP), final LayerNorm and the LM head"
-                + (" tied to the token embedding" if tied else " (its own weight: tie_word_embeddings false)"))
+                f"blocks (width {C}, {heads} heads, fused qkv, {fn} MLP), final LayerNorm"
+                + ("" if cfg.backbone else " and the LM head" + (" tied to the token embedding" if tied else
+                                                                  " (its own weight: tie_word_embeddings false)")))
     scale = "" if cfg.get_bool("scale_attn_weights", True) else ", scale: none"
     hidden = "F" if inner is not None else "4*C"
     scale_note = "; scale_attn_weights" if scale else ""
@@ -96,6 +98,7 @@ GPT2_KEYS = (size("n_embd"), heads("n_head", "n_embd"), layers("n_layer"), size(
              size("n_inner"), size("vocab_size"))
 GPT2 = Family(("gpt2",), "GPT2LMHeadModel", build_gpt2, "GPT-2 with its LM head (tied unless the config says not)",
              keys=GPT2_KEYS,
+             lm=CausalLM("GPT2LMHeadModel", "GPT2Model", "transformer", writes="whole", tied_default=True),
               architectures=("GPT2Model",), refused=("n_ctx larger than n_positions", "add_cross_attention: true"))
 
 
@@ -103,8 +106,7 @@ GPT2 = Family(("gpt2",), "GPT2LMHeadModel", build_gpt2, "GPT-2 with its LM head 
 # Llama
 # ----------------------------------------------------------------------------------------------
 LLAMA_IGNORED = {
-    "rope_parameters": ROPE_CONSTANTS, "rope_scaling": ROPE_CONSTANTS, "rope_theta": ROPE_CONSTANTS,
-    "tie_word_embeddings": "the spec is LlamaModel (no LM head whose weight could be tied)",
+    "tie_word_embeddings": "read by the LM head (importer/head.py), which the backbone (--backbone) does not have",
     "pretraining_tp": "the tensor-parallel degree of the original pretraining; transformers 5 computes the same "
                       "projections whatever it says",
 }
@@ -137,16 +139,16 @@ def build_llama(cfg: HFConfig) -> str:
     spec.dim("L", cfg.get_int("num_hidden_layers", 32), "decoder layers", "num_hidden_layers")
     spec.dim("V", cfg.get_int("vocab_size", 32000), "vocabulary size", "vocab_size")
     fn = activation(cfg, "hidden_act", "silu")
+    rope(cfg)
     attn_bias = cfg.get_bool("attention_bias", False)
     mlp_bias = cfg.get_bool("mlp_bias", False)
     spec.precision(cfg.dtype, cfg.dtype_source)
     spec.input(["B", "S"], "token ids")
-    spec.note("No LM head: the spec is LlamaModel (add `- lm_head: {vocab: V}` for the logits, 2*S*C*V FLOPs per "
-              "sequence). Causal attention is counted over the full S x S scores, as executed.")
+    spec.note("Causal attention is counted over the full S x S scores, as executed.")
     d = "D" if explicit_d else "C/heads"
     spec.doc = (f"Llama-style decoder imported from a Hugging Face config: token embedding, pre-RMSNorm causal blocks "
                 f"(hidden {C}, {heads} query heads and {kv} key/value heads of dim {head_dim}, RoPE, gated {fn} MLP "
-                f"{cfg.get('intermediate_size', 11008)}), final RMSNorm; no LM head")
+                f"{cfg.get('intermediate_size', 11008)}), final RMSNorm")
     bias = f"qkv_bias: {str(attn_bias).lower()}, proj_bias: {str(attn_bias).lower()}"
     spec.block("llama_block", f"""\
 - residual:
@@ -193,10 +195,9 @@ def build_llama(cfg: HFConfig) -> str:
     return spec.render()
 
 
-LLAMA = Family(("llama",), "LlamaModel", build_llama, "Llama-style decoder backbone (LlamaModel: no LM head)",
-              keys=DECODER_KEYS,
-               architectures=("LlamaForCausalLM",),
-               refused=("num_key_value_heads that does not divide num_attention_heads",
-                        "quantization_config (an unknown key: quantized weights change the precision)"))
+LLAMA = Family(("llama",), "LlamaForCausalLM", build_llama, "Llama-style causal LM (LlamaForCausalLM, LM head "
+               "tied or not)", keys=DECODER_KEYS, architectures=("LlamaModel",),
+               lm=CausalLM("LlamaForCausalLM", "LlamaModel", "model"),
+               refused=("num_key_value_heads that does not divide num_attention_heads",))
 
 FAMILY_LIST = (GPT2, LLAMA)

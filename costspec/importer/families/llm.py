@@ -20,6 +20,7 @@ from costspec.importer.families.llm_parts import (
     header_note,
     rope,
 )
+from costspec.importer.head import CausalLM
 
 # the token ids of the input (the embedding reads them)
 TOKENS = ["B", "S"]
@@ -46,7 +47,7 @@ def describe(name: str, dec: Decoder, extra: str) -> str:
     window = f", sliding window {dec.window} on {sum(dec.sliding)} of {dec.layers} layers" if dec.window else ""
     attention = f"{dec.heads} query and {dec.kv} key/value heads of {dec.head_dim}, RoPE, causal{window}"
     return (f"{name} decoder imported from a Hugging Face config: embedding, {dec.layers} pre-RMSNorm blocks "
-            f"(hidden {dec.C}, {attention}{extra}), final RMSNorm; no LM head")
+            f"(hidden {dec.C}, {attention}{extra}), final RMSNorm")
 
 
 def _finish(spec: SpecText, cfg: HFConfig, hf_class: str, dec: Decoder, block: str, embed: str = EMBED) -> str:
@@ -140,19 +141,21 @@ def build_gemma(cfg: HFConfig) -> str:
 
 
 ROPE_REFUSED = "a rope_type other than default / linear (rope_parameters, rope_scaling)"
-MISTRAL = Family(("mistral",), "MistralModel", build_mistral,
-                 "Mistral decoder: GQA, RoPE, sliding-window causal attention, SwiGLU (no LM head)",
-                 architectures=("MistralForCausalLM",), keys=DECODER_KEYS,
+MISTRAL = Family(("mistral",), "MistralForCausalLM", build_mistral,
+                 "Mistral causal LM: GQA, RoPE, sliding-window causal attention, SwiGLU, LM head",
+                 architectures=("MistralModel",), keys=DECODER_KEYS,
+                 lm=CausalLM("MistralForCausalLM", "MistralModel", "model"),
                  refused=(ROPE_REFUSED, "num_key_value_heads that does not divide num_attention_heads"))
-QWEN2 = Family(("qwen2",), "Qwen2Model", build_qwen2,
-               "Qwen2 decoder: q/k/v biases, GQA, RoPE, sliding layers by layer_types, SwiGLU (no LM head)",
-               architectures=("Qwen2ForCausalLM",), keys=DECODER_KEYS,
+QWEN2 = Family(("qwen2",), "Qwen2ForCausalLM", build_qwen2,
+               "Qwen2 causal LM: q/k/v biases, GQA, RoPE, sliding layers by layer_types, SwiGLU, LM head",
+               architectures=("Qwen2Model",), keys=DECODER_KEYS, lm=CausalLM("Qwen2ForCausalLM", "Qwen2Model", "model"),
                refused=(ROPE_REFUSED, "layer_types of another length than num_hidden_layers, or naming another "
                         "attention kind"))
-GEMMA = Family(("gemma",), "GemmaModel", build_gemma,
-               "Gemma decoder: embeddings x sqrt(C), head_dim from the config (256 in Gemma), GeGLU, RMSNorm (1 + w) "
-               "(no LM head)",
-               architectures=("GemmaForCausalLM",), keys=DECODER_KEYS,
+GEMMA = Family(("gemma",), "GemmaForCausalLM", build_gemma,
+               "Gemma causal LM: embeddings x sqrt(C), head_dim from the config (256 in Gemma), GeGLU, "
+               "RMSNorm (1 + w), tied LM head",
+               architectures=("GemmaModel",), keys=DECODER_KEYS,
+               lm=CausalLM("GemmaForCausalLM", "GemmaModel", "model", tied_default=True),
                refused=(ROPE_REFUSED, "use_bidirectional_attention: true"))
 
 FAMILY_LIST = (MISTRAL, QWEN2, GEMMA)

@@ -25,6 +25,7 @@ from costspec.importer.families.llm_parts import (
     header_note,
     rope,
 )
+from costspec.importer.head import CausalLM
 
 BATCHED_MM = {"_experts_implementation": "batched_mm"}
 MOE_IGNORED = dict(IGNORED, router_aux_loss_coef="the load-balancing loss: training objective, not the model",
@@ -171,15 +172,17 @@ def build_qwen2_moe(cfg: HFConfig) -> str:
     return spec.render()
 
 
-MIXTRAL = Family(("mixtral",), "MixtralModel", build_mixtral,
-                 "Mixtral decoder: a router over E SwiGLU experts, top-K renormalised (no LM head)",
-                 hf_kwargs=BATCHED_MM, architectures=("MixtralForCausalLM",),
+MIXTRAL = Family(("mixtral",), "MixtralForCausalLM", build_mixtral,
+                 "Mixtral causal LM: a router over E SwiGLU experts, top-K renormalised, LM head",
+                 hf_kwargs=BATCHED_MM, architectures=("MixtralModel",),
+                 lm=CausalLM("MixtralForCausalLM", "MixtralModel", "model"),
                  refused=("num_experts_per_tok above num_local_experts", "a rope_type other than default / linear"),
                  keys=MOE_KEYS)
-QWEN2_MOE = Family(("qwen2_moe",), "Qwen2MoeModel", build_qwen2_moe,
-                   "Qwen2-MoE decoder: routed experts, a sigmoid-gated shared expert, dense layers by "
-                   "mlp_only_layers / decoder_sparse_step (no LM head)",
-                   hf_kwargs=BATCHED_MM, architectures=("Qwen2MoeForCausalLM",),
+QWEN2_MOE = Family(("qwen2_moe",), "Qwen2MoeForCausalLM", build_qwen2_moe,
+                   "Qwen2-MoE causal LM: routed experts, a sigmoid-gated shared expert, dense layers by "
+                   "mlp_only_layers / decoder_sparse_step, LM head",
+                   hf_kwargs=BATCHED_MM, architectures=("Qwen2MoeModel",),
+                   lm=CausalLM("Qwen2MoeForCausalLM", "Qwen2MoeModel", "model"),
                    refused=("num_experts 0 (import it as qwen2)", "mlp_only_layers naming a layer beyond the model",
                             "a rope_type other than default / linear"), keys=MOE_KEYS)
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from costspec.importer import rope as rope_tables
 from costspec.importer.config import HFConfig, ImportProblem, count, heads, layers, size
 from costspec.importer.emit import SpecText, wrap_comment
 from costspec.importer.families.common import activation, check_divides
 
 DEFAULT_S = 4096  # the sequence length when the config names no max_position_embeddings
 
-# keys these configs carry that never change the cost of the base model (the *Model class, no LM head)
+# keys these configs carry that never change the cost of the backbone (the *Model class)
 IGNORED = {
-    "tie_word_embeddings": "the spec stops at the last hidden state (no LM head to tie)",
+    "tie_word_embeddings": "read by the LM head (importer/head.py), which the backbone (--backbone) does not have",
     "pretraining_tp": "a tensor-parallel slicing of the same GEMMs at pretraining",
 }
 # the numeric keys of the Llama-style decoders (declared to HFConfig.validate)
@@ -24,7 +25,6 @@ DECODER_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size
 MOE_KEYS = DECODER_KEYS + (size("moe_intermediate_size"), size("shared_expert_intermediate_size"),
                            size("num_experts_per_tok"), size("num_local_experts"), count("num_experts"),
                            size("decoder_sparse_step"), count("mlp_only_layers", items=True))
-ROPE_TYPES = ("default", "linear")  # both only rescale the positions: the same cos / sin tables' cost
 
 ROTATE_HALF_IGNORE = """\
 - module: "layers.*.self_attn"
@@ -57,20 +57,9 @@ class Decoder:
 
 
 def rope(cfg: HFConfig) -> None:
-    """RoPE's settings: theta never changes the cost; a rope_type other than default / linear is refused."""
-    params = cfg.get("rope_parameters")
-    scaling = cfg.get("rope_scaling")
-    cfg.get("rope_theta")
-    for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise cfg.refuse(key, "expected an object with rope_type (and rope_theta)")
-        kind = value.get("rope_type", value.get("type", "default"))
-        unknown = sorted(set(value) - {"rope_type", "type", "rope_theta", "factor"})
-        if kind not in ROPE_TYPES or unknown:
-            raise cfg.refuse(key, f"RoPE {kind!r}{' with ' + ', '.join(unknown) if unknown else ''} is not "
-                             f"supported by this importer (expected rope_type one of {', '.join(ROPE_TYPES)})")
+    """RoPE's settings (importer/rope.py): every rope_type transformers has, none changing the cost; the whole
+    head rotated (a partial_rotary_factor is refused)."""
+    rope_tables.read(cfg)
 
 
 def layer_types(cfg: HFConfig, layers: int, window: int, derive: Callable[[int], bool]) -> list[bool]:

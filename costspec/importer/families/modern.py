@@ -11,6 +11,7 @@ from costspec.importer.families import Family
 from costspec.importer.families.llm_parts import DECODER_KEYS
 from costspec.importer.families.modern_moe import BATCHED_MM, MoE
 from costspec.importer.families.modern_template import ROPE_REFUSED, Template, build
+from costspec.importer.head import CausalLM
 
 GEMMA_ACT = "transformers 5 runs hidden_activation (gelu_pytorch_tanh when absent); hidden_act is not read"
 TEMPLATES = (
@@ -105,8 +106,10 @@ def keys(t: Template) -> tuple:
 
 
 def family(t: Template) -> Family:
+    backbone = t.hf_class.replace("ForCausalLM", "Model")
     return Family((t.model_type,), t.hf_class, partial(build, t), f"{t.title} causal LM with its LM head: {t.blurb}",
-                  hf_kwargs=BATCHED_MM if t.moe else {}, architectures=(t.hf_class,), keys=keys(t),
+                  hf_kwargs=BATCHED_MM if t.moe else {}, architectures=(t.hf_class, backbone), keys=keys(t),
+                  lm=CausalLM(t.hf_class, backbone, "model", writes="whole", tied_default=t.tied_default),
                   refused=(ROPE_REFUSED, *(f"{k}: true" for k in t.refuse_true), *(f"{k} set" for k in t.refuse_set),
                            *(f"{k} missing" for k in t.needs), *t.refused))
 

@@ -8,6 +8,7 @@ header says so); S is min(4096, max_position_embeddings), the maximum named in t
 """
 from __future__ import annotations
 
+from costspec.importer import rope as rope_tables
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText, wrap_comment
 from costspec.importer.families.common import activation, check_divides
@@ -19,9 +20,7 @@ from costspec.importer.families.modern_switches import Dims, Template
 
 DEFAULT_S = 4096  # the sequence length when the model allows more (its maximum is the dim's doc)
 DEFAULT_DTYPE = "bf16"
-ROPE_TYPES = ("default", "linear", "yarn", "llama3")
-ROPE_REFUSED = ("a rope_type dynamic or longrope (transformers recomputes the frequencies from the positions at run "
-                "time: data-dependent, not checkable on meta) or one it does not know")
+ROPE_REFUSED = "a rope_type transformers 5 does not have, or a rope table key no rope_type reads"
 ROPE_CONSTANTS = "the rotary frequencies are constants: RoPE costs 2 mul + 1 add per rotated element whatever they are"
 BASE_IGNORED = {
     "rope_theta": ROPE_CONSTANTS, "rope_local_base_freq": ROPE_CONSTANTS,
@@ -45,23 +44,12 @@ def rope(cfg: HFConfig, partial: bool) -> float:
     """RoPE's settings (rope_parameters, rope_scaling, per layer kind in Gemma 3): a fraction of the head
     rotated (partial_rotary_factor); a rope_type that runs data-dependent code is refused."""
     fraction = 1.0
-    for key in ("rope_parameters", "rope_scaling"):
-        value = cfg.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise cfg.refuse(key, "expected an object with rope_type (and rope_theta)")
-        tables = value.values() if value and all(isinstance(v, dict) for v in value.values()) else [value]
-        for table in tables:
-            kind = table.get("rope_type", table.get("type", "default"))
-            if kind not in ROPE_TYPES:
-                raise cfg.refuse(key, f"RoPE {kind!r} is not supported by this importer (expected rope_type one of "
-                                 f"{', '.join(ROPE_TYPES)}; dynamic and longrope recompute the frequencies from the "
-                                 "positions at run time, which cannot be checked on meta)")
-            if "partial_rotary_factor" in table:
-                if not partial:
-                    raise cfg.refuse(key, "partial_rotary_factor: this family rotates the whole head")
-                fraction = table["partial_rotary_factor"]
+    for table in rope_tables.read(cfg, frozenset({"partial_rotary_factor"})):
+        if "partial_rotary_factor" in table:
+            if not partial:
+                key = next(k for k in rope_tables.KEYS if cfg.has(k))
+                raise cfg.refuse(key, "partial_rotary_factor: this family rotates the whole head")
+            fraction = table["partial_rotary_factor"]
     if partial and cfg.has("partial_rotary_factor"):
         fraction = cfg.get("partial_rotary_factor")
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
@@ -345,6 +333,9 @@ def build(t: Template, cfg: HFConfig) -> str:
         moe, what = moe_op(spec, cfg, t.moe, fn)
         if not all(kinds):
             what += f" in {sum(kinds)} of {dims.layers} layers (the others dense, {fn} MLP)"
+    elif t.moe is not None:  # every layer dense at this depth: the MoE's keys are read and checked, not written
+        moe_op(SpecText(cfg.name, "", ""), cfg, t.moe, fn)
+        what += " (every layer dense: no MoE layer at this depth)"
     for name, value in dims.extra.items():
         spec.dim(name, value, "rotated dims per head (partial_rotary_factor x head_dim)", "partial_rotary_factor")
     multiplier = number(cfg, t.residual_scale_key, 1.0) if t.residual_scale_key else 1.0
@@ -369,8 +360,8 @@ def build(t: Template, cfg: HFConfig) -> str:
     heads = (f"multi-head latent attention, {dims.heads} heads" if t.mla else
              f"{dims.heads} query and {dims.kv} key/value heads of {dims.head_dim}")
     spec.doc = (f"{t.title} causal LM imported from a Hugging Face config: embedding, {dims.layers} blocks "
-                f"(hidden {dims.C}, {heads}, RoPE, causal{window_note}; {what}), final norm, LM head"
-                f"{' tied to the embedding' if tied else ''}")
+                f"(hidden {dims.C}, {heads}, RoPE, causal{window_note}; {what}), final norm"
+                + ("" if cfg.backbone else f", LM head{' tied to the embedding' if tied else ''}"))
     spec.header.extend(wrap_comment(f"`source:` and `ignore:` name modules of transformers' {t.hf_class} "
                                     "(transformers 5)"))
     moe_count = "L" if all(kinds) else str(sum(kinds))

@@ -10,13 +10,14 @@ from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
 from costspec.importer.families.decoders import ROPE_CONSTANTS
+from costspec.importer.head import CausalLM
 
 # rope_parameters keys (default, linear and dynamic scaling) that shape the cos/sin tables only:
 # computed from a buffer and the positions (constants, outside the counted work), never a cost
 ROPE_TABLE_KEYS = ("rope_theta", "rope_type", "type", "factor", "original_max_position_embeddings")
 ROPE_IGNORED = {"rotary_emb_base": ROPE_CONSTANTS, "rope_theta": ROPE_CONSTANTS, "rope_scaling": ROPE_CONSTANTS,
                 **{f"rope_parameters.{key}": ROPE_CONSTANTS for key in ROPE_TABLE_KEYS}}
-NO_LM_HEAD = "the importer writes the base model (no LM head), whose embedding is read once either way"
+NO_LM_HEAD = "read by the LM head (importer/head.py), which the backbone (--backbone) does not have"
 
 NEG_REASON = (
     "transformers' rotate_half builds [-x2, x1] with a neg (a multiplication by -1: the `scale` kind) of half of "
@@ -114,7 +115,7 @@ def build_gpt_neox(cfg: HFConfig) -> str:
                 + ("parallel-residual blocks x + attn(ln1(x)) + mlp(ln2(x))" if parallel
                    else "sequential pre-LN blocks") + f" (hidden {C}, {heads} heads of dim {d}, fused qkv"
                 + (" with bias" if not bias else " without bias") + f", rotary on {rotary} of {d} dims, {fn} MLP), "
-                "final LayerNorm; no LM head")
+                "final LayerNorm")
     attn = f"attention: {{heads: heads, {_rope_attrs(rotary, d)}, causal: true{bias}}}"
     mlp = f"mlp: {{hidden: F, fn: {fn}}}"
     if parallel:
@@ -202,7 +203,7 @@ def build_phi(cfg: HFConfig) -> str:
     spec.doc = (f"Phi decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} blocks "
                 f"x + attn(ln(x)) + mlp(ln(x)) (one LayerNorm feeds attention and MLP side by side; hidden {C}, "
                 f"{heads} heads" + (f", {kv} key/value heads" if kv < heads else "") + f" of dim {d}, q/k/v and "
-                f"dense with bias, rotary on {rotary} of {d} dims, {fn} MLP), final LayerNorm; no LM head")
+                f"dense with bias, rotary on {rotary} of {d} dims, {fn} MLP), final LayerNorm")
     kv_attr = ", kv_heads: KV" if kv < heads else ""
     spec.block("phi_block", f"""\
 # x + attention(ln(x)) + mlp(ln(x)): the residual adds x to the parallel join of the two branches
@@ -239,13 +240,14 @@ def build_phi(cfg: HFConfig) -> str:
 NEOX_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
              heads("num_attention_heads", "hidden_size"), heads("num_key_value_heads", "num_attention_heads"),
              size("head_dim"), size("max_position_embeddings"))
-GPT_NEOX = Family(("gpt_neox",), "GPTNeoXModel", build_gpt_neox,
-                  "GPT-NeoX / Pythia decoder: parallel (or sequential) residual, partial rotary (no LM head)",
-                  architectures=("GPTNeoXForCausalLM",),
+GPT_NEOX = Family(("gpt_neox",), "GPTNeoXForCausalLM", build_gpt_neox,
+                  "GPT-NeoX / Pythia causal LM: parallel (or sequential) residual, partial rotary, LM head",
+                  architectures=("GPTNeoXModel",),
+                  lm=CausalLM("GPTNeoXForCausalLM", "GPTNeoXModel", "gpt_neox"),
                   refused=("an odd number of rotary dims",), keys=NEOX_KEYS)
-PHI = Family(("phi",), "PhiModel", build_phi,
-             "Phi-1/1.5/2 decoder: one LayerNorm, attention and MLP in parallel, partial rotary (no LM head)",
-             architectures=("PhiForCausalLM",),
+PHI = Family(("phi",), "PhiForCausalLM", build_phi,
+             "Phi-1/1.5/2 causal LM: one LayerNorm, attention and MLP in parallel, partial rotary, LM head with a bias",
+             architectures=("PhiModel",), lm=CausalLM("PhiForCausalLM", "PhiModel", "model", bias=True),
              refused=("qk_layernorm: true", "head_dim other than hidden_size / num_attention_heads",
                       "an odd number of rotary dims"), keys=NEOX_KEYS)
 
