@@ -78,7 +78,7 @@ def test_vit_embeddings_are_a_patch_embedding_and_everything_agrees():
 
 
 def same_totals(config: Path) -> None:
-    hf = loads(import_hf(config).text)
+    hf = loads(import_hf(config, backbone=True).text)  # LlamaModel, as traced
     traced = import_torch("hf:LlamaModel", config=str(config))
     assert traced.unmapped == []
     assert "  - module: layers.*.self_attn\n    extra: {scale: B*D*L*S*(KV + heads)/2}" in traced.text
