@@ -16,7 +16,14 @@ from costspec.core.errors import Location, SpecError
 from costspec.ops.opdef import GRAD_YES, OpCall, OpDef
 from costspec.ops.work import Part, Work
 from costspec.tree.cost import ZERO_COST, Cost, route
-from costspec.tree.weights import backward_work, forward_work, lora_params, weight_elements, weight_gemms
+from costspec.tree.weights import (
+    backward_work,
+    forward_work,
+    lora_params,
+    weight_elements,
+    weight_gemms,
+    weight_notes,
+)
 
 
 class Node:
@@ -125,6 +132,11 @@ class OpNode(Node):
         return self.call.precision
 
     @property
+    def weight_notes(self) -> list[str]:
+        """What the precision adds to the weight GEMMs' work (costspec.tree.weights), in words."""
+        return weight_notes(self.precision) if self.weight_gemms else []
+
+    @property
     def params(self) -> sympy.Expr:
         return sum((p.params for p in self.fwd_parts), sympy.Integer(0))
 
@@ -134,6 +146,18 @@ class OpNode(Node):
         if not self.precision.frozen_weights:
             return sympy.Integer(0)
         return sum((weight_elements(g) for g in self.weight_gemms.values()), sympy.Integer(0))
+
+    @property
+    def adapter_params(self) -> sympy.Expr:
+        """Parameters of the LoRA adapters on this op's weight GEMMs (precision `lora`)."""
+        return sum((lora_params(self.precision, g) for g in self.weight_gemms.values()), sympy.Integer(0))
+
+    @property
+    def unused_params(self) -> sympy.Expr | None:
+        """Parameters of this op a token does not use (experts it is not routed to), None where it uses all;
+        LoRA adapters count as used (all of them)."""
+        active = self.op.active_params(self.call)
+        return None if active is None else self.params - self.adapter_params - active
 
     @property
     def trainable_params(self) -> sympy.Expr:

@@ -108,3 +108,22 @@ def backward_work(precision: Precision, gemms: Iterable[Gemm], input_grad: bool)
         if precision.lora:
             work = work + lora_backward(precision.lora, g, input_grad)
     return work
+
+
+def weight_notes(precision: Precision) -> list[str]:
+    """The counting choices of a layer's quantised or adapted weight GEMMs, one line each."""
+    notes = []
+    if precision.native:
+        notes.append(f"{precision.weights} weights on the {precision.dtype} Tensor-Core GEMM: each output's partial "
+                     f"sum per k-group of {precision.group} rescaled into the fp32 accumulator on CUDA cores "
+                     f"({NATIVE_RESCALE_KIND}, m*n*ceiling(k/{precision.group}))")
+    elif precision.quantised:
+        assert precision.weights is not None
+        kind = DEQUANT_KIND[precision.weights]
+        notes.append(f"{precision.weights} weights dequantised on CUDA cores per use ({kind} per weight value, "
+                     "n*k, in the forward GEMM and again in the backward's dX GEMM); frozen: no "
+                     "weight gradient")
+    if precision.lora:
+        notes.append(f"LoRA adapters of rank {precision.lora} on its weight GEMMs (their weights frozen): "
+                     "r*(k + n) parameters, 2*m*r*(k + n) FLOPs forward")
+    return notes
