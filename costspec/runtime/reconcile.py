@@ -122,7 +122,7 @@ def weight_rules(node: OpNode, phase: Phase, rg: bool) -> list[Reconcile]:
     spec freezes them); costspec's module runs the LoRA adapters (torch_build), a real model has none."""
     precision, out = node.precision, []
     for part, gemms in node.weight_gemms.items():
-        if precision.quantised and (phase == Phase.FORWARD or rg):
+        if precision.quantised and (phase == Phase.FORWARD or node.part_input_grad(part, rg)):
             work = sum((dequantise(precision, g) for g in gemms), Work())
             out.append(Reconcile("quantised-weights-run-unquantised", part, work.scaled(-1),
                                  f"the module holds its {precision.weights} weights at {precision.dtype}: the "

@@ -171,12 +171,13 @@ def _op_module(node: OpNode, ev, built: list):
 def _with_lora_adapters(node: OpNode, module):
     """PEFT's LoRA on each weight GEMM of the layer: the nn.Linear that runs it wrapped as
     base(x) + lora_B(lora_A(x)) * scaling (`costspec.nn.lora.LoraLinear`). A weight GEMM run by another module
-    (experts, convs, attention's own projections) gets no adapter: the spec is refused here."""
+    (experts, convs, per-head batched projections) gets no adapter: the spec is refused here."""
     from torch import nn
 
     from costspec.nn.lora import LoraLinear
 
     r = node.precision.lora
+    assert r is not None
     own = {p.name for p in node.fwd_parts if p.own or not p.name}
     for part, gemms in node.weight_gemms.items():
         holder = module if part in own else getattr(module, part)

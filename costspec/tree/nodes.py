@@ -201,12 +201,26 @@ class OpNode(Node):
                 if unknown:
                     raise AssertionError(f"{self.op.name}.backward returned unknown parts {unknown}")
                 for name, gemms in self.weight_gemms.items():
-                    extra = backward_work(self.precision, gemms, in_rg)
+                    extra = backward_work(self.precision, gemms, self.part_input_grad(name, in_rg))
                     mine = parts.get(name, Part(name, Work()))
                     parts[name] = Part(name, mine.work + extra, mine.params, mine.own)
                 parts = {name: self._canon(p) for name, p in parts.items()}
             self._bwd_parts[in_rg] = parts
         return self._bwd_parts[in_rg]
+
+    def part_input_grad(self, part: str, in_rg: bool) -> bool:
+        """Whether the input of the weight GEMMs of `part` needs a gradient: the op's input does (`in_rg`), or
+        the op's backward of the part is the same either way: it reads what an earlier part with parameters
+        made (mla's q_b after q_a), so the frozen weight's dX (and its dequantisation) and the adapter's share
+        of dX run either way."""
+        if in_rg:
+            return True
+        if "_inner_parts" not in self.__dict__:
+            with_grad = {p.name: p.work for p in self.op.backward(self.call, True)}
+            without = {p.name: p.work for p in self.op.backward(self.call, False)}
+            self.__dict__["_inner_parts"] = {name for name in self.weight_gemms
+                                             if _same(with_grad.get(name), without.get(name))}
+        return part in self.__dict__["_inner_parts"]
 
     def part_backward(self, name: str, in_rg: bool) -> Cost:
         part = self.backward_parts(in_rg).get(name)
@@ -228,6 +242,13 @@ class OpNode(Node):
 
     def op_nodes(self):
         yield self
+
+
+def _same(a: Work | None, b: Work | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return all(sympy.expand(x.get(k, 0) - y.get(k, 0)) == 0
+               for x, y in ((a.matmul, b.matmul), (a.pointwise, b.pointwise)) for k in set(x) | set(y))
 
 
 class PartNode(Node):
