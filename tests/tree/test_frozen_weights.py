@@ -184,3 +184,15 @@ def test_a_bad_rank_is_a_spec_error(write_spec, cli):
     out = cli("check", write_spec(SPEC.replace("PRECISION", "{lora: -1}").replace("FIRST", "")))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "$.precision.lora: -1 is too small (expected at least 0)" in out.stdout
+
+
+def test_formula_shows_the_dequantisation_and_the_adapters(write_spec, cli):
+    import json
+
+    path = write_spec(SPEC.replace("PRECISION", "{weights: int4, group: 64, lora: 4}").replace("FIRST", ""))
+    out = cli("formula", path, "--per-layer", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    forms = {r["name"]: r for r in json.loads(out.stdout)["rows"]}
+    # second: (q - zero) * scale per weight value, the adapter's scaling and add per output
+    assert forms["second"]["cuda"]["expr"] == "2*B*S*F + 2*C*F"
+    assert forms["second"]["params"]["expr"] == "C*F + 4*C + 4*F"
