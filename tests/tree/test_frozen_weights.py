@@ -196,3 +196,28 @@ def test_formula_shows_the_dequantisation_and_the_adapters(write_spec, cli):
     # second: (q - zero) * scale per weight value, the adapter's scaling and add per output
     assert forms["second"]["cuda"]["expr"] == "2*B*S*F + 2*C*F"
     assert forms["second"]["params"]["expr"] == "C*F + 4*C + 4*F"
+
+
+def test_inner_parts_of_an_adapted_op_run_their_dx_whatever_the_op_input():
+    """mla on the model input (no gradient): q_a and kv_a compute no dX, but q_b, kv_b and the output
+    projection read what a part with trainable adapters made, so their frozen dX (dequantised again) and
+    their adapters' dX run; the generated module agrees (validate, train)."""
+    pytest.importorskip("torch")
+    text = """\
+costspec: 1
+name: mla_lora
+dims: {B: 1, S: 16, C: 64, heads: 4, RQ: 24, R: 16, DN: 8, DR: 4, DV: 8}
+precision: {weights: int8, compute: bf16, lora: 2}
+input: [B, S, C]
+layers:
+  - mla: {heads: heads, q_lora_rank: RQ, kv_lora_rank: R, qk_nope_head_dim: DN, qk_rope_head_dim: DR,
+          v_head_dim: DV, causal: true}
+"""
+    m = costspec.loads(text, "mla_lora.yaml")
+    (op,) = m.op_nodes()
+    assert [p for p in op.weight_gemms if op.part_input_grad(p, False)] == ["q_b", "kv_b", "proj"]
+    back = rows(m, "backward")
+    assert back["attn.q_a"].cuda_flops == 16 * 24  # its adapter's scaling backward only: no dX, no dequant
+    assert back["attn.q_b"].cuda_flops == 24 * 4 * 12 + 16 * 4 * 12 + 16 * 24  # dequant, scaling, dX sum
+    result = validate(m, m.bind(), "train", "meta")
+    assert result.ok, result.failures()
