@@ -179,8 +179,8 @@ def _notes(model: Network, steps: list, inputs: dict, sparse: bool) -> dict[str,
     active = []
     for step in steps:
         node = step.node
-        if isinstance(node, OpNode) and (used := node.op.active_params(node.call)) is not None:
-            active.append([node.name, emitter.slot(step.instances * (node.params - used))])
+        if isinstance(node, OpNode) and (idle := node.unused_params) is not None:
+            active.append([node.name, emitter.slot(step.instances * idle)])
     unpatterned = []
     for op in model.op_nodes() if sparse else ():
         if not op.precision.sparse:

@@ -88,9 +88,8 @@ def _active_params(model: Network, values: Mapping[sympy.Symbol, sympy.Integer],
         node = step.node
         if not isinstance(node, OpNode):
             continue
-        active = node.op.active_params(node.call)
-        if active is not None:
-            unused += exact_int(step.instances * (node.params - active), values, node)
+        if (idle := node.unused_params) is not None:
+            unused += exact_int(step.instances * idle, values, node)
             layers.append(node.name)
     return active_params_note(total, unused, layers)
 

@@ -3,10 +3,13 @@ key/value cache, each an exact symbolic byte count in the spec's dims, evaluated
 the fit against a GPU's capacity (with the largest batch that fits).
 
 Conventions (docs/conventions.md, memory):
-* weights at each layer's precision (its bytes per element, block scales included); a tied weight once;
-* gradients (train): one per parameter, in the parameter's dtype (what autograd's `.grad` holds);
-* master weights (`master=True`, train): an fp32 copy of every parameter not already stored in 32 bits;
-* optimizer state (train): sgd none (no momentum), adam / adamw two moments per parameter, in the dtype
+* weights at each layer's precision (its bytes per element, block scales included; quantised weight
+  matrices at their stored width plus scales); a tied weight once;
+* gradients (train): one per trainable parameter, in the parameter's dtype (what autograd's `.grad` holds):
+  the weight matrices of quantised or LoRA-adapted layers are frozen (their adapters train);
+* master weights (`master=True`, train): an fp32 copy of every trainable parameter not already stored in
+  32 bits;
+* optimizer state (train): sgd none (no momentum), adam / adamw two moments per trainable parameter, in the dtype
   of the weights they update (fp32 with master weights, else the parameter's: torch's `zeros_like`);
   their per-tensor `step` counters live on the host (torch's default) and are not device memory;
 * the key/value cache (a serving phase): each attention layer's `kv_cache` elements (k and v of the cached
@@ -25,6 +28,7 @@ from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import Pass, Word
 from costspec.tree.network import Network
 from costspec.tree.nodes import OpNode
+from costspec.tree.weights import weight_elements
 
 FP32_BYTES = 4
 
@@ -61,25 +65,39 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
     for node, _ in ops:
         if node.precision.sparse:
             raise UsageError(f"layer '{node.name}' stores 2:4 sparse weights, whose memory is not modelled")
-    params = _total(ops, lambda n: n.params)
-    weights = _total(ops, lambda n: n.params * n.precision.bytes_per_element)
-    kinds = [Kind("weights", weights, "parameters x bytes per element of each layer's precision")]
+    weights = _total(ops, _weight_bytes)
+    kinds = [Kind("weights", weights, "parameters x bytes per element of each layer's precision (quantised "
+                  "weight matrices at their stored width plus scales)")]
     if pass_ is Pass.TRAIN:
-        kinds.append(Kind("gradients", weights, "one gradient per parameter, in the parameter's dtype"))
-        narrow = _total(ops, lambda n: n.params if n.precision.bytes_per_element < FP32_BYTES else 0)
+        # frozen weight matrices (quantised, or under LoRA adapters) get no gradient and no optimizer state
+        params = _total(ops, lambda n: n.trainable_params)
+        trained = _total(ops, lambda n: n.trainable_params * n.precision.bytes_per_element)
+        kinds.append(Kind("gradients", trained, "one gradient per trainable parameter, in the parameter's dtype"))
+        narrow = _total(ops, lambda n: n.trainable_params if n.precision.bytes_per_element < FP32_BYTES else 0)
         if master:
             kinds.append(Kind("master weights", FP32_BYTES * narrow,
-                              "an fp32 copy of every parameter stored in fewer than 32 bits"))
+                              "an fp32 copy of every trainable parameter stored in fewer than 32 bits"))
         states = STATES[optimizer]
-        state_bytes = FP32_BYTES * params if master else weights
+        state_bytes = FP32_BYTES * params if master else trained
         dtype = "fp32 (master weights)" if master else "the parameter's dtype"
         kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
-                          f"{states} state(s) per parameter in {dtype}; step counters on the host"))
+                          f"{states} state(s) per trainable parameter in {dtype}; step counters on the host"))
     if cache:
         kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
         kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
                           "kv_heads x head_dim x tokens x bytes; mla: its latent and rope key, B x (r + d_r))"))
     return kinds
+
+
+def _weight_bytes(node: OpNode) -> sympy.Expr:
+    """Bytes of one instance's parameters: at the layer's precision, its quantised weight matrices at their
+    stored width plus their groups' scales."""
+    size = node.precision.bytes_per_element
+    if not node.precision.quantised:
+        return node.params * size
+    gemms = [g for part in node.weight_gemms.values() for g in part]
+    quantised = sum((node.precision.quantised_weight_bytes(g.n, g.k, g.count) for g in gemms), sympy.Integer(0))
+    return (node.params - weight_elements(gemms)) * size + quantised
 
 
 def _total(ops: list[tuple[OpNode, sympy.Expr]], per_instance: Callable[[OpNode], object]) -> sympy.Expr:

@@ -101,6 +101,11 @@ UNQUANTISED = "none"
 # also feed an int8 / fp8 Tensor-Core GEMM directly (their own format).
 DEQUANT_COMPUTE = ("fp32", "tf32", "fp16", "bf16")
 NATIVE_COMPUTE = {"int8": ("int8",), "fp8": ("fp8", "fp8_e4m3")}
+# The CUDA-core kind one weight value's dequantisation counts as, per use (docs/conventions.md): int4's
+# (q - zero) * scale; the others' q * scale (nf4: a 16-entry table lookup, no arithmetic, then * absmax).
+DEQUANT_KIND = {"int4": "dequant_zero", "int8": "dequant", "fp8": "dequant", "nf4": "dequant"}
+# A native int8 / fp8 GEMM instead rescales each k-group's partial sum into the fp32 accumulator, per output.
+NATIVE_RESCALE_KIND = "group_rescale"
 
 
 def sparse_metadata_bits(dtype: str) -> int:
@@ -118,11 +123,23 @@ class Precision:
     sparsity: str | None = None
     weights: str | None = None  # a WEIGHT_FORMATS key: weight matrices stored quantised; None: at `dtype`
     group: int = DEFAULT_GROUP  # values per scale along k (quantised weights only)
+    lora: int | None = None  # rank of the LoRA adapter on each weight GEMM (the weight matrices frozen)
 
     @property
     def quantised(self) -> bool:
         """True when the weight matrices of GEMMs / convs are stored in a quantised format."""
         return self.weights is not None
+
+    @property
+    def native(self) -> bool:
+        """True when quantised weights feed an int8 / fp8 Tensor-Core GEMM directly (no dequantisation)."""
+        return self.weights is not None and self.dtype in NATIVE_COMPUTE.get(self.weights, ())
+
+    @property
+    def frozen_weights(self) -> bool:
+        """True when the weight matrices get no gradient: quantised (inference weights, QLoRA's base) or
+        adapted by LoRA (the adapters train instead)."""
+        return self.weights is not None or self.lora is not None
 
     @property
     def sparse(self) -> bool:
@@ -155,9 +172,10 @@ class Precision:
     @property
     def label(self) -> str:
         """The precision as report headers show it: the dtype, and the sparsity pattern when sparse."""
+        lora = f", LoRA rank {self.lora}" if self.lora else ""
         if self.weights:
-            return f"{self.dtype}, {self.weights} weights (group {self.group})"
-        return f"{self.dtype} {self.sparsity}" if self.sparsity else self.dtype
+            return f"{self.dtype}, {self.weights} weights (group {self.group}){lora}"
+        return (f"{self.dtype} {self.sparsity}" if self.sparsity else self.dtype) + lora
 
     def quantised_weight_bytes(self, n: sympy.Expr, k: sympy.Expr, count: sympy.Expr | int = 1) -> sympy.Expr:
         """Bytes of `count` quantised (n x k) weight matrices: n*k values at the format's width plus, per
@@ -198,7 +216,11 @@ class Precision:
         weights = value.get("weights", inherited.weights or UNQUANTISED)
         weights = None if weights == UNQUANTISED else weights
         group = value.get("group", inherited.group)
-        precision = Precision(dtype, sparsity, weights, group)
+        lora = value.get("lora", inherited.lora or 0)
+        if not isinstance(lora, int) or isinstance(lora, bool) or lora < 0:
+            raise SpecError(f"lora {lora!r} is not a rank", where.child("lora"),
+                            "the adapters' rank, a positive integer (0: no adapters)")
+        precision = Precision(dtype, sparsity, weights, group, lora or None)
         if weights is not None:
             Precision._check_quantised(precision, where)
         if precision.sparse and not precision.tensor_cores:

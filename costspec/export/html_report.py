@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RowForms:
     """A layer's closed forms: total FLOPs forward and train (all its instances; no train form for a model
-    with quantised weights, which has no backward pass), and parameters."""
+    running quantised weights on a native int8 / fp8 GEMM, which has no backward pass), and parameters."""
 
     forward: ClosedForm
     train: ClosedForm | None
@@ -143,8 +143,8 @@ def gather(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_: 
     totals = {p: formulas(model, p, None, False, sets, depth=0).totals() for p in passes}
     notes = list(report.notes)
     if not model.trains:
-        notes.append("no train forms: the model holds quantised weights (inference weights; docs/conventions.md"
-                     "#quantised-weights)")
+        notes.append("no train forms: the model runs quantised weights on a native int8 / fp8 GEMM (no backward "
+                     "pass modelled; docs/conventions.md#quantised-weights)")
     elif phase is not None:
         notes.append(f"no train forms: the model is served ({phase}), forward only")
     elif note := flash_backward_note(model, "train"):

@@ -259,10 +259,10 @@ def layer_notes(op_nodes) -> list[str]:
     """`layer: note` for every counting choice the ops of a model state (`OpDef.notes`); a note that
     several layers state is one line with their count and the first and last names
     (`29 layers (stem.bn, ..., stage4.conv3.bn): note`). `op_nodes` are the model tree's op nodes
-    (anything with .name, .op and .call)."""
+    (anything with .name, .op and .call; and the notes of its precision, `weight_notes`, where it has them)."""
     layers: dict[str, list[str]] = {}
     for node in op_nodes:
-        for note in node.op.notes(node.call):
+        for note in [*node.op.notes(node.call), *getattr(node, "weight_notes", ())]:
             names = layers.setdefault(note, [])
             if node.name not in names:
                 names.append(node.name)

@@ -13,8 +13,11 @@ import sympy
 from costspec.core.expr import evaluator
 from costspec.core.vocab import Device, FusedRun, Phase
 from costspec.ops.attention.ran import EAGER
+from costspec.ops.opdef import Reconcile
+from costspec.ops.work import Work
 from costspec.tree.nodes import OpNode
 from costspec.tree.walk import GradState, Step, own_slot, slot_of
+from costspec.tree.weights import dequantise
 
 
 @dataclass
@@ -121,6 +124,21 @@ def reconciliations(steps: list[Step], phases: tuple[Phase, ...], runtime, devic
     return deltas, applied
 
 
+def weight_rules(node: OpNode, phase: Phase, rg: bool) -> list[Reconcile]:
+    """The rules of a layer whose precision adds work to its weight GEMMs (costspec.tree.weights): the module
+    costspec builds, like a real model built on meta, holds its weights at the compute dtype (frozen where the
+    spec freezes them); costspec's module runs the LoRA adapters (torch_build), a real model has none."""
+    precision, out = node.precision, []
+    for part, gemms in node.weight_gemms.items():
+        if precision.quantised and (phase == Phase.FORWARD or node.part_input_grad(part, rg)):
+            work = sum((dequantise(precision, g) for g in gemms), Work())
+            out.append(Reconcile("quantised-weights-run-unquantised", part, work.scaled(-1),
+                                 f"the module holds its {precision.weights} weights at {precision.dtype}: the "
+                                 "dequantisation of each weight value per use (the spec's "
+                                 f"{', '.join(sorted(work.pointwise))}) does not run"))
+    return out
+
+
 def reconcile_node(node: OpNode, phase: Phase, mult, grad: GradState, facts: dict, values, ev, by_kind):
     """(slot, rule, text, amount) for each named rule the op declares, summed over its instances.
     A rule `measured_in` another op kind lands in the slot of that kind's single layer."""
@@ -131,7 +149,7 @@ def reconcile_node(node: OpNode, phase: Phase, mult, grad: GradState, facts: dic
     for rg, instances in grad.split(mult):
         k = ev(instances)
         if k and (phase == Phase.FORWARD or node.backward_parts(rg)):
-            classes.append((node.op.reconcile(node.call, phase, rg, facts, ev), k))
+            classes.append((node.op.reconcile(node.call, phase, rg, facts, ev) + weight_rules(node, phase, rg), k))
     out: dict[tuple[str, str], tuple[str, Amount]] = {}
     for rules, k in classes:
         for r in rules:

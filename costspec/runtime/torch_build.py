@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
 
-from costspec.core.errors import MissingExtraError, SpecError
+from costspec.core.errors import MissingExtraError, SpecError, UsageError
 from costspec.core.expr import evaluator
 from costspec.core.results import Column, Result, Row, Table
 from costspec.tree.nodes import Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
@@ -163,7 +163,54 @@ def _op_module(node: OpNode, ev, built: list):
     for part in node.fwd_parts:  # parts that are not `own` are submodules of the same name
         if part.name and not part.own and not isinstance(getattr(module, part.name, None), nn.Module):
             raise AssertionError(f"{node.op.name}.build() has no submodule '{part.name}' for its part")
+    if node.frozen_params != 0:
+        _freeze_weight_matrices(node, module, ev)
+    if node.precision.lora:
+        module = _with_lora_adapters(node, module)
     return module
+
+
+def _with_lora_adapters(node: OpNode, module):
+    """PEFT's LoRA on each weight GEMM of the layer: the nn.Linear that runs it wrapped as
+    base(x) + lora_B(lora_A(x)) * scaling (`costspec.nn.lora.LoraLinear`). A weight GEMM run by another module
+    (experts, convs, per-head batched projections) gets no adapter: the spec is refused here."""
+    from torch import nn
+
+    from costspec.nn.lora import LoraLinear
+
+    r = node.precision.lora
+    assert r is not None
+    own = {p.name for p in node.fwd_parts if p.own or not p.name}
+    for part, gemms in node.weight_gemms.items():
+        holder = module if part in own else getattr(module, part)
+        if type(holder) is not nn.Linear or len(gemms) != 1:
+            raise UsageError(f"{node.op.name} '{node.name}': costspec builds LoRA adapters on nn.Linear layers only, "
+                             f"and its part {part or node.op.name!r} runs a {type(holder).__name__}; eval, formula "
+                             "and memory count its adapters (docs/conventions.md#lora-adapters)")
+        wrapped = LoraLinear(holder, r)
+        if holder is module:
+            return wrapped
+        setattr(module, part, wrapped)
+    return module
+
+
+def _freeze_weight_matrices(node: OpNode, module, ev) -> None:
+    """A quantised or LoRA-adapted layer's weight matrices get no gradient (`requires_grad_(False)`): the
+    matrices (2 dims or more) of the parts whose weight GEMMs the precision freezes; their count must be
+    the spec's frozen parameters. The module runs them at the compute dtype (no dequantisation: `validate`
+    names it, runtime/reconcile.py)."""
+    own = {p.name for p in node.fwd_parts if p.own or not p.name}
+    frozen = 0
+    for part in node.weight_gemms:
+        holder = module if part in own else getattr(module, part)
+        params = holder.parameters(recurse=holder is not module or not node.children)
+        for param in params:
+            if param.dim() >= 2 and param.requires_grad:
+                param.requires_grad_(False)
+                frozen += param.numel()
+    if frozen != ev(node.frozen_params):
+        raise AssertionError(f"{node.op.name} '{node.name}': froze {frozen} weight values, the spec's frozen "
+                             f"parameters are {ev(node.frozen_params)}")
 
 
 def _add_child(container, node: Node, module) -> None:

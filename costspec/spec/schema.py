@@ -34,7 +34,10 @@ _PRECISION = {"type": "object", "additionalProperties": False,
                                                         "the dtype)"},
                              "group": {"type": "integer", "minimum": 1,
                                        "description": "quantised weights: values per scale along k (default "
-                                                      f"{DEFAULT_GROUP})"}}}
+                                                      f"{DEFAULT_GROUP})"},
+                             "lora": {"type": "integer", "minimum": 0,
+                                      "description": "rank of a LoRA adapter on each weight GEMM, whose weight "
+                                                     "matrix is then frozen (0: no adapters)"}}}
 _MODULE_PATH = r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$"
 _MODULE_PATTERN = r"^(([A-Za-z0-9_]+|\*)(\.([A-Za-z0-9_]+|\*))*)?$"  # "": the model itself (its own forward)
 _IGNORE = {"type": "array", "minItems": 1,

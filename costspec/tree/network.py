@@ -85,8 +85,9 @@ class Network:
 
     @property
     def trains(self) -> bool:
-        """False when a layer holds quantised weights: an inference model, whose backward pass is refused."""
-        return not any(op.holds_quantised_weight for op in self.op_nodes())
+        """False when a layer runs quantised weights on a native int8 / fp8 GEMM, whose backward pass is
+        refused (quantised weights dequantised to the compute dtype train as QLoRA's frozen base)."""
+        return not any(op.holds_quantised_weight and op.precision.native for op in self.op_nodes())
 
     def op_nodes(self) -> Iterator[OpNode]:
         return self.root.op_nodes()

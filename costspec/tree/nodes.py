@@ -17,11 +17,19 @@ from typing import Callable, Iterator, Mapping
 
 import sympy
 
-from costspec.core.conventions import SPARSE_MATMUL_CLASSES, Precision
+from costspec.core.conventions import Precision
 from costspec.core.errors import Location, SpecError
 from costspec.ops.opdef import GRAD_YES, OpCall, OpDef
 from costspec.ops.work import Part, Work
-from costspec.tree.cost import ZERO_COST, Cost, holds_weight_matrix, route
+from costspec.tree.cost import ZERO_COST, Cost, route
+from costspec.tree.weights import (
+    backward_work,
+    forward_work,
+    lora_params,
+    weight_elements,
+    weight_gemms,
+    weight_notes,
+)
 
 
 class Node:
@@ -118,7 +126,11 @@ class OpNode(Node):
         super().__init__(local, call.loc, explicit)
         self.op, self.call, self.out_shape, self.table = op, call, out_shape, table
         self.canonical = canonical
-        self.fwd_parts: list[Part] = [self._canon(p) for p in op.forward(call)]
+        parts = op.forward(call)
+        precision = call.precision
+        # part -> its weight GEMMs, where the precision changes their work (weights.py)
+        self.weight_gemms = weight_gemms(op, call, parts) if precision.quantised or precision.lora else {}
+        self.fwd_parts: list[Part] = [self._canon(self._with_weights(p)) for p in parts]
         names = [p.name for p in self.fwd_parts]
         if len(self.fwd_parts) > 1 or names[0]:
             self.children = [PartNode(self, p.name, call.loc) for p in self.fwd_parts]
@@ -131,54 +143,108 @@ class OpNode(Node):
                     {k: c(v) for k, v in part.work.pointwise.items()})
         return Part(part.name, work, c(sympy.sympify(part.params)), part.own)
 
+    def _with_weights(self, part: Part) -> Part:
+        """The part with what its weight GEMMs add in this precision: dequantisation, LoRA adapters."""
+        gemms = self.weight_gemms.get(part.name)
+        if not gemms:
+            return part
+        return Part(part.name, part.work + forward_work(self.precision, gemms),
+                    part.params + lora_params(self.precision, gemms), part.own)
+
     @property
     def precision(self) -> Precision:
         return self.call.precision
+
+    @property
+    def weight_notes(self) -> list[str]:
+        """What the precision adds to the weight GEMMs' work (costspec.tree.weights), in words."""
+        return weight_notes(self.precision) if self.weight_gemms else []
 
     @property
     def params(self) -> sympy.Expr:
         return sum((p.params for p in self.fwd_parts), sympy.Integer(0))
 
     @property
+    def frozen_params(self) -> sympy.Expr:
+        """Parameters that get no gradient: the weight matrices of a quantised or LoRA-adapted layer."""
+        if not self.precision.frozen_weights:
+            return sympy.Integer(0)
+        return sum((weight_elements(g) for g in self.weight_gemms.values()), sympy.Integer(0))
+
+    @property
+    def adapter_params(self) -> sympy.Expr:
+        """Parameters of the LoRA adapters on this op's weight GEMMs (precision `lora`)."""
+        return sum((lora_params(self.precision, g) for g in self.weight_gemms.values()), sympy.Integer(0))
+
+    @property
+    def unused_params(self) -> sympy.Expr | None:
+        """Parameters of this op a token does not use (experts it is not routed to), None where it uses all;
+        LoRA adapters count as used (all of them)."""
+        active = self.op.active_params(self.call)
+        return None if active is None else self.params - self.adapter_params - active
+
+    @property
+    def trainable_params(self) -> sympy.Expr:
+        """Parameters that get a gradient (and optimizer state): all but the frozen weight matrices."""
+        return self.params - self.frozen_params
+
+    @property
     def makes_grad(self) -> bool:
-        """Whether this op's output needs a gradient whatever its running input: it has parameters, or it
-        reads another value that needs one (`with:`, `kv:`; a join of branches with parameters). An op the
-        running value passes through (`OpDef.pass_through`) leaves it as it was."""
-        return (self.params != 0 and not self.op.pass_through) or GRAD_YES in self.call.wiring.grads
+        """Whether this op's output needs a gradient whatever its running input: it has trainable parameters,
+        or it reads another value that needs one (`with:`, `kv:`; a join of branches with parameters). An op
+        the running value passes through (`OpDef.pass_through`) leaves it as it was."""
+        return (self.trainable_params != 0 and not self.op.pass_through) or GRAD_YES in self.call.wiring.grads
 
     @property
     def holds_quantised_weight(self) -> bool:
         """True when a GEMM / conv of this op multiplies by a weight matrix stored quantised (a norm's or a
         bias's parameters are not quantised)."""
-        if not self.precision.quantised:
-            return False
-        parts = {p.name for p in self.fwd_parts if holds_weight_matrix(p.name, p.params)}
-        return any(g.part in parts and g.kind in SPARSE_MATMUL_CLASSES for g in self.op.gemms(self.call))
+        return self.precision.quantised and bool(self.weight_gemms)
 
     def part_forward(self, name: str) -> Cost:
         part = next(p for p in self.fwd_parts if p.name == name)
         return route(part.work, part.params, self.precision, self.table, part.name)
 
     def runs_backward(self, in_rg: bool) -> bool:
-        """False when nothing before this op needs a gradient and it has no parameters of its own (an
-        op reading other values runs when one of them needs a gradient)."""
-        return in_rg or self.params != 0 or GRAD_YES in self.call.wiring.grads
+        """False when nothing before this op needs a gradient and it has no trainable parameters of its own
+        (an op reading other values runs when one of them needs a gradient)."""
+        return in_rg or self.trainable_params != 0 or GRAD_YES in self.call.wiring.grads
 
     def backward_parts(self, in_rg: bool) -> dict[str, Part]:
         if in_rg not in self._bwd_parts:
             if not self.runs_backward(in_rg):
                 parts = {}
-            elif self.holds_quantised_weight:
-                raise SpecError(f"{self.op.name} '{self.name}' has {self.precision.weights} weights: quantised weights "
-                                "are inference weights here (training through frozen quantised weights, QLoRA's dX "
-                                "without dW, is not modelled)", self.loc, "--pass forward, or weights: none")
+            elif self.holds_quantised_weight and self.precision.native:
+                raise SpecError(f"{self.op.name} '{self.name}' runs its {self.precision.weights} weights on the "
+                                f"{self.precision.dtype} Tensor-Core path: a backward pass through it is not modelled "
+                                "(QLoRA's dX runs through the weights dequantised)", self.loc,
+                                "--pass forward, or compute: bf16")
             else:
-                parts = {p.name: self._canon(p) for p in self.op.backward(self.call, in_rg)}
+                parts = {p.name: p for p in self.op.backward(self.call, in_rg)}
                 unknown = set(parts) - {p.name for p in self.fwd_parts}
                 if unknown:
                     raise AssertionError(f"{self.op.name}.backward returned unknown parts {unknown}")
+                for name, gemms in self.weight_gemms.items():
+                    extra = backward_work(self.precision, gemms, self.part_input_grad(name, in_rg))
+                    mine = parts.get(name, Part(name, Work()))
+                    parts[name] = Part(name, mine.work + extra, mine.params, mine.own)
+                parts = {name: self._canon(p) for name, p in parts.items()}
             self._bwd_parts[in_rg] = parts
         return self._bwd_parts[in_rg]
+
+    def part_input_grad(self, part: str, in_rg: bool) -> bool:
+        """Whether the input of the weight GEMMs of `part` needs a gradient: the op's input does (`in_rg`), or
+        the op's backward of the part is the same either way: it reads what an earlier part with parameters
+        made (mla's q_b after q_a), so the frozen weight's dX (and its dequantisation) and the adapter's share
+        of dX run either way."""
+        if in_rg:
+            return True
+        if "_inner_parts" not in self.__dict__:
+            with_grad = {p.name: p.work for p in self.op.backward(self.call, True)}
+            without = {p.name: p.work for p in self.op.backward(self.call, False)}
+            self.__dict__["_inner_parts"] = {name for name in self.weight_gemms
+                                             if _same(with_grad.get(name), without.get(name))}
+        return part in self.__dict__["_inner_parts"]
 
     def part_backward(self, name: str, in_rg: bool) -> Cost:
         part = self.backward_parts(in_rg).get(name)
@@ -200,6 +266,13 @@ class OpNode(Node):
 
     def op_nodes(self):
         yield self
+
+
+def _same(a: Work | None, b: Work | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return all(sympy.expand(x.get(k, 0) - y.get(k, 0)) == 0
+               for x, y in ((a.matmul, b.matmul), (a.pointwise, b.pointwise)) for k in set(x) | set(y))
 
 
 class PartNode(Node):

@@ -1,7 +1,8 @@
 """Weight quantisation as precision (`precision: {weights, group, compute}`): the weight matrices of GEMMs and
 convs read at their stored width plus the groups' scales (exact bytes), GEMMs at the compute dtype, layer
 overrides, `--dtype` replacing the compute dtype, and the refusals (unknown formats, a compute dtype the
-weights cannot run with, 2:4 together with quantisation, a backward pass through quantised weights)."""
+weights cannot run with, 2:4 together with quantisation, a backward pass through a native fp8 GEMM).
+The dequantisation work and training through frozen quantised weights: tests/tree/test_frozen_weights.py."""
 from __future__ import annotations
 
 import json
@@ -105,9 +106,12 @@ def test_eval_json_and_exit_codes(write_spec, cli):
     data = json.loads(out.stdout)
     proj = next(r for r in data["rows"] if r["name"] == "proj")
     assert proj["bytes"] == 4096 * 4096 // 2 + 4096 * 64 * 4 + activations(4096, 4096)
-    train = cli("eval", path, "--pass", "train")
+    assert proj["cuda_flops"] == 4096 * 4096  # nf4: one multiply by the absmax per weight value
+    native = write_spec(spec("{weights: fp8, group: 128, compute: fp8}"))
+    train = cli("eval", native, "--pass", "train")
     assert train.returncode == 2 and "Traceback" not in train.stderr
-    assert f"{path}:7:5" in train.stderr and "nf4 weights" in train.stderr  # the quantised layer's file:line
+    # proj (frozen, no bias, its input needs no gradient) runs no backward: head (its bias trains) is refused
+    assert f"{native}:9:5" in train.stderr and "linear 'head' runs its fp8 weights on the fp8 Tensor-Core" in train.stderr
 
 
 @pytest.mark.parametrize("precision, message", [
@@ -127,19 +131,22 @@ def test_schema_refuses_a_group_below_one(write_spec, cli):
     assert "$.precision.group: 0 is too small (expected at least 1)" in out.stdout
 
 
-def test_backward_through_quantised_weights_is_refused():
-    model = costspec.loads(spec("{weights: int4}"), "q.yaml")
-    with pytest.raises(SpecError, match="int4 weights: quantised weights are inference weights"):
+def test_backward_through_a_native_fp8_gemm_is_refused():
+    model = costspec.loads(spec("{weights: fp8, compute: fp8}"), "q.yaml")
+    with pytest.raises(SpecError, match="runs its fp8 weights on the fp8 Tensor-Core path: a backward pass"):
         model.report("train", model.bind())
+    assert costspec.loads(spec("{weights: int4}"), "q.yaml").trains is True  # dequantised: QLoRA's base
 
 
-def test_html_report_of_a_quantised_model_shows_forward_forms_only(write_spec, cli, tmp_path):
+def test_html_report_of_a_native_fp8_model_shows_forward_forms_only(write_spec, cli, tmp_path):
     out_file = tmp_path / "q.html"
-    out = cli("report", write_spec(spec("{weights: int4}")), "-o", out_file, "--gpu", "h100-sxm")
+    out = cli("report", write_spec(spec("{weights: fp8, compute: fp8}")), "-o", out_file, "--gpu", "h100-sxm")
     assert out.returncode == 0, out.stderr
     page = out_file.read_text(encoding="utf-8")
-    assert "no train forms: the model holds quantised weights" in page and "train FLOPs" not in page
-    assert costspec.loads(spec("{weights: int4}"), "q.yaml").trains is False
-    assert costspec.loads(spec("{weights: int4}").replace("- linear: {out: C, bias: false}", "- layernorm: {}")
+    assert "no train forms: the model runs quantised weights on a native int8 / fp8 GEMM" in page
+    assert "train FLOPs" not in page
+    assert costspec.loads(spec("{weights: fp8, compute: fp8}"), "q.yaml").trains is False
+    assert costspec.loads(spec("{weights: fp8, compute: fp8}").replace("- linear: {out: C, bias: false}",
+                                                                       "- layernorm: {}")
                           .replace("  - linear: {out: F}\n", "  - linear: {out: F}\n    precision: {weights: none}\n"),
                           "q.yaml").trains is True  # a layernorm's weight is not quantised

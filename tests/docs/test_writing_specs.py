@@ -138,6 +138,7 @@ FRAGMENT_CONTEXTS = {
     "each use of the block saves its own x": "dims: {B: 2, C: 16, H: 8}\ninput: [B, C, H, H]\n",
     "weights: int4, group: 128": "dims: {B: 2, S: 8, C: 256, V: 100}\ninput: [B, S, C]\n",
     "checkpoint: {every: 2}": "dims: {B: 1, S: 16, C: 32, heads: 4, L: 4}\ninput: [B, S, C]\n",
+    "lora: 16": "dims: {B: 2, S: 8, C: 128, heads: 4, F: 192}\ninput: [B, S, C]\n",
 }
 # fragments the torch build refuses (an activation the spec's costs: declare has no torch module): the message
 REFUSED_BY_TORCH = {"fn: my_act": "has no torch module"}
@@ -169,8 +170,6 @@ def test_every_cookbook_fragment_checks_and_validates(fragment, pass_):
 
     model = costspec.loads(_in_context(fragment), file="writing-specs.md")
     refused = [message for key, message in REFUSED_BY_TORCH.items() if key in fragment]
-    if pass_ == "train" and "weights: int4" in fragment:  # quantised weights: inference only, as the guide says
-        refused.append("quantised weights are inference weights")
     if refused:
         from costspec.core.errors import SpecError
 

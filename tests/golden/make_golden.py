@@ -1,6 +1,7 @@
 """Record every command's numbers for every zoo spec, as the refactor's golden reference.
 
     python tests/golden/make_golden.py          # rewrites tests/golden/golden.json
+    python tests/golden/make_golden.py --add    # records only the runs golden.json lacks (a new zoo spec)
 
 Written (and first run) before the one-walk / one-table refactor; `tests/golden/test_golden.py` runs the
 same commands and compares the numbers, whatever the output layout. Numbers are collected from
@@ -110,11 +111,13 @@ def normalize(name: str, text: str):
     raise ValueError(name)
 
 
-def main() -> None:
-    golden = {name: normalize(name, run(args)) for name, args in runs().items()}
-    OUT.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {OUT} ({len(golden)} runs)")
+def main(add: bool = False) -> None:
+    """Record every run; with `add`, keep the recorded ones as they are and record only the missing runs."""
+    golden = json.loads(OUT.read_text(encoding="utf-8")) if add else {}
+    new = {name: normalize(name, run(args)) for name, args in runs().items() if name not in golden}
+    OUT.write_text(json.dumps({**golden, **new}, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {OUT} ({len(new)} runs recorded, {len(golden)} kept)")
 
 
 if __name__ == "__main__":
-    main()
+    main(add="--add" in sys.argv[1:])
