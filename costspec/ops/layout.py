@@ -167,6 +167,7 @@ class Pad(FreeOp):
     doc = ("Constant padding (F.pad): `pads` lists [before, after] for the last axis, then the one before it, "
            "... (torch's order); `value` fills the new positions. No FLOPs.")
     default_name = "pad"
+    output_view = False  # a padded copy
     attrs = (Attr("pads", "counts", "padding as in F.pad: [last_before, last_after, prev_before, prev_after, ...]"),
              Attr("value", "number", "the fill value (does not change the cost)", default=0.0))
 

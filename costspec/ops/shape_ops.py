@@ -19,6 +19,11 @@ def axis_index(call: OpCall, attr: str) -> int:
 
 
 class FreeOp(OpDef):
+    """An op moving no data: its module returns a view of its input and keeps nothing for backward."""
+
+    saves_nothing = True
+    output_view = True
+
     def forward(self, call: OpCall):
         return [Part("", Work())]
 

@@ -1,0 +1,167 @@
+"""What autograd saves for backward when the module generated from a spec runs a training forward:
+every tensor a `torch.autograd.graph.saved_tensors_hooks` pack hook sees, deduplicated by storage
+(a view saved by two ops, or an op's output saved again by its consumer, is one tensor), with the
+model's parameters and buffers left out (by storage too: `weight.t()` is the parameter).
+
+It runs under `FakeTensorMode` on the cpu device, so no memory is allocated and the attention's
+SDPA takes the path `backend` names (`sdpa_kernel`: flash -> the fused flash kernel, which saves q,
+k, v, the output and the logsumexp; math -> the decomposed composite, which saves the probabilities).
+Each storage is charged, with its whole size, to the layer that saved it first (the innermost op
+module open in the forward when the pack hook ran), or to `MODEL_SLOT` outside every op.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
+
+import sympy
+
+from costspec.core.errors import UsageError
+from costspec.core.vocab import Backend
+from costspec.runtime.torch_build import TORCH_DTYPES, build_module, import_torch
+from costspec.tree.walk import MODEL_SLOT, node_of, op_of
+
+if TYPE_CHECKING:
+    from costspec.tree.network import Network
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One storage autograd keeps for backward: where it was first saved, its bytes, how it was seen."""
+
+    layer: str  # the op row (or MODEL_SLOT)
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class SavedMeasurement:
+    """The storages saved in one training forward, and the bytes per op row."""
+
+    tensors: list[SavedTensor] = field(default_factory=list)
+
+    @property
+    def by_layer(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.tensors:
+            out[t.layer] = out.get(t.layer, 0) + t.nbytes
+        return out
+
+    @property
+    def total(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+def sdpa_backend(model: "Network") -> Backend:
+    """The SDPA kernel family of the model's attention layers (`backend:`, or --backend for all); math
+    when there are none. Layers of both families cannot run in one measurement."""
+    found = {Backend.parse(n.call.attrs.backend, "backend") for n in model.op_nodes()
+             if any(a.name == "backend" for a in n.op.attrs)}
+    if len(found) > 1:
+        raise UsageError("the attention layers use both the flash and the math kernels; measure their saved "
+                         "tensors with one (--backend)")
+    return next(iter(found), Backend.MATH)
+
+
+def _sdpa_kernels(backend: Backend):
+    """flash: the fused kernel where it takes the call, else the composite (a mask it cannot take)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if backend is Backend.FLASH:
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH], set_priority=True)
+    return sdpa_kernel([SDPBackend.MATH])
+
+
+@contextmanager
+def _forks_as_views(clones: dict[int, int]):
+    """The generated module's forks hand each branch a clone (so that the counters see each branch's
+    backward in its own scope); the real model hands the tensor itself: a clone's storage is mapped to its
+    source's, so a branch saving its input saves the one tensor."""
+    from costspec.nn.autograd import Fork
+
+    original = Fork.forward
+
+    def forward(ctx, x, n):
+        out = original(ctx, x, n)
+        for t in out:
+            clones[t.untyped_storage()._cdata] = x.untyped_storage()._cdata
+        return out
+
+    Fork.forward = staticmethod(forward)
+    try:
+        yield
+    finally:
+        Fork.forward = staticmethod(original)
+
+
+def measure_saved(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]) -> SavedMeasurement:
+    """Build `model`'s module at `values` in the spec's dtype and run one training forward under a
+    pack hook (see the module docstring)."""
+    backend = sdpa_backend(model)
+    torch = import_torch("measuring the tensors autograd saves")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from costspec.runtime.layer_hooks import LayerHooks, layer_paths
+
+    dtype = getattr(torch, TORCH_DTYPES.get(str(model.precision.dtype), "float32"))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True), torch.device("cpu"):
+            module, make_input = build_module(model, values)
+            x = make_input("cpu", dtype)
+            state = {t.untyped_storage()._cdata for t in [*module.parameters(), *module.buffers()]}
+            paths = layer_paths(model, module)
+            listener = _OpenLayers(model, paths)
+            result = SavedMeasurement()
+            seen: set[int] = set()
+            clones: dict[int, int] = {}
+
+            def pack(t):
+                storage = t.untyped_storage()
+                key = clones.get(storage._cdata, storage._cdata)
+                if key not in state and key not in seen:
+                    seen.add(key)
+                    result.tensors.append(SavedTensor(listener.current(), int(storage.nbytes()),
+                                                      tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+                return t
+
+            with LayerHooks(model, module, listener, paths), _sdpa_kernels(backend), _forks_as_views(clones), \
+                    torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                module(x)
+    finally:
+        torch.set_default_dtype(previous)
+    return result
+
+
+class _OpenLayers:
+    """A LayerListener keeping the stack of layers open in the forward; `current()` is the innermost op row."""
+
+    def __init__(self, model: "Network", paths: dict[str, str]):
+        self.rows: dict[str, str] = {}
+        for path in paths:
+            op = op_of(node_of(model.root, path))
+            self.rows[path] = op.name if op is not None else MODEL_SLOT
+        self.stack: list[str] = []
+
+    def enter(self, path: str, phase: str) -> None:
+        if phase == "forward":
+            self.stack.append(path)
+
+    def exit(self, path: str, phase: str) -> None:
+        if phase == "forward" and self.stack and self.stack[-1] == path:
+            self.stack.pop()
+
+    def end_backward(self) -> None:
+        pass
+
+    def current(self) -> str:
+        for path in reversed(self.stack):
+            if self.rows[path] != MODEL_SLOT:
+                return self.rows[path]
+        return MODEL_SLOT
+
+
+__all__ = ["SavedMeasurement", "SavedTensor", "measure_saved", "sdpa_backend"]
