@@ -75,7 +75,7 @@ def _sdpa_kernels(backend: Backend):
 
 
 @contextmanager
-def _forks_as_views(clones: dict[int, int]):
+def _forks_as_views(clones: dict[int, int], kept: list):
     """The generated module's forks hand each branch a clone (so that the counters see each branch's
     backward in its own scope); the real model hands the tensor itself: a clone's storage is mapped to its
     source's, so a branch saving its input saves the one tensor."""
@@ -87,6 +87,7 @@ def _forks_as_views(clones: dict[int, int]):
         out = original(ctx, x, n)
         for t in out:
             clones[t.untyped_storage()._cdata] = x.untyped_storage()._cdata
+        kept.extend((x, *out))  # alive, so that no later storage takes their addresses
         return out
 
     Fork.forward = staticmethod(forward)
@@ -103,36 +104,53 @@ def measure_saved(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]
     torch = import_torch("measuring the tensors autograd saves")
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from costspec.runtime.layer_hooks import LayerHooks, layer_paths
-
     dtype = getattr(torch, TORCH_DTYPES.get(str(model.precision.dtype), "float32"))
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with FakeTensorMode(allow_non_fake_inputs=True), torch.device("cpu"):
             module, make_input = build_module(model, values)
-            x = make_input("cpu", dtype)
-            state = {t.untyped_storage()._cdata for t in [*module.parameters(), *module.buffers()]}
-            paths = layer_paths(model, module)
-            listener = _OpenLayers(model, paths)
-            result = SavedMeasurement()
-            seen: set[int] = set()
-            clones: dict[int, int] = {}
-
-            def pack(t):
-                storage = t.untyped_storage()
-                key = clones.get(storage._cdata, storage._cdata)
-                if key not in state and key not in seen:
-                    seen.add(key)
-                    result.tensors.append(SavedTensor(listener.current(), int(storage.nbytes()),
-                                                      tuple(t.shape), str(t.dtype).removeprefix("torch.")))
-                return t
-
-            with LayerHooks(model, module, listener, paths), _sdpa_kernels(backend), _forks_as_views(clones), \
-                    torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                module(x)
+            _cast_buffers(module, dtype)
+            return _measure(model, module, make_input("cpu", dtype), backend)
     finally:
         torch.set_default_dtype(previous)
+
+
+def _cast_buffers(module, dtype) -> None:
+    """Float buffers (RoPE's tables, made in fp32) in the spec's dtype, as in a model cast to it."""
+    for sub in module.modules():
+        for name, buf in list(sub._buffers.items()):
+            if buf is not None and buf.is_floating_point() and buf.dtype != dtype:
+                sub._buffers[name] = buf.to(dtype)
+
+
+def _measure(model: "Network", module, x, backend: Backend) -> SavedMeasurement:
+    """One training forward of `module` on `x` under the pack hook."""
+    import torch
+
+    from costspec.runtime.layer_hooks import LayerHooks, layer_paths
+
+    state = {t.untyped_storage()._cdata for t in [*module.parameters(), *module.buffers()]}
+    paths = layer_paths(model, module)
+    listener = _OpenLayers(model, paths)
+    result = SavedMeasurement()
+    seen: set[int] = set()
+    clones: dict[int, int] = {}
+    kept: list = []  # every saved tensor stays alive, so no storage's address is reused by a later one
+
+    def pack(t):
+        kept.append(t)
+        storage = t.untyped_storage()
+        key = clones.get(storage._cdata, storage._cdata)
+        if key not in state and key not in seen:
+            seen.add(key)
+            result.tensors.append(SavedTensor(listener.current(), int(storage.nbytes()),
+                                              tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+        return t
+
+    with LayerHooks(model, module, listener, paths), _sdpa_kernels(backend), _forks_as_views(clones, kept), \
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(x)  # (the graph, and every tensor `kept`, live until the measurement is returned)
     return result
 
 

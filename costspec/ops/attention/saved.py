@@ -46,13 +46,10 @@ def attention_saved(call: OpCall, backend: Backend) -> list[Saved]:
     missing = unmodelled(call)
     if missing:
         raise NotImplementedError(f"attention's saved tensors with {', '.join(missing)} are not modelled")
-    a, g = call.attrs, geometry(call)
+    g = geometry(call)
     b = call.precision.bytes_per_element
-    rows = g.b * g.s
-    qkv, _ = projections(call)
-    saved = [Saved(INPUT, rows * g.c, b)]
-    masked = bool(a.sliding_window) and not is_zero(a.sliding_window)
-    if backend == Backend.FLASH and not masked:
+    saved = [Saved(INPUT, g.b * g.s * g.c, b)]
+    if backend == Backend.FLASH:
         return saved + _flash(call, b)
     acc = max(b, STAT_BYTES) if isinstance(b, int) else STAT_BYTES
     h_k = g.h  # k and v as the composite multiplies them: repeated to h heads with grouped queries
@@ -82,4 +79,7 @@ def _flash(call: OpCall, b) -> list[Saved]:
         out = [Saved("qkv", rows * qkv[0].n, b)]
     else:
         out = [Saved("q", g.nq, b), Saved("k", g.nk, b), Saved("v", g.nk, b)]
-    return out + [Saved("out", g.nq, b), Saved("logsumexp", g.nb * g.h * g.tq, sympy.Integer(STAT_BYTES))]
+    out += [Saved("out", g.nq, b), Saved("logsumexp", g.nb * g.h * g.tq, sympy.Integer(STAT_BYTES))]
+    if a.rope:  # the kernel's output takes q's layout, (B, h, S, d) after RoPE: the projection's input is a copy
+        out.append(Saved("proj_input", g.nq, b))
+    return out
