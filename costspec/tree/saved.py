@@ -24,6 +24,7 @@ from typing import Mapping
 
 import sympy
 
+from costspec.core.errors import UsageError
 from costspec.ops.opdef import OUTPUT, Saved, input_tensor
 from costspec.ops.work import numel
 from costspec.tree.nodes import Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
@@ -136,7 +137,12 @@ def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
     tensors = {input_tensor(i): v for i, v in enumerate(inputs)}
     tensors[OUTPUT] = out
     own: set[str] = set()  # a tensor of its own kept by two of its aten ops is one tensor too
-    for item in op.saved(call, x.rg):
+    try:
+        items = op.saved(call, x.rg)
+    except NotImplementedError as e:
+        raise UsageError(f"layer '{node.name}': {e}, so the activations a training step saves cannot be "
+                         "counted") from None
+    for item in items:
         if item.tensor in tensors or item.tensor not in own:
             own.add(item.tensor)
             walk.charge(node.name, _charge(walk, node, item, tensors.get(item.tensor)))
