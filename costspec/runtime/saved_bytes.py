@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Mapping
 import sympy
 
 from costspec.core.errors import UsageError
+from costspec.core.results import Column, Row, Table
 from costspec.core.vocab import Backend
 from costspec.runtime.torch_build import TORCH_DTYPES, build_module, import_torch
 from costspec.tree.walk import MODEL_SLOT, node_of, op_of
@@ -154,6 +155,41 @@ def _measure(model: "Network", module, x, backend: Backend) -> SavedMeasurement:
     return result
 
 
+SAVED_COLUMNS = (Column("analytic", "analytic bytes", "count"), Column("measured", "measured bytes", "count"),
+                 Column("saved", "saved", "text"))
+
+
+@dataclass
+class SavedComparison:
+    """The spec's saved bytes (`costspec.tree.saved`) against the measurement, per op row."""
+
+    rows: list[tuple[str, int, int]]  # (op row, analytic, measured) in walk order, then MODEL_SLOT
+    tensors: list[SavedTensor]
+
+    def failures(self) -> list[str]:
+        return [f"saved for backward: {row}: analytic {a:,} bytes, measured {m:,}" for row, a, m in self.rows if a != m]
+
+    def table(self) -> Table:
+        rows = [Row(name, name, 0, {"analytic": a, "measured": m, "saved": "PASS" if a == m else "FAIL"})
+                for name, a, m in self.rows]
+        a, m = sum(r[1] for r in self.rows), sum(r[2] for r in self.rows)
+        total = Row("", "activations saved for backward", 0,
+                    {"analytic": a, "measured": m, "saved": "PASS" if a == m else "FAIL"})
+        return Table(list(SAVED_COLUMNS), rows, total, label_title="saved for backward (train)")
+
+
+def compare_saved(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]) -> SavedComparison:
+    """Analytic saved bytes per op row against `measure_saved`, every row either side."""
+    from costspec.tree.saved import saved_bytes
+
+    analytic = {row: int(sympy.ceiling(amount.xreplace(values))) for row, amount in saved_bytes(model.root).items()}
+    measured = measure_saved(model, values)
+    by_layer = measured.by_layer
+    order = [n.name for n in model.op_nodes()] + [MODEL_SLOT]
+    names = sorted(set(analytic) | set(by_layer), key=lambda n: order.index(n) if n in order else len(order))
+    return SavedComparison([(n, analytic.get(n, 0), by_layer.get(n, 0)) for n in names], measured.tensors)
+
+
 class _OpenLayers:
     """A LayerListener keeping the stack of layers open in the forward; `current()` is the innermost op row."""
 
@@ -182,4 +218,4 @@ class _OpenLayers:
         return MODEL_SLOT
 
 
-__all__ = ["SavedMeasurement", "SavedTensor", "measure_saved", "sdpa_backend"]
+__all__ = ["SavedComparison", "SavedMeasurement", "SavedTensor", "compare_saved", "measure_saved", "sdpa_backend"]
