@@ -105,11 +105,11 @@ class RMSNorm(_Norm):
     default_name = "norm"
 
     def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
-        """nn.RMSNorm as torch composes it: the input in fp32 (a copy unless it is fp32), 1/rms per row
-        (fp32) and, with a scale, the normalised fp32 values it multiplies."""
+        """nn.RMSNorm as torch composes it: with an input gradient, the input in fp32 (a copy unless it is
+        fp32) and 1/rms per row (fp32); with a scale, the normalised fp32 values it multiplies."""
         n, rows = numel(call.in_shape), numel(call.in_shape[:-1])
         x = INPUT if call.precision.bytes_per_element == STAT_BYTES else "input_fp32"
-        out = [Saved(x, n, STAT_BYTES), Saved("rstd", rows, STAT_BYTES)]
+        out = [Saved(x, n, STAT_BYTES), Saved("rstd", rows, STAT_BYTES)] if input_grad else []
         return out + ([Saved("normalized", n, STAT_BYTES)] if call.attrs.affine else [])
     kind = "rmsnorm"
     # nn.RMSNorm runs pow, mean, add, rsqrt, mul (and their backward ops): one rmsnorm element each
