@@ -170,7 +170,7 @@ class OpDef:
     pass_through: ClassVar[bool] = False
     runtime: ClassVar[Runtime] = Runtime()  # what its module emits at run time (see Runtime)
     saves_nothing: ClassVar[bool] = False  # its module keeps no tensor for backward (else it defines saved())
-    output_view: ClassVar[bool] = False  # its module returns a view of its input (same storage)
+    output_view: ClassVar[bool] = False  # its module returns a view of its input (same storage): see aliases()
 
     def schema(self) -> dict:
         """JSON Schema of this op's attribute mapping (generated from `attrs`)."""
@@ -232,6 +232,11 @@ class OpDef:
         if self.saves_nothing:
             return []
         raise NotImplementedError(f"{self.name} does not define what it saves for backward")
+
+    def aliases(self, call: OpCall) -> bool:
+        """True when this use's module returns a view of its input (one storage: a later layer saving the
+        output keeps the input alive). Default: `output_view`."""
+        return self.output_view
 
     def reads_input(self, call: OpCall) -> bool:
         """False for a layer whose output does not depend on its input's data (a table computed from

@@ -106,6 +106,8 @@ class Dropout(OpDef):
     name = "dropout"
     doc = "Dropout; costed as at inference (identity: no FLOPs, no parameters)."
     default_name = "drop"
+    saves_nothing = True  # its module drops nothing (p = 0: the inference costing), so keeps no mask
+    output_view = True  # nn.Dropout(p=0) returns its input
     attrs = (Attr("p", "number", "drop probability (documentation only)", default=0.0),)
 
     def forward(self, call: OpCall):

@@ -8,7 +8,7 @@ ONCE, by identity, as autograd's storage does:
 
 * an op's output is the next op's input: saved by both (a softmax keeps its output, the linear after it
   its input), it is one tensor, charged to the first layer that saves it;
-* an op whose module returns a view of its input (`OpDef.output_view`: reshape, permute, ...) passes the
+* an op whose module returns a view of its input (`OpDef.aliases`: reshape, permute, ...) passes the
   same tensor on; a saved view keeps its whole storage alive, so it counts at the storage's size;
 * an op records nothing unless some input or parameter needs a gradient (autograd builds no node).
 
@@ -123,11 +123,19 @@ def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr)
 
 
 def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
+    try:
+        return _op_saves(walk, node, x, extra)
+    except NotImplementedError as e:
+        raise UsageError(f"layer '{node.name}': {e}, so the activations a training step saves cannot be "
+                         "counted") from None
+
+
+def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
     op, call = node.op, node.call
     inputs = [x, *extra]
     needs = any(v.rg for v in inputs) or node.makes_grad
     out_rg = x.rg if op.pass_through else any(v.rg for v in inputs) or node.makes_grad
-    if op.output_view:
+    if op.aliases(call):
         storage = x.storage if x.storage is not None else numel(call.in_shape) * node.precision.bytes_per_element
         out = Value(x.key, storage, out_rg)
     else:
@@ -137,12 +145,7 @@ def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
     tensors = {input_tensor(i): v for i, v in enumerate(inputs)}
     tensors[OUTPUT] = out
     own: set[str] = set()  # a tensor of its own kept by two of its aten ops is one tensor too
-    try:
-        items = op.saved(call, x.rg)
-    except NotImplementedError as e:
-        raise UsageError(f"layer '{node.name}': {e}, so the activations a training step saves cannot be "
-                         "counted") from None
-    for item in items:
+    for item in op.saved(call, x.rg):
         if item.tensor in tensors or item.tensor not in own:
             own.add(item.tensor)
             walk.charge(node.name, _charge(walk, node, item, tensors.get(item.tensor)))

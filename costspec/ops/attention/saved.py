@@ -10,7 +10,10 @@ causal or sliding-window masks:
 * math (torch's composite `_scaled_dot_product_attention_math`): q and k, each scaled by sqrt(scale) (new
   tensors; k repeated to h heads with grouped queries), the probabilities, v, all in fp32 when the layer
   runs in 16 bits (the composite upcasts them), and the output projection's input, the (B, S, h, d) copy of
-  the output. With a mask the flash kernel cannot take (a sliding window), torch runs the composite.
+  the output.
+
+These are torch's cpu kernels, which `validate` runs (the flash kernel takes masks there; its output has q's
+layout; CUDA's is always (B, S, h, d)).
 
 Other layouts (windows, relative positions and biases, cross-attention, learned queries, q/k norms, the
 eager path with soft-capping or sinks, a served cache) raise: their saved tensors are not modelled yet.
@@ -52,15 +55,29 @@ def attention_saved(call: OpCall, backend: Backend) -> list[Saved]:
     if backend == Backend.FLASH:
         return saved + _flash(call, b)
     acc = max(b, STAT_BYTES) if isinstance(b, int) else STAT_BYTES
-    h_k = g.h  # k and v as the composite multiplies them: repeated to h heads with grouped queries
-    keys = g.nb * h_k * g.t * g.d
-    if b >= STAT_BYTES and not gqa(call):
-        raise NotImplementedError("attention's saved tensors on the math path in 32 bits are not modelled "
-                                  "(v is saved as a view of its projection's output at batch 1, a copy above)")
+    keys = g.nb * g.h * g.t * g.d  # k and v as the composite multiplies them: at the h query heads
     return saved + [
         Saved("q_scaled", g.nq, acc), Saved("k_scaled", keys, acc),
-        Saved("probabilities", g.nb * g.h * g.tq * g.t, acc), Saved("v", keys, acc),
-        Saved("proj_input", g.nq, b)]
+        Saved("probabilities", g.nb * g.h * g.tq * g.t, acc), _math_v(call, b), Saved("proj_input", g.nq, b)]
+
+
+def _math_v(call: OpCall, b) -> Saved:
+    """v as the composite's second product keeps it: repeated to h heads with grouped queries, upcast from 16
+    bits, or else (fp32, all heads) a view of its projection's output -- whose whole storage it then keeps
+    (the fused qkv output) -- where (B, kv, S, d) folds to (B * kv, S, d) without a copy, a copy otherwise."""
+    g = geometry(call)
+    keys = g.nb * g.h * g.t * g.d
+    if gqa(call) or b < STAT_BYTES:
+        return Saved("v", keys, max(b, STAT_BYTES))
+    source = Saved("qkv", g.b * g.s * projections(call)[0][0].n, b) if call.attrs.fused_qkv else Saved("v", g.nk, b)
+    folds = sympy.Or(sympy.Eq(g.nb, 1), sympy.Eq(g.kv, 1), sympy.Eq(g.t, 1))
+    return Saved(source.tensor, sympy.Piecewise((source.elements, folds), (keys, True)), b)
+
+
+def copied(elements, call: OpCall):
+    """`elements` when (B, h, S, d) -> (B, S, h * d) copies, 0 when it is a view (one head or one token)."""
+    g = geometry(call)
+    return sympy.Piecewise((0, sympy.Or(sympy.Eq(g.h, 1), sympy.Eq(g.tq, 1))), (elements, True))
 
 
 def _flash(call: OpCall, b) -> list[Saved]:
@@ -81,5 +98,5 @@ def _flash(call: OpCall, b) -> list[Saved]:
         out = [Saved("q", g.nq, b), Saved("k", g.nk, b), Saved("v", g.nk, b)]
     out += [Saved("out", g.nq, b), Saved("logsumexp", g.nb * g.h * g.tq, sympy.Integer(STAT_BYTES))]
     if a.rope:  # the kernel's output takes q's layout, (B, h, S, d) after RoPE: the projection's input is a copy
-        out.append(Saved("proj_input", g.nq, b))
+        out.append(Saved("proj_input", copied(g.nq, call), b))
     return out
