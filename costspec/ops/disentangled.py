@@ -147,6 +147,7 @@ class DisentangledAttention(OpDef):
            "bucket, scaled by 1/sqrt(d*(1 + terms)); softmax; AV. The table is the nearest earlier "
            "`rel_embeddings` layer's (2*span rows). No output projection (DeBERTa's SelfOutput.dense: a linear).")
     default_name = "attn"
+    saved_unmodelled = "the content-to-position and position-to-content scores"
     runtime = Runtime(kernels={"gemm": "gemm", "sdpa": "gemm"})
     attrs = (
         Attr("heads", "size", "attention heads h"),

@@ -170,6 +170,8 @@ class OpDef:
     pass_through: ClassVar[bool] = False
     runtime: ClassVar[Runtime] = Runtime()  # what its module emits at run time (see Runtime)
     saves_nothing: ClassVar[bool] = False  # its module keeps no tensor for backward (else it defines saved())
+    # why what its module keeps for backward is not modelled yet (`memory --pass train` then names the layer)
+    saved_unmodelled: ClassVar[str] = ""
     output_view: ClassVar[bool] = False  # its module returns a view of its input (same storage): see aliases()
 
     def schema(self) -> dict:
@@ -228,9 +230,12 @@ class OpDef:
         """The tensors one instance's module keeps for backward in a training forward (parameters
         excluded; attention's by its SDPA kernel family, `backend:` or --backend); `input_grad`: its running
         input needs a gradient. Called only when some input or parameter needs one (else autograd records
-        nothing). Every op defines it or sets `saves_nothing` (a registry test)."""
+        nothing). Every op defines it, sets `saves_nothing`, or says why it is not modelled yet
+        (`saved_unmodelled`; a registry test)."""
         if self.saves_nothing:
             return []
+        if self.saved_unmodelled:
+            raise NotImplementedError(f"what {self.name} saves for backward is not modelled ({self.saved_unmodelled})")
         raise NotImplementedError(f"{self.name} does not define what it saves for backward")
 
     def aliases(self, call: OpCall) -> bool:
