@@ -76,7 +76,7 @@ def _sdpa_kernels(backend: Backend):
 
 
 @contextmanager
-def _forks_as_views(clones: dict[int, int], kept: list):
+def _forks_as_views(clones: dict[int, tuple[int, int]], kept: list):
     """The generated module's forks hand each branch a clone (so that the counters see each branch's
     backward in its own scope); the real model hands the tensor itself: a clone's storage is mapped to its
     source's, so a branch saving its input saves the one tensor."""
@@ -87,7 +87,7 @@ def _forks_as_views(clones: dict[int, int], kept: list):
     def forward(ctx, x, n):
         out = original(ctx, x, n)
         for t in out:
-            clones[t.untyped_storage()._cdata] = x.untyped_storage()._cdata
+            clones[t.untyped_storage()._cdata] = (x.untyped_storage()._cdata, int(x.untyped_storage().nbytes()))
         kept.extend((x, *out))  # alive, so that no later storage takes their addresses
         return out
 
@@ -136,17 +136,17 @@ def _measure(model: "Network", module, x, backend: Backend) -> SavedMeasurement:
     listener = _OpenLayers(model, paths)
     result = SavedMeasurement()
     seen: set[int] = set()
-    clones: dict[int, int] = {}
+    clones: dict[int, tuple[int, int]] = {}
     kept: list = []  # every saved tensor stays alive, so no storage's address is reused by a later one
 
     def pack(t):
         kept.append(t)
         storage = t.untyped_storage()
-        key = clones.get(storage._cdata, storage._cdata)
+        key, nbytes = clones.get(storage._cdata, (storage._cdata, int(storage.nbytes())))
         if key not in state and key not in seen:
             seen.add(key)
-            result.tensors.append(SavedTensor(listener.current(), int(storage.nbytes()),
-                                              tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+            result.tensors.append(SavedTensor(listener.current(), nbytes, tuple(t.shape),
+                                              str(t.dtype).removeprefix("torch.")))
         return t
 
     with LayerHooks(model, module, listener, paths), _sdpa_kernels(backend), _forks_as_views(clones, kept), \
