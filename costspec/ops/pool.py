@@ -262,8 +262,11 @@ class AdaptiveAvgPool2d(OpDef):
            "a multiple of the output (windows of H/oh x W/ow; torch's uneven windows are not modelled): one add "
            "per input element. An output of 1 x 1 is torch's mean, counted as `mean`.")
     default_name = "pool"
-    saves_nothing = True  # its backward needs only the sizes
     attrs = (Attr("size", "pair", "output size [oh, ow] (or one int for both)"),)
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input (the pooling's backward reads it); none to 1 x 1, which torch runs as a mean."""
+        return [] if self._global(call) else [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element)]
 
     def _out(self, call: OpCall):
         return per_dim(call.attrs.size, 2)
