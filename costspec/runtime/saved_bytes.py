@@ -91,11 +91,11 @@ def _forks_as_views(clones: dict[int, tuple[int, int]], kept: list):
         kept.extend((x, *out))  # alive, so that no later storage takes their addresses
         return out
 
-    Fork.forward = staticmethod(forward)
+    setattr(Fork, "forward", staticmethod(forward))
     try:
         yield
     finally:
-        Fork.forward = staticmethod(original)
+        setattr(Fork, "forward", staticmethod(original))
 
 
 def measure_saved(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]) -> SavedMeasurement:
