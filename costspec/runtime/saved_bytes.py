@@ -91,11 +91,11 @@ def _forks_as_views(clones: dict[int, tuple[int, int]], kept: list):
         kept.extend((x, *out))  # alive, so that no later storage takes their addresses
         return out
 
-    setattr(Fork, "forward", staticmethod(forward))
+    Fork.forward = staticmethod(forward)  # type: ignore[method-assign]
     try:
         yield
     finally:
-        setattr(Fork, "forward", staticmethod(original))
+        Fork.forward = staticmethod(original)  # type: ignore[method-assign]
 
 
 def measure_saved(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]) -> SavedMeasurement:
@@ -175,7 +175,8 @@ class SavedComparison:
         a, m = sum(r[1] for r in self.rows), sum(r[2] for r in self.rows)
         total = Row("", "activations saved for backward", 0,
                     {"analytic": a, "measured": m, "saved": "PASS" if a == m else "FAIL"})
-        return Table(list(SAVED_COLUMNS), rows, total, label_title="saved for backward (train)")
+        return Table(list(SAVED_COLUMNS), rows, total, title="saved for backward",
+                     label_title="saved for backward (train)")
 
 
 def compare_saved(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]) -> SavedComparison:
