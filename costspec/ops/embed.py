@@ -245,8 +245,8 @@ class LmHead(OpDef):
     default_name = "lm_head"
 
     def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
-        """The input (the weight gradient needs it; the weight is a parameter)."""
-        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element)]
+        """The input, folded to rows (the weight gradient needs it; the weight is a parameter)."""
+        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element, folded=len(call.in_shape) > 2)]
     runtime = GEMM_RUNTIME
     attrs = (
         Attr("vocab", "size", "vocabulary size (output features)"),
@@ -318,6 +318,9 @@ class TakeToken(OpDef):
     default_name = "take"
     saves_nothing = True  # x[:, index]: a view
     output_view = True
+
+    def view(self, call: OpCall, contiguous: bool) -> bool | None:
+        return contiguous and sympy.sympify(call.in_shape[0]) == 1  # strided unless one sequence
     attrs = (Attr("index", "axis", "token index (negative counts from the end)", default=0),)
 
     def output_shape(self, call: OpCall):

@@ -15,8 +15,17 @@ from costspec.ops.registry import register_op
 from costspec.ops.shape_ops import FreeOp, axis_index
 
 
+def leading_ones(call: OpCall) -> bool:
+    """A piece along `axis` is contiguous when every dim before the axis is 1."""
+    axis = axis_index(call, "axis")
+    return all(d.is_number and d == 1 for d in map(sympy.sympify, call.in_shape[:axis]))
+
+
 @register_op
 class Permute(FreeOp):
+    def view(self, call: OpCall, contiguous: bool) -> bool | None:
+        return False  # a strided view
+
     """Reorder all axes."""
 
     name = "permute"
@@ -43,6 +52,9 @@ class Permute(FreeOp):
 
 @register_op
 class Slice(FreeOp):
+    def view(self, call: OpCall, contiguous: bool) -> bool | None:
+        return contiguous and leading_ones(call)
+
     """x[..., start:end, ...] along one axis."""
 
     name = "slice"
@@ -83,6 +95,9 @@ class Slice(FreeOp):
 
 
 class _Piece(FreeOp):
+    def view(self, call: OpCall, contiguous: bool) -> bool | None:
+        return contiguous and leading_ones(call)
+
     """One piece of a split along an axis (see the module doc: the others are dropped)."""
 
     def sizes(self, call: OpCall) -> tuple:

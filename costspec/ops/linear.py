@@ -17,8 +17,8 @@ class Linear(OpDef):
     default_name = "linear"
 
     def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
-        """The input (the weight gradient needs it; the weight is a parameter)."""
-        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element)]
+        """The input, folded to rows (the weight gradient needs it; the weight is a parameter)."""
+        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element, folded=len(call.in_shape) > 2)]
     runtime = GEMM_RUNTIME
     attrs = (
         Attr("out", "size", "output features N"),

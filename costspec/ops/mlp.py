@@ -110,7 +110,8 @@ class Mlp(OpDef):
         m, c, hidden, out = self._sizes(call)
         b, fn = call.precision.bytes_per_element, call.attrs.fn
         first = "gate" if call.attrs.gated else "fc1"
-        saved = [Saved(INPUT, m * c, b), *activation_saved(fn, m * hidden, b, first, "act", "act.")]
+        folded = len(call.in_shape) > 2
+        saved = [Saved(INPUT, m * c, b, folded), *activation_saved(fn, m * hidden, b, first, "act", "act.")]
         if not call.attrs.gated:
             return saved + [Saved("act", m * hidden, b)]
         return saved + [Saved("act", m * hidden, b), Saved("up", m * hidden, b), Saved("product", m * hidden, b)]

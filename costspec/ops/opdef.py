@@ -143,6 +143,7 @@ class Saved:
     tensor: str
     elements: Expr
     bytes_per_element: Expr
+    folded: bool = False  # the input folded to rows (a linear's): a strided view is saved as a copy of its elements
 
     @property
     def bytes(self) -> Expr:
@@ -237,6 +238,12 @@ class OpDef:
         if self.saved_unmodelled:
             raise NotImplementedError(f"what {self.name} saves for backward is not modelled ({self.saved_unmodelled})")
         raise NotImplementedError(f"{self.name} does not define what it saves for backward")
+
+    def view(self, call: OpCall, contiguous: bool) -> bool | None:
+        """For an op whose module returns a view of its input (`aliases`): whether that view is contiguous,
+        given its input's layout; None when the module copies instead (a reshape of a strided view). Default:
+        the input's layout."""
+        return contiguous if self.aliases(call) else None
 
     def aliases(self, call: OpCall) -> bool:
         """True when this use's module returns a view of its input (one storage: a later layer saving the

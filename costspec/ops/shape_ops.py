@@ -24,6 +24,10 @@ class FreeOp(OpDef):
     saves_nothing = True
     output_view = True
 
+    def view(self, call: OpCall, contiguous: bool) -> bool | None:
+        """A reshape or flatten views a contiguous input and copies a strided one (a pad always copies)."""
+        return True if contiguous and self.aliases(call) else None
+
     def forward(self, call: OpCall):
         return [Part("", Work())]
 
@@ -109,6 +113,9 @@ class Reshape(FreeOp):
 
 @register_op
 class Transpose(FreeOp):
+    def view(self, call: OpCall, contiguous: bool) -> bool | None:
+        return False  # a strided view
+
     """Swap two axes."""
 
     name = "transpose"

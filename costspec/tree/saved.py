@@ -40,6 +40,7 @@ class Value:
     key: int
     storage: sympy.Expr | None
     rg: bool
+    contiguous: bool = True
 
 
 def _fresh(rg: bool, storage: sympy.Expr | None = None) -> Value:
@@ -135,9 +136,10 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
     inputs = [x, *extra]
     needs = any(v.rg for v in inputs) or node.makes_grad
     out_rg = x.rg if op.pass_through else any(v.rg for v in inputs) or node.makes_grad
-    if op.aliases(call):
+    layout = op.view(call, x.contiguous)
+    if layout is not None:
         storage = x.storage if x.storage is not None else numel(call.in_shape) * node.precision.bytes_per_element
-        out = Value(x.key, storage, out_rg)
+        out = Value(x.key, storage, out_rg, layout)
     else:
         out = _fresh(out_rg)
     if not needs:
@@ -153,7 +155,7 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
 
 
 def _charge(walk: _Walk, node: OpNode, item: Saved, value: Value | None) -> sympy.Expr:
-    if value is None:  # a tensor made inside the op: its own
+    if value is None or (item.folded and not value.contiguous):  # its own (a strided input folded: a copy)
         return node.canonical(sympy.sympify(item.bytes))
     if value.key in walk.counted:
         return sympy.Integer(0)

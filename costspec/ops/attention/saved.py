@@ -51,7 +51,7 @@ def attention_saved(call: OpCall, backend: Backend) -> list[Saved]:
         raise NotImplementedError(f"attention's saved tensors with {', '.join(missing)} are not modelled")
     g = geometry(call)
     b = call.precision.bytes_per_element
-    saved = [Saved(INPUT, g.b * g.s * g.c, b)]
+    saved = [Saved(INPUT, g.b * g.s * g.c, b, folded=True)]
     if backend == Backend.FLASH:
         return saved + _flash(call, b)
     acc = max(b, STAT_BYTES) if isinstance(b, int) else STAT_BYTES
