@@ -319,8 +319,8 @@ class TakeToken(OpDef):
     saves_nothing = True  # x[:, index]: a view
     output_view = True
 
-    def view(self, call: OpCall, contiguous: bool) -> bool | None:
-        return contiguous and sympy.sympify(call.in_shape[0]) == 1  # strided unless one sequence
+    def view(self, call: OpCall, contiguous):
+        return sympy.And(contiguous, sympy.Eq(call.in_shape[0], 1))  # strided unless one sequence
     attrs = (Attr("index", "axis", "token index (negative counts from the end)", default=0),)
 
     def output_shape(self, call: OpCall):

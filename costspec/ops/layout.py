@@ -15,16 +15,16 @@ from costspec.ops.registry import register_op
 from costspec.ops.shape_ops import FreeOp, axis_index
 
 
-def leading_ones(call: OpCall) -> bool:
-    """A piece along `axis` is contiguous when every dim before the axis is 1."""
-    axis = axis_index(call, "axis")
-    return all(d.is_number and d == 1 for d in map(sympy.sympify, call.in_shape[:axis]))
+def leading_ones(call: OpCall, axis: int | None = None):
+    """A piece along `axis` is contiguous when every dim before the axis is 1 (a sympy condition)."""
+    axis = axis_index(call, "axis") if axis is None else axis
+    return sympy.And(*(sympy.Eq(d, 1) for d in map(sympy.sympify, call.in_shape[:axis])))
 
 
 @register_op
 class Permute(FreeOp):
-    def view(self, call: OpCall, contiguous: bool) -> bool | None:
-        return False  # a strided view
+    def view(self, call: OpCall, contiguous):
+        return sympy.false  # a strided view
 
     """Reorder all axes."""
 
@@ -52,8 +52,8 @@ class Permute(FreeOp):
 
 @register_op
 class Slice(FreeOp):
-    def view(self, call: OpCall, contiguous: bool) -> bool | None:
-        return contiguous and leading_ones(call)
+    def view(self, call: OpCall, contiguous):
+        return sympy.And(contiguous, leading_ones(call))
 
     """x[..., start:end, ...] along one axis."""
 
@@ -95,8 +95,8 @@ class Slice(FreeOp):
 
 
 class _Piece(FreeOp):
-    def view(self, call: OpCall, contiguous: bool) -> bool | None:
-        return contiguous and leading_ones(call)
+    def view(self, call: OpCall, contiguous):
+        return sympy.And(contiguous, leading_ones(call))
 
     """One piece of a split along an axis (see the module doc: the others are dropped)."""
 

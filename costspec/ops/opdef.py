@@ -239,10 +239,10 @@ class OpDef:
             raise NotImplementedError(f"what {self.name} saves for backward is not modelled ({self.saved_unmodelled})")
         raise NotImplementedError(f"{self.name} does not define what it saves for backward")
 
-    def view(self, call: OpCall, contiguous: bool) -> bool | None:
-        """For an op whose module returns a view of its input (`aliases`): whether that view is contiguous,
-        given its input's layout; None when the module copies instead (a reshape of a strided view). Default:
-        the input's layout."""
+    def view(self, call: OpCall, contiguous: Any) -> Any:
+        """For an op whose module returns a view of its input (`aliases`): the condition (a sympy Boolean of
+        the dims) under which that view is contiguous, given its input's; None when the module copies instead
+        (a reshape of a strided view). Default: the input's layout."""
         return contiguous if self.aliases(call) else None
 
     def aliases(self, call: OpCall) -> bool:

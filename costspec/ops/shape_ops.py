@@ -24,9 +24,10 @@ class FreeOp(OpDef):
     saves_nothing = True
     output_view = True
 
-    def view(self, call: OpCall, contiguous: bool) -> bool | None:
-        """A reshape or flatten views a contiguous input and copies a strided one (a pad always copies)."""
-        return True if contiguous and self.aliases(call) else None
+    def view(self, call: OpCall, contiguous):
+        """A reshape or flatten views a contiguous input and copies a strided one (a pad always copies); an
+        input that is contiguous at some dims only is counted as strided."""
+        return sympy.true if contiguous is sympy.true and self.aliases(call) else None
 
     def forward(self, call: OpCall):
         return [Part("", Work())]
@@ -113,8 +114,8 @@ class Reshape(FreeOp):
 
 @register_op
 class Transpose(FreeOp):
-    def view(self, call: OpCall, contiguous: bool) -> bool | None:
-        return False  # a strided view
+    def view(self, call: OpCall, contiguous):
+        return sympy.false  # a strided view
 
     """Swap two axes."""
 

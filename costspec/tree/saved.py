@@ -40,7 +40,7 @@ class Value:
     key: int
     storage: sympy.Expr | None
     rg: bool
-    contiguous: bool = True
+    contiguous: sympy.Basic = sympy.true  # the dims at which it is a contiguous tensor (a view may be strided)
 
 
 def _fresh(rg: bool, storage: sympy.Expr | None = None) -> Value:
@@ -155,12 +155,15 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
 
 
 def _charge(walk: _Walk, node: OpNode, item: Saved, value: Value | None) -> sympy.Expr:
-    if value is None or (item.folded and not value.contiguous):  # its own (a strided input folded: a copy)
-        return node.canonical(sympy.sympify(item.bytes))
+    if value is None or (item.folded and value.contiguous is sympy.false):  # its own (a strided input folded:
+        return node.canonical(sympy.sympify(item.bytes))  # a copy)
     if value.key in walk.counted:
         return sympy.Integer(0)
+    storage = node.canonical(sympy.sympify(value.storage if value.storage is not None else item.bytes))
+    if item.folded and value.contiguous is not sympy.true:  # a view where contiguous, else a copy
+        return sympy.Piecewise((storage, value.contiguous), (node.canonical(sympy.sympify(item.bytes)), True))
     walk.counted.add(value.key)
-    return node.canonical(sympy.sympify(value.storage if value.storage is not None else item.bytes))
+    return storage
 
 
 def saved_total(rows: Mapping[str, sympy.Expr]) -> sympy.Expr:
