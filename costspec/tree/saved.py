@@ -50,7 +50,7 @@ def _fresh(rg: bool, storage: sympy.Expr | None = None) -> Value:
 @dataclass
 class _Walk:
     rows: dict[str, sympy.Expr] = field(default_factory=dict)
-    counted: set[int] = field(default_factory=set)
+    counted: dict[int, sympy.Basic] = field(default_factory=dict)  # tensor -> the dims at which it is counted
 
     def charge(self, row: str, amount: sympy.Expr) -> None:
         self.rows[row] = self.rows.get(row, sympy.Integer(0)) + amount
@@ -77,8 +77,8 @@ def subtree(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
     if isinstance(node, ParallelNode):
         *branches, join = node.children
         outs = [_sequence(walk, branch.children, x, values) for branch in branches]
-        assert isinstance(join, OpNode)
-        return _op(walk, join, outs[0], outs[1:])
+        assert isinstance(join, OpNode)  # (its input gradient is the fork's, as the walk's GradState says)
+        return _op(walk, join, outs[0], outs[1:], x.rg)
     if isinstance(node, RepeatNode):
         return _repeat(walk, node, x, values)
     assert isinstance(node, ScopeNode)
@@ -112,26 +112,25 @@ def _repeat(walk: _Walk, node: RepeatNode, x: Value, values: dict) -> Value:
 
 
 def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr) -> Value:
-    inner = _Walk(counted=set(walk.counted))
+    inner = _Walk(counted=dict(walk.counted))
     out = _sequence(inner, group.children, x, dict(values))
     for row, amount in inner.rows.items():
         walk.charge(row, times * amount)
-    if x.key in inner.counted:
-        walk.counted.add(x.key)
-    if out.key in inner.counted:
-        walk.counted.add(out.key)
+    for key in (x.key, out.key):
+        if key in inner.counted:
+            walk.counted[key] = inner.counted[key]
     return out
 
 
-def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
+def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_grad: bool | None = None) -> Value:
     try:
-        return _op_saves(walk, node, x, extra)
+        return _op_saves(walk, node, x, extra, x.rg if input_grad is None else input_grad)
     except NotImplementedError as e:
         raise UsageError(f"layer '{node.name}': {e}, so the activations a training step saves cannot be "
                          "counted") from None
 
 
-def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
+def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_grad: bool) -> Value:
     op, call = node.op, node.call
     inputs = [x, *extra]
     needs = any(v.rg for v in inputs) or node.makes_grad
@@ -147,7 +146,7 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
     tensors = {input_tensor(i): v for i, v in enumerate(inputs)}
     tensors[OUTPUT] = out
     own: set[str] = set()  # a tensor of its own kept by two of its aten ops is one tensor too
-    for item in op.saved(call, x.rg):
+    for item in op.saved(call, input_grad):
         if item.tensor in tensors or item.tensor not in own:
             own.add(item.tensor)
             walk.charge(node.name, _charge(walk, node, item, tensors.get(item.tensor)))
@@ -155,15 +154,17 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value]) -> Value:
 
 
 def _charge(walk: _Walk, node: OpNode, item: Saved, value: Value | None) -> sympy.Expr:
+    own = node.canonical(sympy.sympify(item.bytes))
     if value is None or (item.folded and value.contiguous is sympy.false):  # its own (a strided input folded:
-        return node.canonical(sympy.sympify(item.bytes))  # a copy)
-    if value.key in walk.counted:
-        return sympy.Integer(0)
+        return own  # a copy)
     storage = node.canonical(sympy.sympify(value.storage if value.storage is not None else item.bytes))
-    if item.folded and value.contiguous is not sympy.true:  # a view where contiguous, else a copy
-        return sympy.Piecewise((storage, value.contiguous), (node.canonical(sympy.sympify(item.bytes)), True))
-    walk.counted.add(value.key)
-    return storage
+    shared = value.contiguous if item.folded else sympy.true  # where the saved tensor is the value itself
+    counted = walk.counted.get(value.key, sympy.false)
+    walk.counted[value.key] = sympy.Or(counted, shared)
+    first = storage if counted is sympy.false else sympy.Piecewise((0, counted), (storage, True))
+    if shared is sympy.true:
+        return first
+    return sympy.Piecewise((first, shared), (own, True))
 
 
 def saved_total(rows: Mapping[str, sympy.Expr]) -> sympy.Expr:
