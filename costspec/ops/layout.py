@@ -23,10 +23,10 @@ def leading_ones(call: OpCall, axis: int | None = None):
 
 @register_op
 class Permute(FreeOp):
+    """Reorder all axes."""
+
     def view(self, call: OpCall, contiguous):
         return sympy.false  # a strided view
-
-    """Reorder all axes."""
 
     name = "permute"
     doc = "Reorder the axes (torch.permute): `order: [0, 2, 3, 1]` turns NCHW into NHWC; no FLOPs."
@@ -52,10 +52,10 @@ class Permute(FreeOp):
 
 @register_op
 class Slice(FreeOp):
+    """x[..., start:end, ...] along one axis."""
+
     def view(self, call: OpCall, contiguous):
         return sympy.And(contiguous, leading_ones(call))
-
-    """x[..., start:end, ...] along one axis."""
 
     name = "slice"
     doc = "Keep positions start..end-1 along one axis (x[:, start:end]); no FLOPs."
@@ -95,10 +95,10 @@ class Slice(FreeOp):
 
 
 class _Piece(FreeOp):
+    """One piece of a split along an axis (see the module doc: the others are dropped)."""
+
     def view(self, call: OpCall, contiguous):
         return sympy.And(contiguous, leading_ones(call))
-
-    """One piece of a split along an axis (see the module doc: the others are dropped)."""
 
     def sizes(self, call: OpCall) -> tuple:
         raise NotImplementedError

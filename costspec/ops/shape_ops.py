@@ -114,10 +114,10 @@ class Reshape(FreeOp):
 
 @register_op
 class Transpose(FreeOp):
+    """Swap two axes."""
+
     def view(self, call: OpCall, contiguous):
         return sympy.false  # a strided view
-
-    """Swap two axes."""
 
     name = "transpose"
     doc = "Swap two axes (torch.transpose); no FLOPs."
