@@ -14,7 +14,12 @@ Conventions (docs/conventions.md, memory):
   their per-tensor `step` counters live on the host (torch's default) and are not device memory;
 * the key/value cache (a serving phase): each attention layer's `kv_cache` elements (k and v of the cached
   and new tokens, grouped-query aware; mla's latent and rope key) at the layer's precision;
-* activations saved for backward are not modelled: a train total is the total WITHOUT them, and says so.
+* activations saved for backward (train): every tensor autograd keeps between the forward and the
+  backward, each counted once (`costspec.tree.saved`; each op's `OpDef.saved`), attention's by its kernel
+  family (`backend:` / --backend);
+* the train total is the peak of a training step at the end of its forward, in a step after the first:
+  weights, gradients (kept from the step before), master weights, optimizer state and every saved activation
+  (the loss, and buffers the backward allocates, not counted).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import Pass, Word
 from costspec.tree.network import Network
 from costspec.tree.nodes import OpNode
+from costspec.tree.saved import saved_bytes, saved_total
 from costspec.tree.weights import weight_elements
 
 FP32_BYTES = 4
@@ -82,6 +88,9 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
         dtype = "fp32 (master weights)" if master else "the parameter's dtype"
         kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
                           f"{states} state(s) per trainable parameter in {dtype}; step counters on the host"))
+        kinds.append(Kind(ACTIVATIONS, saved_total(saved_activations(model)),
+                          "every tensor autograd keeps for backward, once (inputs, outputs, probabilities, "
+                          "statistics), at its dtype"))
     if cache:
         kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
         kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
@@ -98,6 +107,23 @@ def _weight_bytes(node: OpNode) -> sympy.Expr:
     gemms = [g for part in node.weight_gemms.values() for g in part]
     quantised = sum((node.precision.quantised_weight_bytes(g.n, g.k, g.count) for g in gemms), sympy.Integer(0))
     return (node.params - weight_elements(gemms)) * size + quantised
+
+
+ACTIVATIONS = "activations saved for backward"
+
+
+def saved_activations(model: Network) -> dict[str, sympy.Expr]:
+    """Bytes saved for backward per op row; a UsageError names a layer whose saved tensors are not modelled."""
+    return saved_bytes(model.root)
+
+
+def saved_by_kind(model: Network) -> dict[str, sympy.Expr]:
+    """Saved bytes summed per op kind (attention, mlp, layernorm, ...), in first-appearance order."""
+    ops = {node.name: node.op.name for node in model.op_nodes()}
+    out: dict[str, sympy.Expr] = {}
+    for row, amount in saved_activations(model).items():
+        out[ops[row]] = sympy.expand(out.get(ops[row], sympy.Integer(0)) + amount)
+    return out
 
 
 def _total(ops: list[tuple[OpNode, sympy.Expr]], per_instance: Callable[[OpNode], object]) -> sympy.Expr:
@@ -151,9 +177,9 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
     rows = [Row(k.name, k.name, 0, {"bytes": n, "exact": n, "share": n / whole if whole else 0.0,
                                     "formula": str(k.bytes), "how": k.how}) for k, n in zip(kinds, sizes)]
     train = pass_ is Pass.TRAIN
-    label = "total (without saved activations)" if train else "total"
-    table = Table(COLUMNS, rows, Row("", label, 0, {"bytes": whole, "exact": whole, "share": 1.0,
-                                                   "formula": str(total)}), label_title="kind")
+    label = "total (training step peak)" if train else "total"
+    tables = [Table(COLUMNS, rows, Row("", label, 0, {"bytes": whole, "exact": whole, "share": 1.0,
+                                                     "formula": str(total)}), label_title="kind")]
     dims = " ".join(f"{k}={values[d.symbol]}" for k, d in model.dims.dims.items() if d.symbol in values)
     phase = getattr(model, "phase", None)
     shown_phase = f" | phase: {phase}" if phase else ""
@@ -162,11 +188,19 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
                   "dims": {k: int(values[d.symbol]) for k, d in model.dims.dims.items() if d.symbol in values},
                   "kinds": {k.name: {"bytes": n, "formula": str(k.bytes), "counted_as": k.how}
                             for k, n in zip(kinds, sizes)},
-                  "total_bytes": whole, "activations_included": False}
+                  "total_bytes": whole, "activations_included": train}
     notes = [f"{k.name}: {k.how}" for k in kinds]
     if train:
-        notes.insert(0, "activations saved for backward are not modelled: the total is a lower bound of a training "
-                        "step's peak")
+        by_kind = saved_by_kind(model)
+        saved = sum(exact_bytes(b, values) for b in by_kind.values())
+        tables.append(Table(COLUMNS, [
+            Row(kind, kind, 0, {"bytes": n, "exact": n, "share": n / saved if saved else 0.0, "formula": str(b)})
+            for kind, b in by_kind.items() for n in [exact_bytes(b, values)]],
+            Row("", ACTIVATIONS, 0, {"bytes": saved, "exact": saved, "share": 1.0}), label_title="saved by layer kind"))
+        meta["saved_by_kind"] = {kind: {"bytes": exact_bytes(b, values), "formula": str(b)}
+                                 for kind, b in by_kind.items()}
+        notes.insert(0, "the total is the peak of a training step at the end of its forward (weights, the previous "
+                        "step's gradients, optimizer state and every activation saved for backward)")
     if gpu is not None:
         capacity = int(gpu.memory_gb * 10**9)
         fits = whole <= capacity
@@ -176,13 +210,13 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
         growing = [(name, key) for name, key in (("B", "largest_batch"), (getattr(model, "context_dim", None),
                                                                           "largest_context"))
                    if name in model.dims.dims and model.dims.dims[name].symbol in total.free_symbols]
-        for name, key in growing if not train else []:  # (a training total lacks the activations that grow)
+        for name, key in growing:
             largest = largest_fitting(total, values, model.dims.dims[name].symbol, capacity)
             meta["gpu"][key] = largest
             line += f"; largest {name} that fits: " + (f"{largest:,}" if largest is not None else "none")
-        notes.insert(0, line + (" (without activations)" if train else ""))
-    return Result(header, [table], {}, notes, meta)
+        notes.insert(0, line)
+    return Result(header, tables, {}, notes, meta)
 
 
-__all__ = ["COLUMNS", "Kind", "Optimizer", "STATES", "exact_bytes", "largest_fitting", "memory_kinds",
-           "memory_result"]
+__all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "Optimizer", "STATES", "exact_bytes", "largest_fitting", "memory_kinds",
+           "memory_result", "saved_activations", "saved_by_kind"]

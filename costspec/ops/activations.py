@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from costspec.core.errors import SpecError
 from costspec.core.vocab import Phase
 from costspec.ops.attrs import Attr
+from costspec.ops.opdef import INPUT, OUTPUT, Saved
 from costspec.ops.work import Work, pointwise
 
 BACKWARD = "_backward"
@@ -35,6 +36,9 @@ class Activation:
     torch_name: str  # nn module class, or a costspec.nn.activation class
     aten: tuple[tuple[str, str], ...] = ()  # aten ops its module runs -> cost-table kind
     options: tuple[str, ...] = ()  # the activation op's attributes its torch class takes (Hardtanh's bounds)
+    # what its module keeps for backward, each one tensor of the input's size: "input", "output", or a
+    # tensor made inside it (a product's factor, tanh's output) -- autograd's saved tensors, op by op
+    saves: tuple[str, ...] = ("input",)
 
 
 # Backward kinds of the python-level forms are autograd's, op by op: each product x*y gives g*y and g*x
@@ -42,7 +46,7 @@ class Activation:
 # (square, scale, mul), and each further use of x one add where its gradients meet.
 ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation(("relu",), ("relu_backward",), "ReLU",
-                       (("aten.relu", "relu"), ("aten.threshold_backward", "relu_backward"))),
+                       (("aten.relu", "relu"), ("aten.threshold_backward", "relu_backward")), saves=("output",)),
     # aten.gelu with approximate='tanh' is counted as gelu_tanh (runtime_count reads the argument)
     "gelu": Activation(("gelu",), ("gelu_backward",), "GELU",
                        (("aten.gelu", "gelu"), ("aten.gelu_backward", "gelu_backward"))),
@@ -52,21 +56,24 @@ ACTIVATIONS: dict[str, Activation] = {
     # and *g, and x's three uses met with 2 adds: 13 FLOPs (gelu_tanh_backward's fused kernel: 17)
     "gelu_new": Activation(("cube", "scale", "add", "scale", "tanh", "add", "scale", "mul"),
                            ("mul", "mul", "scale", "tanh_backward", "scale", "scale", "square", "scale", "mul",
-                            "add", "add"), "NewGELU"),
+                            "add", "add"), "NewGELU", saves=("input", "half_x", "one_plus_tanh", "tanh")),
     # transformers' gelu_fast: 0.5*x*(1 + tanh(x*0.7978845608*(1 + 0.044715*x*x))): 9 FLOPs. Backward: the
     # three products' 6 mul, 3 constants' scale, tanh_backward, x's four uses met with 3 adds: 15 FLOPs
     "gelu_fast": Activation(("scale", "scale", "scale", "mul", "add", "mul", "tanh", "add", "mul"),
-                            ("mul",) * 6 + ("scale",) * 3 + ("tanh_backward", "add", "add", "add"), "FastGELU"),
+                            ("mul",) * 6 + ("scale",) * 3 + ("tanh_backward", "add", "add", "add"), "FastGELU",
+                            saves=("input", "half_x", "one_plus_tanh", "tanh", "x_scaled", "x_cubic_coef",
+                                   "inner")),
     # y = x * s, s = sigmoid(1.702 x). Backward: g*s, g*x, sigmoid_backward, *1.702, and the add of
     # the two paths into dx.
     "quick_gelu": Activation(("scale", "sigmoid", "mul"), ("mul", "mul", "sigmoid_backward", "scale", "add"),
-                             "QuickGELU"),
+                             "QuickGELU", saves=("input", "sigmoid")),
     "silu": Activation(("silu",), ("silu_backward",), "SiLU",
                        (("aten.silu", "silu"), ("aten.silu_backward", "silu_backward"))),
     "sigmoid": Activation(("sigmoid",), ("sigmoid_backward",), "Sigmoid",
-                          (("aten.sigmoid", "sigmoid"), ("aten.sigmoid_backward", "sigmoid_backward"))),
+                          (("aten.sigmoid", "sigmoid"), ("aten.sigmoid_backward", "sigmoid_backward")),
+                          saves=("output",)),
     "tanh": Activation(("tanh",), ("tanh_backward",), "Tanh",
-                       (("aten.tanh", "tanh"), ("aten.tanh_backward", "tanh_backward"))),
+                       (("aten.tanh", "tanh"), ("aten.tanh_backward", "tanh_backward")), saves=("output",)),
     # nn.ReLU6 is nn.Hardtanh(0, 6): one aten.hardtanh
     "relu6": Activation(("hardtanh",), ("hardtanh_backward",), "ReLU6",
                         (("aten.hardtanh", "hardtanh"), ("aten.hardtanh_backward", "hardtanh_backward"))),
@@ -81,7 +88,8 @@ ACTIVATIONS: dict[str, Activation] = {
                              options=("negative_slope",)),
     # relu(x)^2 (transformers' relu2): relu, square. Backward: square's pow(y, 1) is a copy, then *2 and *g;
     # relu's threshold_backward
-    "squared_relu": Activation(("relu", "square"), ("scale", "mul", "relu_backward"), "SquaredReLU"),
+    "squared_relu": Activation(("relu", "square"), ("scale", "mul", "relu_backward"), "SquaredReLU",
+                                 saves=("relu",)),
 }
 
 ACT_ATTR = Attr("fn", "choice", "activation function, or one the spec's costs: declares (fn: my_act with "
@@ -95,6 +103,15 @@ def custom(fn: str) -> Activation:
 
 def activation(fn: str) -> Activation:
     return ACTIVATIONS.get(fn) or custom(fn)
+
+
+def activation_saved(fn: str, elements, bytes_per_element, inp: str = INPUT, out: str = OUTPUT,
+                     prefix: str = "") -> list[Saved]:
+    """What activation `fn`'s module keeps for backward (`Activation.saves`), on `elements` elements: its
+    input and output are the tensors named `inp` and `out` (an mlp's hidden values), the others its own
+    (named `prefix` + their name)."""
+    names = {"input": inp, "output": out}
+    return [Saved(names.get(t, prefix + t), elements, bytes_per_element) for t in activation(fn).saves]
 
 
 def activation_work(fn: str, elements, pass_: Phase) -> Work:

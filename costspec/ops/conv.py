@@ -9,7 +9,7 @@ import sympy
 from costspec.core.conventions import FLOPS_PER_MAC
 from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import CONV_RUNTIME, Constraint, OpCall, OpDef, Reconcile, requires
+from costspec.ops.opdef import CONV_RUNTIME, INPUT, Constraint, OpCall, OpDef, Reconcile, Saved, requires
 from costspec.ops.registry import register_op
 from costspec.ops.spatial import RANKS, Rank, per_dim
 from costspec.ops.work import ZERO, Gemm, Part, Traffic, Work, numel, pointwise
@@ -72,6 +72,10 @@ class ConvNd(OpDef):
     convolution; B*Cin*prod(in)*(Cout/g)*prod(k) for a transposed one (each input element is scattered
     through the kernel, as FlopCounterMode counts it).
     """
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input (the weight gradient needs it; the weight is a parameter)."""
+        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element)]
 
     rank: ClassVar[Rank] = RANKS[2]
     transposed: ClassVar[bool] = False
@@ -218,6 +222,12 @@ class PatchEmbed(OpDef):
     doc = ("Patch embedding: conv with kernel = stride = patch on [B, C, H, W], flattened to "
            "[B, (H/p)*(W/p) (+1 class token), dim], plus an optional learned position embedding.")
     default_name = "patch_embed"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The image (the conv's weight gradient needs it); the class token's concatenation and the
+        position add keep nothing."""
+        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element)]
+
     runtime = CONV_RUNTIME
     attrs = (
         Attr("patch", "size", "patch size p (kernel = stride = p)"),

@@ -22,7 +22,7 @@ import sympy
 from costspec.core.conventions import FLOPS_PER_MAC
 from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, requires, same_size_constraint
+from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, Saved, requires, same_size_constraint
 from costspec.ops.registry import register_op
 from costspec.ops.work import (
     ZERO,
@@ -147,6 +147,7 @@ class DisentangledAttention(OpDef):
            "bucket, scaled by 1/sqrt(d*(1 + terms)); softmax; AV. The table is the nearest earlier "
            "`rel_embeddings` layer's (2*span rows). No output projection (DeBERTa's SelfOutput.dense: a linear).")
     default_name = "attn"
+    saved_unmodelled = "the content-to-position and position-to-content scores"
     runtime = Runtime(kernels={"gemm": "gemm", "sdpa": "gemm"})
     attrs = (
         Attr("heads", "size", "attention heads h"),
@@ -261,6 +262,12 @@ class RelEmbeddings(OpDef):
            "disentangled_attention layer (readers of them); their gradients are summed here. The running value "
            "passes through unchanged.")
     default_name = "rel_embeddings"
+    output_view = True  # the running value passes through
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """Its LayerNorm's mean and 1/std per table row (the table itself is the parameter)."""
+        a, b = call.attrs, call.precision.bytes_per_element
+        return [Saved("mean", a.rows, b), Saved("rstd", a.rows, b)] if a.norm else []
     pass_through = True
     attrs = (
         Attr("rows", "size", "table rows (DeBERTa-v3: 2 * position_buckets = 512)"),

@@ -7,7 +7,18 @@ import sympy
 
 from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import GEMM_RUNTIME, Constraint, OpCall, OpDef, Reconcile, Runtime, requires
+from costspec.ops.opdef import (
+    GEMM_RUNTIME,
+    INDEX_BYTES,
+    INPUT,
+    Constraint,
+    OpCall,
+    OpDef,
+    Reconcile,
+    Runtime,
+    Saved,
+    requires,
+)
 from costspec.ops.registry import register_op
 from costspec.ops.work import (
     ZERO,
@@ -45,6 +56,10 @@ class Embedding(OpDef):
            "FLOPs; its backward scatter-adds the output gradient into the table rows. Optional segment "
            "(token type) table, looked up with the default all-zero segment ids and added (BERT).")
     default_name = "embed"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The int64 token ids (the table's gradient scatters by them)."""
+        return [Saved(INPUT, numel(call.in_shape), INDEX_BYTES)]
     # the gradient of a gather: output-gradient elements added into the looked-up table rows
     runtime = Runtime(aten={"aten.embedding_dense_backward": "scatter_add"})
     attrs = (
@@ -122,6 +137,7 @@ class PositionEmbedding(OpDef):
            "tokens [B, S, C] (BERT, GPT-2); one add per element. With trainable: false a fixed table (Whisper's "
            "sinusoidal positions, a frozen parameter): its parameters counted, no gradient computed for it.")
     default_name = "pos_embed"
+    saves_nothing = True  # x + table: an add keeps nothing
     attrs = (Attr("length", "size", "table rows, the maximum sequence length (default: the input's S)",
                   default=lambda shape, a: shape[1] if len(shape) > 1 else 1),
              Attr("trainable", "bool", "whether the table gets a gradient (false: a frozen table, e.g. Whisper's "
@@ -187,6 +203,7 @@ class ClsToken(_Broadcast):
     name = "cls_token"
     doc = "Prepend a learned class token to tokens [B, S, C] -> [B, S+1, C] (torch.cat; no FLOPs)."
     default_name = "cls_token"
+    saves_nothing = True  # a concatenation keeps nothing
     attrs = ()
 
     def output_shape(self, call: OpCall):
@@ -226,6 +243,10 @@ class LmHead(OpDef):
            "it uses the spec's `embedding` table as its weight (its parameters are not counted twice; its "
            "weight gradient is still computed and added into the table's).")
     default_name = "lm_head"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input, folded to rows (the weight gradient needs it; the weight is a parameter)."""
+        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element, folded=len(call.in_shape) > 2)]
     runtime = GEMM_RUNTIME
     attrs = (
         Attr("vocab", "size", "vocabulary size (output features)"),
@@ -295,6 +316,11 @@ class TakeToken(OpDef):
     name = "take_token"
     doc = "Select one token of [B, S, C] -> [B, C] (x[:, index]; no FLOPs), e.g. the class token for pooling."
     default_name = "take"
+    saves_nothing = True  # x[:, index]: a view
+    output_view = True
+
+    def view(self, call: OpCall, contiguous):
+        return sympy.And(contiguous, sympy.Eq(call.in_shape[0], 1))  # strided unless one sequence
     attrs = (Attr("index", "axis", "token index (negative counts from the end)", default=0),)
 
     def output_shape(self, call: OpCall):
@@ -346,6 +372,7 @@ class LearnedTokens(OpDef):
            "expression of dims, so `--set` changes it and S follows. Backward: the tokens' gradient summed over "
            "the batch (when B > 1); with `after` the input is read as two slices, whose gradients autograd adds.")
     default_name = "tokens"
+    saves_nothing = True  # a concatenation keeps nothing
     attrs = (
         Attr("count", "size", "how many learned tokens (YOLOS: num_detection_tokens; registers: num_register_tokens)"),
         Attr("at", "choice", "where they go: start (prepended) or end (appended)", default="start",

@@ -14,7 +14,7 @@ import sympy
 
 from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import Constraint, OpCall, OpDef, same_size
+from costspec.ops.opdef import Constraint, OpCall, OpDef, Saved, input_tensor, same_size
 from costspec.ops.registry import register_op
 from costspec.ops.work import ONE, ZERO, Part, Shape, Traffic, Work, numel, pointwise
 
@@ -117,6 +117,7 @@ class Add(_Join):
            "(a dim of 1 stretches); n - 1 adds per output element. Also the join that closes every "
            "`residual:` and `parallel:` (x + f(x)).")
     default_name = "add"
+    saves_nothing = True  # a sum's backward passes the gradient on
     kind = "add"
     attrs = (Attr("with", "values", "the value(s) added to the running value: names given by `save:` or "
                   "`inputs:`", default=None),)
@@ -189,6 +190,22 @@ class Mul(Add):
            "x * gate(x)); n - 1 multiplies per output element; the backward multiplies the gradient by the "
            "other inputs for each input that needs one (and sums it back over broadcast axes).")
     default_name = "mul"
+    saves_nothing = False
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """((a * b) * c) ...: each product keeps its left side when the right one needs a gradient and its
+        right side when the left one does (the partial products are its own tensors)."""
+        shapes, needs = _inputs(call), self._needs(call, input_grad)
+        b, out = call.precision.bytes_per_element, []
+        left, left_shape, left_grad = input_tensor(0), shapes[0], needs[0]
+        for k in range(1, len(shapes)):
+            if needs[k]:
+                out.append(Saved(left, numel(left_shape), b))
+            if left_grad:
+                out.append(Saved(input_tensor(k), numel(shapes[k]), b))
+            left, left_grad = f"product{k}", left_grad or needs[k]
+            left_shape = broadcast(shapes[:k + 1], call, self.name)
+        return out
     kind = "mul"
     attrs = (Attr("with", "values", "the value(s) multiplied with the running value", default=None),)
 
@@ -213,6 +230,7 @@ class Concat(_Join):
     doc = ("The running value and `with:` joined along `axis` (all other dims equal): a copy, no FLOPs; "
            "its backward slices the gradient apart (no FLOPs).")
     default_name = "concat"
+    saves_nothing = True  # its backward slices the gradient by the sizes
     fusable = False
     attrs = (Attr("with", "values", "the value(s) appended after the running value along `axis`", default=None),
              Attr("axis", "axis", "the axis to join along (negative counts from the end)", default=-1))
@@ -263,6 +281,8 @@ class Fanout(OpDef):
     doc = ("Inserted after a layer whose output is `save:`d and read more than once: the backward sum of the "
            "gradients of its consumers, (uses - 1) adds per element when the value needs a gradient.")
     default_name = "fanout"
+    saves_nothing = True
+    output_view = True  # the value itself, read by several layers
     in_spec = False
     fusable = True
 

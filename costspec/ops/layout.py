@@ -15,9 +15,18 @@ from costspec.ops.registry import register_op
 from costspec.ops.shape_ops import FreeOp, axis_index
 
 
+def leading_ones(call: OpCall, axis: int | None = None):
+    """A piece along `axis` is contiguous when every dim before the axis is 1 (a sympy condition)."""
+    axis = axis_index(call, "axis") if axis is None else axis
+    return sympy.And(*(sympy.Eq(d, 1) for d in map(sympy.sympify, call.in_shape[:axis])))
+
+
 @register_op
 class Permute(FreeOp):
     """Reorder all axes."""
+
+    def view(self, call: OpCall, contiguous):
+        return sympy.false  # a strided view
 
     name = "permute"
     doc = "Reorder the axes (torch.permute): `order: [0, 2, 3, 1]` turns NCHW into NHWC; no FLOPs."
@@ -44,6 +53,9 @@ class Permute(FreeOp):
 @register_op
 class Slice(FreeOp):
     """x[..., start:end, ...] along one axis."""
+
+    def view(self, call: OpCall, contiguous):
+        return sympy.And(contiguous, leading_ones(call))
 
     name = "slice"
     doc = "Keep positions start..end-1 along one axis (x[:, start:end]); no FLOPs."
@@ -84,6 +96,9 @@ class Slice(FreeOp):
 
 class _Piece(FreeOp):
     """One piece of a split along an axis (see the module doc: the others are dropped)."""
+
+    def view(self, call: OpCall, contiguous):
+        return sympy.And(contiguous, leading_ones(call))
 
     def sizes(self, call: OpCall) -> tuple:
         raise NotImplementedError
@@ -167,6 +182,7 @@ class Pad(FreeOp):
     doc = ("Constant padding (F.pad): `pads` lists [before, after] for the last axis, then the one before it, "
            "... (torch's order); `value` fills the new positions. No FLOPs.")
     default_name = "pad"
+    output_view = False  # a padded copy
     attrs = (Attr("pads", "counts", "padding as in F.pad: [last_before, last_after, prev_before, prev_after, ...]"),
              Attr("value", "number", "the fill value (does not change the cost)", default=0.0))
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import GEMM_RUNTIME, MAX_RANK, OpCall, OpDef, requires, same_size_constraint
+from costspec.ops.opdef import GEMM_RUNTIME, INPUT, MAX_RANK, OpCall, OpDef, Saved, requires, same_size_constraint
 from costspec.ops.registry import register_op
 from costspec.ops.work import Gemm, Part, linear_backward, linear_forward, linear_outputs, linear_traffic, numel
 
@@ -15,6 +15,10 @@ class Linear(OpDef):
     name = "linear"
     doc = "Dense layer over the last dim (nn.Linear): [..., in] -> [..., out]."
     default_name = "linear"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input, folded to rows (the weight gradient needs it; the weight is a parameter)."""
+        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element, folded=len(call.in_shape) > 2)]
     runtime = GEMM_RUNTIME
     attrs = (
         Attr("out", "size", "output features N"),

@@ -181,6 +181,7 @@ class MultiHeadLatentAttention(OpDef):
            "(d_v), RoPE on the rope dims only, SDPA, output projection. `absorb: true`: the weight-absorbed "
            "inference form (attention over the latent).")
     default_name = "attn"
+    saved_unmodelled = "the latent projections, their norms and the decoupled rope keys"
     attrs = ATTRS
     runtime = Runtime(
         # transformers' interleaved RoPE (DeepSeek-V3) rotates with x1*cos - x2*sin: a subtraction is an add

@@ -3,8 +3,9 @@ gate / up -> act(gate) * up -> down (GLU variants: SwiGLU, GeGLU; Shazeer 2020, 
 from __future__ import annotations
 
 from costspec.core.vocab import Fusion, Phase
+from costspec.ops.activations import activation_saved
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import GEMM_RUNTIME, OpCall, OpDef, requires
+from costspec.ops.opdef import GEMM_RUNTIME, INPUT, OpCall, OpDef, Saved, requires
 from costspec.ops.pointwise import ACT_ATTR, activation_work, build_activation
 from costspec.ops.registry import register_op
 from costspec.ops.work import (
@@ -101,6 +102,19 @@ class Mlp(OpDef):
             mul = (ZERO, ZERO) if fused else ((2 * h, h) if pass_ == Phase.FORWARD else (3 * h, 2 * h))
             parts.append(Traffic("mul", *mul))
         return parts + [linear_traffic(down, m, k, n, bias, pass_, True)]
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input (for the first projections' weights), what the activation keeps of the hidden values
+        (`Activation.saves`), and the second projection's input: act(fc1); gated, act(gate) and up (the
+        product's two sides) and their product (down's input)."""
+        m, c, hidden, out = self._sizes(call)
+        b, fn = call.precision.bytes_per_element, call.attrs.fn
+        first = "gate" if call.attrs.gated else "fc1"
+        folded = len(call.in_shape) > 2
+        saved = [Saved(INPUT, m * c, b, folded), *activation_saved(fn, m * hidden, b, first, "act", "act.")]
+        if not call.attrs.gated:
+            return saved + [Saved("act", m * hidden, b)]
+        return saved + [Saved("act", m * hidden, b), Saved("up", m * hidden, b), Saved("product", m * hidden, b)]
 
     def build(self, call: OpCall, ev):
         from costspec.nn.mlp import GatedMlp

@@ -127,6 +127,7 @@ class Moe(OpDef):
            "tokens, capped by a capacity factor), parameters for all experts, the active parameters per token in "
            "the notes.")
     default_name = "moe"
+    saved_unmodelled = "the router, the tokens copied per slot and each expert's rows"
     runtime = GEMM_RUNTIME
     attrs = (
         Attr("experts", "size", "number of routed experts E"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sympy
 
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, requires
+from costspec.ops.opdef import INPUT, STAT_BYTES, Constraint, OpCall, OpDef, Runtime, Saved, requires
 from costspec.ops.registry import register_op
-from costspec.ops.work import Part, numel, pointwise
+from costspec.ops.work import ZERO, Expr, Part, numel, pointwise
 
 # one native_layer_norm kernel per call, forward and backward (nn.LayerNorm, F.layer_norm)
 _LAYER_NORM_RUNTIME = Runtime(aten={"aten.native_layer_norm": "layernorm",
@@ -29,6 +29,17 @@ class _Norm(OpDef):
 
     def has_bias(self, call: OpCall) -> bool:
         return call.attrs.affine and getattr(call.attrs, "bias", False)
+
+    def statistics(self, call: OpCall) -> Expr:
+        """Elements of each of the mean and 1/std the kernel keeps for backward."""
+        return numel(call.in_shape) / self.channels(call)
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input, its mean and 1/std (one per normalised group), both in the input's dtype as torch's
+        cpu kernels keep them (CUDA's keep fp32)."""
+        b = call.precision.bytes_per_element
+        return [Saved(INPUT, numel(call.in_shape), b), Saved("mean", self.statistics(call), b),
+                Saved("rstd", self.statistics(call), b)]
 
     def forward(self, call: OpCall):
         c = self.channels(call)
@@ -92,6 +103,14 @@ class RMSNorm(_Norm):
     name = "rmsnorm"
     doc = "RMSNorm over the last dim (nn.RMSNorm), learned scale, no bias."
     default_name = "norm"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """nn.RMSNorm as torch composes it: with an input gradient, the input in fp32 (a copy unless it is
+        fp32) and 1/rms per row (fp32); with a scale, the normalised fp32 values it multiplies."""
+        n, rows = numel(call.in_shape), numel(call.in_shape[:-1])
+        x = INPUT if call.precision.bytes_per_element == STAT_BYTES else "input_fp32"
+        out = [Saved(x, n, STAT_BYTES), Saved("rstd", rows, STAT_BYTES)] if input_grad else []
+        return out + ([Saved("normalized", n, STAT_BYTES)] if call.attrs.affine else [])
     kind = "rmsnorm"
     # nn.RMSNorm runs pow, mean, add, rsqrt, mul (and their backward ops): one rmsnorm element each
     runtime = Runtime(decomposed=("RMSNorm", "rmsnorm", "rmsnorm_backward"))
@@ -161,6 +180,9 @@ class BatchNorm(_Norm):
         a = call.attrs
         return TorchBatchNorm(ev(self.channels(call)), a.eps, a.affine, a.mode == "train")
 
+    def statistics(self, call: OpCall) -> Expr:
+        return self.channels(call) if call.attrs.mode == "train" else ZERO
+
 
 @register_op
 class GroupNorm(_Norm):
@@ -195,6 +217,9 @@ class GroupNorm(_Norm):
                            a.where("groups"), {"c": c, "groups": a.groups}),
                 Constraint(sympy.Gt(per_group, 1), "groupnorm needs more than one value per group (C/groups x "
                            "positions = {n})", a.where("groups"), {"n": per_group}, "fewer groups or more positions")]
+
+    def statistics(self, call: OpCall) -> Expr:
+        return call.in_shape[0] * call.attrs.groups
 
     def build(self, call: OpCall, ev):
         import torch.nn as nn

@@ -120,6 +120,37 @@ CONV_RUNTIME = Runtime(kernels={"conv": "conv"})
 
 
 # ----------------------------------------------------------------------------------------------
+# Saved for backward: what autograd keeps of one forward call
+# ----------------------------------------------------------------------------------------------
+INPUT, OUTPUT = "input", "output"  # Saved.tensor of the running input and of the op's output
+INDEX_BYTES = 8  # int64 indices (token ids, max-pool argmax)
+STAT_BYTES = 4  # fp32 statistics
+
+
+def input_tensor(index: int) -> str:
+    """Saved.tensor of input `index` (0: the running value, 1...: the values it reads, branch outputs)."""
+    return INPUT if index == 0 else f"{INPUT}{index}"
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One tensor an op's module keeps for its backward (`OpDef.saved`): `tensor` says which -- INPUT
+    (`input_tensor(i)`), OUTPUT, or the name of a tensor made inside the op (q, the probabilities, a mask) --,
+    its elements and its bytes per element. An input or the output is one tensor with whoever else saves
+    it (the layer before saving its output, the layer after its input): the walk counts it once, at the
+    size of its storage (`costspec.tree.saved`)."""
+
+    tensor: str
+    elements: Expr
+    bytes_per_element: Expr
+    folded: bool = False  # the input folded to rows (a linear's): a strided view is saved as a copy of its elements
+
+    @property
+    def bytes(self) -> Expr:
+        return self.elements * self.bytes_per_element
+
+
+# ----------------------------------------------------------------------------------------------
 # Op definitions
 # ----------------------------------------------------------------------------------------------
 MAX_RANK = 6  # dims of any value a spec builds (the tree builder checks every op's input and output)
@@ -139,6 +170,10 @@ class OpDef:
     # exactly when its input does, whatever the op's own parameters
     pass_through: ClassVar[bool] = False
     runtime: ClassVar[Runtime] = Runtime()  # what its module emits at run time (see Runtime)
+    saves_nothing: ClassVar[bool] = False  # its module keeps no tensor for backward (else it defines saved())
+    # why what its module keeps for backward is not modelled yet (`memory --pass train` then names the layer)
+    saved_unmodelled: ClassVar[str] = ""
+    output_view: ClassVar[bool] = False  # its module returns a view of its input (same storage): see aliases()
 
     def schema(self) -> dict:
         """JSON Schema of this op's attribute mapping (generated from `attrs`)."""
@@ -191,6 +226,29 @@ class OpDef:
         """One-line notes on a counting choice this use of the op makes (e.g. how causal attention
         is counted), for the report to print next to the numbers. Default: none."""
         return []
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The tensors one instance's module keeps for backward in a training forward (parameters
+        excluded; attention's by its SDPA kernel family, `backend:` or --backend); `input_grad`: its running
+        input needs a gradient. Called only when some input or parameter needs one (else autograd records
+        nothing). Every op defines it, sets `saves_nothing`, or says why it is not modelled yet
+        (`saved_unmodelled`; a registry test)."""
+        if self.saves_nothing:
+            return []
+        if self.saved_unmodelled:
+            raise NotImplementedError(f"what {self.name} saves for backward is not modelled ({self.saved_unmodelled})")
+        raise NotImplementedError(f"{self.name} does not define what it saves for backward")
+
+    def view(self, call: OpCall, contiguous: Any) -> Any:
+        """For an op whose module returns a view of its input (`aliases`): the condition (a sympy Boolean of
+        the dims) under which that view is contiguous, given its input's; None when the module copies instead
+        (a reshape of a strided view). Default: the input's layout."""
+        return contiguous if self.aliases(call) else None
+
+    def aliases(self, call: OpCall) -> bool:
+        """True when this use's module returns a view of its input (one storage: a later layer saving the
+        output keeps the input alive). Default: `output_view`."""
+        return self.output_view
 
     def reads_input(self, call: OpCall) -> bool:
         """False for a layer whose output does not depend on its input's data (a table computed from

@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 from costspec.core.vocab import Phase
-from costspec.ops.activations import ACT_ATTR, ACTIVATIONS, activation_work, build_activation, runtime_aten
+from costspec.ops.activations import (
+    ACT_ATTR,
+    ACTIVATIONS,
+    activation_saved,
+    activation_work,
+    build_activation,
+    runtime_aten,
+)
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import OpCall, OpDef, Runtime
+from costspec.ops.opdef import OUTPUT, OpCall, OpDef, Runtime, Saved
 from costspec.ops.registry import register_op
 from costspec.ops.work import Part, Work, numel, pointwise
 
@@ -23,6 +30,11 @@ class ActivationOp(OpDef):
            "form as one op; gelu_new / gelu_fast = the tanh form as transformers' python-level ops; relu6 = "
            "hardtanh(0, 6); squared_relu = relu(x)^2), or an activation the spec's costs: declares.")
     default_name = "act"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """What the function's aten ops keep (`Activation.saves`): relu, sigmoid, tanh their output, the
+        others their input, the python-level GELUs their intermediate factors too."""
+        return activation_saved(call.attrs.fn, numel(call.in_shape), call.precision.bytes_per_element)
     attrs = (ACT_ATTR,
              Attr("min_val", "number", "hardtanh's lower bound (fn: hardtanh only)", default=OPTIONS["min_val"][1]),
              Attr("max_val", "number", "hardtanh's upper bound (fn: hardtanh only)", default=OPTIONS["max_val"][1]),
@@ -59,6 +71,10 @@ class Softmax(OpDef):
     name = "softmax"
     doc = "Softmax over one axis (default the last)."
     default_name = "softmax"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """Its output (the backward needs the probabilities)."""
+        return [Saved(OUTPUT, numel(call.in_shape), call.precision.bytes_per_element)]
     runtime = Runtime(aten={"aten._softmax": "softmax", "aten._safe_softmax": "softmax",
                             "aten._softmax_backward_data": "softmax_backward"})
     attrs = (Attr("axis", "axis", "axis to normalise", default=-1),)
@@ -90,6 +106,8 @@ class Dropout(OpDef):
     name = "dropout"
     doc = "Dropout; costed as at inference (identity: no FLOPs, no parameters)."
     default_name = "drop"
+    saves_nothing = True  # its module drops nothing (p = 0: the inference costing), so keeps no mask
+    output_view = True  # nn.Dropout(p=0) returns its input
     attrs = (Attr("p", "number", "drop probability (documentation only)", default=0.0),)
 
     def forward(self, call: OpCall):

@@ -20,7 +20,18 @@ import sympy
 from costspec.core.vocab import Phase
 from costspec.ops.attrs import Attr
 from costspec.ops.conv import conv_out
-from costspec.ops.opdef import Constraint, OpCall, OpDef, Reconcile, Runtime, requires, same_size
+from costspec.ops.opdef import (
+    INDEX_BYTES,
+    INPUT,
+    Constraint,
+    OpCall,
+    OpDef,
+    Reconcile,
+    Runtime,
+    Saved,
+    requires,
+    same_size,
+)
 from costspec.ops.registry import register_op
 from costspec.ops.spatial import RANKS, Rank, per_dim
 from costspec.ops.work import Part, Work, numel, pointwise
@@ -32,6 +43,13 @@ class PoolNd(OpDef):
 
     rank: ClassVar[Rank] = RANKS[2]
     reduce: ClassVar[str] = "max"  # or "avg"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input, and max pooling's int64 argmax per output element."""
+        out = [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element)]
+        if self.reduce == "max":
+            out.append(Saved("indices", numel(self.output_shape(call)), INDEX_BYTES))
+        return out
 
     def _geometry(self, call: OpCall):
         a, n = call.attrs, self.rank.n
@@ -176,6 +194,8 @@ class _Mean(OpDef):
     """A mean over some axes: one add per input element (the divide per output folded); backward
     divides the output gradient by the count for every input element (a scale)."""
 
+    saves_nothing = True  # a mean's backward needs only the sizes
+
     def reduced(self, call: OpCall) -> tuple[int, ...]:
         raise NotImplementedError
 
@@ -243,6 +263,10 @@ class AdaptiveAvgPool2d(OpDef):
            "per input element. An output of 1 x 1 is torch's mean, counted as `mean`.")
     default_name = "pool"
     attrs = (Attr("size", "pair", "output size [oh, ow] (or one int for both)"),)
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input (the pooling's backward reads it); none to 1 x 1, which torch runs as a mean."""
+        return [] if self._global(call) else [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element)]
 
     def _out(self, call: OpCall):
         return per_dim(call.attrs.size, 2)

@@ -46,6 +46,7 @@ class InterpolatedPositions(OpDef):
            "[n, S, C] resized in one call (YOLOS's mid position embeddings, one per layer but the last), for "
            "later layers to slice and add.")
     default_name = "pos_embed"
+    saves_nothing = True  # the table's interpolation needs only sizes, the concatenation and add nothing
     runtime = RESIZE_RUNTIME
     attrs = (
         Attr("grid", "pair", "the table's grid [gh, gw] (the config's image size // patch)"),

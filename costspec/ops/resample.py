@@ -31,6 +31,7 @@ class Upsample(OpDef):
            "gradient into its source), bilinear (4 weighted neighbours per output) or bicubic (4 x 4, separable), "
            "align_corners=False; by an integer `scale` or to `size` [oh, ow].")
     default_name = "up"
+    saves_nothing = True  # interpolation's backward needs only the sizes
     attrs = (
         Attr("mode", "choice", "nearest, bilinear or bicubic", default="nearest",
              choices=("nearest", "bilinear", "bicubic")),

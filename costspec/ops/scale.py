@@ -6,7 +6,7 @@ import sympy
 
 from costspec.core.vocab import Phase
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import OpCall, OpDef, Reconcile
+from costspec.ops.opdef import INPUT, OpCall, OpDef, Reconcile, Saved
 from costspec.ops.registry import register_op
 from costspec.ops.work import Part, Work, numel, pointwise
 
@@ -20,6 +20,7 @@ class Scale(OpDef):
     doc = ("Multiply by a constant: a number or an expression of the dims (`by: sqrt(C)` scales Gemma's "
            "embeddings); one multiply per element, no parameters.")
     default_name = "scale"
+    saves_nothing = True  # a product with a constant
     attrs = (Attr("by", "expr", "the constant factor (a number or an expression of the dims)"),)
 
     def forward(self, call: OpCall):
@@ -57,6 +58,10 @@ class LayerScale(OpDef):
     doc = ("Learned per-channel scale x * gamma (LayerScale: CaiT, ConvNeXt, DINOv2), gamma over one axis "
            "(default the last); C parameters, one multiply per element.")
     default_name = "ls"
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """The input (gamma's gradient needs it)."""
+        return [Saved(INPUT, numel(call.in_shape), call.precision.bytes_per_element)]
     attrs = (Attr("axis", "axis", "the channel axis gamma runs over", default=-1),)
 
     def output_shape(self, call: OpCall):

@@ -19,6 +19,16 @@ def axis_index(call: OpCall, attr: str) -> int:
 
 
 class FreeOp(OpDef):
+    """An op moving no data: its module returns a view of its input and keeps nothing for backward."""
+
+    saves_nothing = True
+    output_view = True
+
+    def view(self, call: OpCall, contiguous):
+        """A reshape or flatten views a contiguous input and copies a strided one (a pad always copies); an
+        input that is contiguous at some dims only is counted as strided."""
+        return sympy.true if contiguous is sympy.true and self.aliases(call) else None
+
     def forward(self, call: OpCall):
         return [Part("", Work())]
 
@@ -105,6 +115,9 @@ class Reshape(FreeOp):
 @register_op
 class Transpose(FreeOp):
     """Swap two axes."""
+
+    def view(self, call: OpCall, contiguous):
+        return sympy.false  # a strided view
 
     name = "transpose"
     doc = "Swap two axes (torch.transpose); no FLOPs."

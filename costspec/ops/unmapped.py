@@ -6,10 +6,12 @@ count is known) and gives the real output shape, so that the layers after it are
 """
 from __future__ import annotations
 
+import sympy
+
 from costspec.ops.attrs import Attr
 from costspec.ops.opdef import OpCall, OpDef
 from costspec.ops.registry import register_op
-from costspec.ops.work import Part, Work
+from costspec.ops.work import Part, Work, numel
 
 
 @register_op
@@ -21,6 +23,14 @@ class Unmapped(OpDef):
            "--allow-unmapped`). No FLOPs are counted for it -- `eval` says so in a note -- but it holds the "
            "module's parameters and gives its output shape, so the layers after it are costed.")
     default_name = "unmapped"
+    saves_nothing = True  # reshape, slice or pad, and a concatenation with none of its weight
+
+    def aliases(self, call: OpCall) -> bool:
+        """A view of the input when it keeps at most the input's elements and has no weight (no concatenation)."""
+        fewer = sympy.sympify(numel(tuple(call.attrs.shape)) - numel(call.in_shape)).is_nonpositive
+        if fewer is None:
+            raise NotImplementedError("whether unmapped's output is a view depends on the dims")
+        return bool(fewer) and sympy.sympify(call.attrs.params) == 0
     attrs = (
         Attr("what", "text", "what ran there: a module class or torch function, with its aten ops"),
         Attr("module", "text", "the real model's module path where it ran"),

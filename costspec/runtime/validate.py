@@ -29,6 +29,7 @@ from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import RUNNABLE_PASSES, Device, Pass, Phase
 from costspec.ops.opdef import layer_notes
 from costspec.runtime.reconcile import Amount, Applied, ints, nonzero, reconciliations, runtime_facts
+from costspec.runtime.saved_bytes import SavedComparison, compare_saved
 from costspec.runtime.torch_build import build_module, import_torch
 from costspec.tree.nodes import OpNode
 from costspec.tree.walk import (
@@ -75,6 +76,7 @@ class Validation:
     unknown: list[tuple[str, str, str, int]]  # (phase, row, aten op, elements)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # counting choices the ops made (OpDef.notes)
+    saved: SavedComparison | None = None  # train: saved-for-backward bytes against autograd's
 
     @property
     def rows(self) -> dict[Phase, list[Row]]:
@@ -89,7 +91,9 @@ class Validation:
     def failures(self) -> list[str]:
         out = [f"{phase}: {row.name or 'total'}" for phase, table in self.tables.items() for row in table.all_rows()
                if row.values["matmul"] != "PASS" or row.values["pointwise"] != "PASS"]
-        return out + [f"unknown aten op {op} in {row} ({phase})" for phase, row, op, _ in self.unknown] + self.problems
+        saved = self.saved.failures() if self.saved is not None else []
+        return (out + [f"unknown aten op {op} in {row} ({phase})" for phase, row, op, _ in self.unknown]
+                + saved + self.problems)
 
     @property
     def ok(self) -> bool:
@@ -135,13 +139,25 @@ def validate(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_
     rows = layout(model.root, merge_own=True)
     tables = {phase: _table(model, rows, phase, _by_slot(measured, phase, path_slot), deltas[phase], values, rtol)
               for phase in pass_.phases}
+    saved, saved_note = _saved(model, values, pass_)
     return Validation(
         spec=model.name, pass_=pass_, device=device, dims={str(k): int(v) for k, v in values.items()}, rtol=rtol,
         tables=tables, reconciliations=applied,
         ignored=sorted(((op, n, why) for (op, why), n in measured.ignored.items()), key=lambda t: (-t[1], t[0])),
         outside=sorted(measured.outside.items()),
         unknown=[(u.phase, path_slot.get(u.module, u.module), u.op, u.elements) for u in measured.unknown],
-        problems=measured.problems, notes=layer_notes(model.op_nodes()) + _sparse_note(model))
+        problems=measured.problems, notes=layer_notes(model.op_nodes()) + _sparse_note(model) + saved_note,
+        saved=saved)
+
+
+def _saved(model: Network, values, pass_: Pass) -> tuple[SavedComparison | None, list[str]]:
+    """train: the saved-for-backward bytes compared (`runtime.saved_bytes`), or why they are not."""
+    if pass_ is not Pass.TRAIN:
+        return None, []
+    try:
+        return compare_saved(model, values), []
+    except UsageError as e:  # a layer whose saved tensors are not modelled: the FLOPs are still checked
+        return None, [f"saved activations not compared: {e}"]
 
 
 def _sparse_note(model: Network) -> list[str]:
@@ -269,7 +285,10 @@ def to_result(v: Validation) -> Result:
             "unknown": [{"phase": p, "row": r, "op": op, "elements": n} for p, r, op, n in v.unknown],
             "problems": v.problems}
     header = f"{WHAT_IT_PROVES}\n{v.spec} | validate {v.pass_} on {v.device} | {dims} | rtol {v.rtol:g}"
-    return Result(header, list(v.tables.values()), sections, notes, meta)
+    if v.saved is not None:
+        meta["saved_for_backward"] = [{"row": r, "analytic": a, "measured": m} for r, a, m in v.saved.rows]
+    tables = list(v.tables.values()) + ([v.saved.table()] if v.saved is not None else [])
+    return Result(header, tables, sections, notes, meta)
 
 
 def render_table(v: Validation) -> str:

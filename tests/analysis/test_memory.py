@@ -7,7 +7,7 @@ import json
 import pytest
 
 from costspec.analysis.gpus import get_gpu
-from costspec.analysis.memory import largest_fitting, memory_kinds, memory_result
+from costspec.analysis.memory import ACTIVATIONS, largest_fitting, memory_kinds, memory_result
 from costspec.core.errors import UsageError
 from costspec.model import load
 from tests.common import ROOT
@@ -31,15 +31,15 @@ def test_llama_params_by_hand():
 
 def test_llama_train_adamw():
     got = sizes(load(LLAMA), "train", optimizer="adamw")
-    bf16 = 2 * LLAMA_PARAMS
-    assert got == {"weights": bf16, "gradients": bf16, "optimizer state (adamw)": 2 * bf16, "total": 4 * bf16}
+    bf16, saved = 2 * LLAMA_PARAMS, got.pop(ACTIVATIONS)
+    assert got == {"weights": bf16, "gradients": bf16, "optimizer state (adamw)": 2 * bf16, "total": 4 * bf16 + saved}
 
 
 def test_llama_train_master_weights_and_sgd():
     got = sizes(load(LLAMA), "train", optimizer="adam", master=True)
     assert got["master weights"] == 4 * LLAMA_PARAMS
     assert got["optimizer state (adam)"] == 2 * 4 * LLAMA_PARAMS  # fp32 moments beside fp32 master weights
-    assert got["total"] == (2 + 2 + 4 + 8) * LLAMA_PARAMS
+    assert got["total"] == (2 + 2 + 4 + 8) * LLAMA_PARAMS + got[ACTIVATIONS]
     assert sizes(load(LLAMA), "train", optimizer="sgd")["optimizer state (sgd)"] == 0
 
 
@@ -79,7 +79,7 @@ def test_memory_cli(cli):
     assert data["kinds"]["kv cache"]["bytes"] == 67_141_632
     assert data["kinds"]["kv cache"]["formula"] == "4*B*C*KV*L*N/heads + 4*B*C*KV*L/heads"
     text = cli("memory", LLAMA, "--pass", "train").stdout
-    assert "total (without saved activations)" in text and "not modelled" in text
+    assert "total (training step peak)" in text and "saved by layer kind" in text
     for args in (["--master-weights"], ["--phase", "decode", "--pass", "train"], ["--optimizer", "lion"],
                  ["--gpu", "no-such-gpu"], ["--set", "C=7"]):
         bad = cli("memory", LLAMA, *args)
@@ -89,3 +89,31 @@ def test_memory_cli(cli):
 def test_bad_optimizer_in_the_api():
     with pytest.raises(UsageError, match="optimizer"):
         memory_kinds(load(LLAMA), "train", optimizer="lion")
+
+
+VIT = ROOT / "specs/vit_b.yaml"
+
+
+@pytest.mark.parametrize("backend", ["flash", "math"])
+def test_vit_saved_activations_by_hand(backend):
+    """Every tensor a ViT block keeps, from the dims: the norms' input and bf16 statistics; attention's input and,
+    flash, the fused qkv output (q, k, v are views of it), the output and the fp32 logsumexp; math, q and k
+    scaled, the probabilities and v in fp32 and the output projection's input; the mlp's input, fc1's output
+    (GELU's input) and GELU's output (fc2's input)."""
+    model = load(VIT, backend=backend)
+    values = model.bind(2)
+    d = {name: int(values[dim.symbol]) for name, dim in model.dims.dims.items()}
+    b, s, c, h, n = d["B"], d["S"], d["C"], d["heads"], d["L"]
+    norm = b * s * c * 2 + 2 * b * s * 2
+    if backend == "flash":
+        attn = b * s * c * 2 + 3 * b * s * c * 2 + b * s * c * 2 + b * h * s * 4
+    else:
+        attn = b * s * c * 2 + 3 * b * s * c * 4 + b * h * s * s * 4 + b * s * c * 2
+    mlp = b * s * c * 2 + 2 * b * s * 4 * c * 2
+    expected = b * 3 * d["img"] ** 2 * 2 + n * (2 * norm + attn + mlp) + norm
+    assert sizes(model, "train", batch=2)[ACTIVATIONS] == expected
+
+
+def test_an_unmodelled_layer_is_named():
+    with pytest.raises(UsageError, match="blocks.*attn.*rel_bias.*not modelled"):
+        memory_kinds(load(ROOT / "specs/t5_small_encoder.yaml"), "train")

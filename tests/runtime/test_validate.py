@@ -192,7 +192,8 @@ def test_json_and_cli(tmp_path):
     out = invoke("validate", spec, "--pass", "train", "--format", "json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["ok"] and data["device"] == "meta" and set(data["tables"]) == {"forward", "backward"}
+    assert data["ok"] and data["device"] == "meta"
+    assert set(data["tables"]) == {"forward", "backward", "saved for backward"}
     assert {r["rule"] for r in data["reconciliations"]} == {"sdpa-math-decomposition"}
     row = next(r for r in data["tables"]["forward"]["rows"] if r["name"] == "blocks.attn.qkv")
     assert row["matmul_analytic"] == row["matmul_measured"] == 2 * 2 * 5 * 8 * 24 * 2

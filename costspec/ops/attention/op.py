@@ -22,8 +22,9 @@ from costspec.ops.attention.geometry import (
     windowed,
 )
 from costspec.ops.attention.reconcile import rel_pos_rules, sdpa_rules
+from costspec.ops.attention.saved import attention_saved
 from costspec.ops.attention.sdpa import sdpa_backward, sdpa_forward
-from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, requires, same_size, same_size_constraint
+from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, Saved, requires, same_size, same_size_constraint
 from costspec.ops.registry import register_op
 from costspec.ops.work import (
     ZERO,
@@ -217,6 +218,10 @@ class Attention(OpDef):
         return rel_pos_rules(call, pass_, ev) + sdpa_rules(call, pass_, runtime, ev)
 
     # -- memory -------------------------------------------------------------------------------
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """By the SDPA kernel family (`costspec.ops.attention.saved`)."""
+        return attention_saved(call, call.attrs.backend)
+
     def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """Projections as GEMMs on the (padded) tokens; window padding and partitioning are folded into
         their loads and stores. SDPA, flash-style (default): reads q, k, v (and O, dO in backward),

@@ -59,6 +59,7 @@ class Mamba(OpDef):
            "the selective scan (a sequential loop over S: elementwise recurrence on CUDA cores, the state "
            "contraction as S batched matmuls), D skip, SiLU gate, out_proj E -> C; E = expand * C.")
     default_name = "mixer"
+    saved_unmodelled = "the causal conv, the projections and every step of the selective scan"
     runtime = MAMBA_RUNTIME
     attrs = (
         Attr("d_state", "size", "state size N per channel (transformers' state_size)", default=16),

@@ -68,6 +68,7 @@ class Mamba2(OpDef):
            "SSD scan (segment sums, four einsums as batched matmuls per chunk of Q positions, the inter-chunk "
            "recurrence), D skip, gated RMSNorm over G groups, out_proj; E = expand * C = heads * head_dim.")
     default_name = "mixer"
+    saved_unmodelled = "the causal conv, the projections, the gated norm and the chunked scan"
     runtime = MAMBA2_RUNTIME
     attrs = (
         Attr("d_state", "size", "state size N (transformers' state_size)", default=128),
