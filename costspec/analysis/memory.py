@@ -88,9 +88,10 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
         dtype = "fp32 (master weights)" if master else "the parameter's dtype"
         kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
                           f"{states} state(s) per trainable parameter in {dtype}; step counters on the host"))
-        kinds.append(Kind(ACTIVATIONS, saved_total(saved_activations(model)),
-                          "every tensor autograd keeps for backward, once (inputs, outputs, probabilities, "
-                          "statistics), at its dtype"))
+        if unmodelled_activations(model) is None:
+            kinds.append(Kind(ACTIVATIONS, saved_total(saved_activations(model)),
+                              "every tensor autograd keeps for backward, once (inputs, outputs, probabilities, "
+                              "statistics), at its dtype"))
     if cache:
         kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
         kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
@@ -115,6 +116,16 @@ ACTIVATIONS = "activations saved for backward"
 def saved_activations(model: Network) -> dict[str, sympy.Expr]:
     """Bytes saved for backward per op row; a UsageError names a layer whose saved tensors are not modelled."""
     return saved_bytes(model.root)
+
+
+def unmodelled_activations(model: Network) -> str | None:
+    """Why the saved activations of `model` cannot be counted (a layer whose saved tensors are not
+    modelled), or None when they can."""
+    try:
+        saved_activations(model)
+    except UsageError as e:
+        return str(e)
+    return None
 
 
 def saved_by_kind(model: Network) -> dict[str, sympy.Expr]:
@@ -176,8 +187,10 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
     whole = exact_bytes(total, values)
     rows = [Row(k.name, k.name, 0, {"bytes": n, "exact": n, "share": n / whole if whole else 0.0,
                                     "formula": str(k.bytes), "how": k.how}) for k, n in zip(kinds, sizes)]
-    train = pass_ is Pass.TRAIN
-    label = "total (training step peak)" if train else "total"
+    unmodelled = unmodelled_activations(model) if pass_ is Pass.TRAIN else None
+    train = pass_ is Pass.TRAIN and unmodelled is None
+    label = "total (training step peak)" if train else (
+        "total (without saved activations)" if pass_ is Pass.TRAIN else "total")
     tables = [Table(COLUMNS, rows, Row("", label, 0, {"bytes": whole, "exact": whole, "share": 1.0,
                                                      "formula": str(total)}), label_title="kind")]
     dims = " ".join(f"{k}={values[d.symbol]}" for k, d in model.dims.dims.items() if d.symbol in values)
@@ -190,6 +203,10 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
                             for k, n in zip(kinds, sizes)},
                   "total_bytes": whole, "activations_included": train}
     notes = [f"{k.name}: {k.how}" for k in kinds]
+    if unmodelled is not None:
+        meta["activations_not_counted"] = unmodelled
+        notes.insert(0, f"activations saved for backward are not counted ({unmodelled}): the total is a lower "
+                        "bound of a training step's peak")
     if train:
         by_kind = saved_by_kind(model)
         saved = sum(exact_bytes(b, values) for b in by_kind.values())
@@ -219,4 +236,4 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
 
 
 __all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "Optimizer", "STATES", "exact_bytes", "largest_fitting", "memory_kinds",
-           "memory_result", "saved_activations", "saved_by_kind"]
+           "memory_result", "saved_activations", "saved_by_kind", "unmodelled_activations"]

@@ -67,6 +67,10 @@ def saved_bytes(root: ScopeNode) -> dict[str, sympy.Expr]:
 
 def subtree(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
     """Walk `node` from the running value `x`; its saved bytes go into `walk.rows`; return its output."""
+    if node.checkpoint and node.runs_recompute(x.rg):
+        raise UsageError(f"layer '{node.name}' is activation-checkpointed: what a checkpointed part keeps for "
+                         "backward (its inputs) is not modelled yet, so the activations a training step saves "
+                         "cannot be counted")
     if isinstance(node, OpNode):
         return _op(walk, node, x, [values[r] for r in node.reads])
     if isinstance(node, ResidualNode):
@@ -123,6 +127,9 @@ def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr)
 
 
 def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_grad: bool | None = None) -> Value:
+    if node.precision.lora and node.weight_gemms:
+        raise UsageError(f"layer '{node.name}' carries LoRA adapters, whose saved tensors are not modelled yet, "
+                         "so the activations a training step saves cannot be counted")
     try:
         return _op_saves(walk, node, x, extra, x.rg if input_grad is None else input_grad)
     except NotImplementedError as e:

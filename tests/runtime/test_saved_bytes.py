@@ -21,6 +21,7 @@ SMALL = {
                             R4=2, R5=2, R6=2),
     "gpt2_small": dict(B=2, S=8, C=32, heads=2, L=2, V=50, P=16),
     "llama_1b": dict(B=2, S=8, C=32, heads=4, KV=2, F=64, L=2, V=50),
+    "llama3_8b": dict(B=2, S=8, C=32, heads=4, KV=2, F=64, L=2, V=50),
     "mistral_7b": dict(B=2, S=8, C=32, heads=4, KV=2, F=64, L=2, V=50, W=4),
     "mobilenet_v2": dict(B=2, img=32),
     "pythia_160m": dict(B=2, S=8, C=32, heads=2, F=64, L=2, V=50),
@@ -34,7 +35,7 @@ SMALL = {
     "yolos_small": dict(B=1, C=32, heads=2, F=64, L=3, det=5, labels=7, gh=4, gw=6, img_h=64, img_w=96),
 }
 UNMODELLED = {  # spec -> the layer option whose saved tensors are not modelled yet
-    "deepencoder": "rel_pos", "gemma2_2b": "softcap", "mamba_130m": "mamba", "mixtral_8x7b": "moe",
+    "deepencoder": "rel_pos", "deepseek_v3": "mla", "gemma2_2b": "softcap", "mamba_130m": "mamba", "mixtral_8x7b": "moe",
     "sam_vit_b": "rel_pos", "siglip_b16": "queries", "swin_tiny": "window", "t5_small_encoder": "rel_bias",
 }
 
