@@ -1,5 +1,4 @@
-"""Importer families of convolutional vision backbones: convnextv2 (and the others of this file as they are
-added). Each: a small config built with its transformers config class, imported, and checked with
+"""Importer families of convolutional vision backbones: convnextv2 and mobilenet_v2. Each: a small config built with its transformers config class, imported, and checked with
 `validate --against` its AutoModel class on meta (forward and train: every row PASS, matmul FLOPs and
 parameters exactly equal); refusals naming the key (exit 2); hostile values for every key (a spec that
 builds or a named refusal, never a crash); random valid configs drawn by hypothesis (slow)."""
@@ -14,7 +13,8 @@ from hypothesis import strategies as st
 from costspec.cli import main
 from costspec.core.errors import CostspecError
 from costspec.importer import import_hf
-from costspec.model import loads
+from costspec.model import load, loads
+from tests.common import ROOT
 
 transformers = pytest.importorskip("transformers")
 
@@ -22,10 +22,16 @@ from tests.importer.check import assert_exact, import_and_check, write_config  #
 from tests.importer.test_hostile_configs import HOSTILE  # noqa: E402
 
 SMALL_CONVNEXTV2 = {"hidden_sizes": [8, 16], "depths": [1, 2], "num_stages": 2, "image_size": 32}
+# MobileNetV2's layout is fixed (16 inverted residuals): small through the depth multiplier and the image
+SMALL_MOBILENET = {"depth_multiplier": 0.35, "image_size": 45}
 
 
 def convnextv2(**keys):
     return transformers.ConvNextV2Config(**keys)
+
+
+def mobilenet_v2(**keys):
+    return transformers.MobileNetV2Config(**keys)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -66,9 +72,15 @@ def test_convnextv2_takes_the_configs_dtype_and_activation(tmp_path):
     ({"image_size": 36}, "image_size = 36 is not a multiple of patch_size x 2^(stages - 1) = 8"),
     ({"hidden_act": "relu2"}, "hidden_act = 'relu2': not supported"),
     ({"num_stages": 3}, "num_stages = 3 but the per-stage lists have 2 entries"),
+    ({"model_type": "mobilenet_v2", "hidden_act": "prelu"}, "hidden_act = 'prelu': not supported"),
+    ({"model_type": "mobilenet_v2", "depth_multiplier": 0}, "depth_multiplier = 0: expected a number > 0"),
+    ({"model_type": "mobilenet_v2", "output_stride": 0}, "output_stride = 0: expected a whole number >= 1"),
+    ({"model_type": "mobilenet_v2", "tf_padding": "yes"}, "tf_padding = 'yes': expected true or false"),
 ])
-def test_convnextv2_refusals_name_the_key(tmp_path, capsys, keys, message):
-    data = convnextv2(**SMALL_CONVNEXTV2).to_dict() | keys
+def test_refusals_name_the_key(tmp_path, capsys, keys, message):
+    mobilenet = keys.get("model_type") == "mobilenet_v2"
+    base = mobilenet_v2(**SMALL_MOBILENET) if mobilenet else convnextv2(**SMALL_CONVNEXTV2)
+    data = base.to_dict() | keys
     path = write_config(data, tmp_path)
     with pytest.raises(SystemExit) as exc:
         main(["import", "hf", str(path)])
@@ -77,23 +89,83 @@ def test_convnextv2_refusals_name_the_key(tmp_path, capsys, keys, message):
 
 
 # ----------------------------------------------------------------------------------------------
+# MobileNetV2
+# ----------------------------------------------------------------------------------------------
+def mobilenet_hand_matmul(B, img, stem, widths, last, expand, first_is_expansion=True):
+    """Forward matmul FLOPs of MobileNetV2Model by hand (sides ceil(h / 2) at each stride 2; output_stride 32)."""
+    strides = [2, 1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1]
+    side = -(-img // 2)
+    macs = side**2 * stem * 27 + side**2 * stem * 9 + side**2 * stem * widths[0]
+    macs += 0 if first_is_expansion else side**2 * stem * stem
+    for i, s in enumerate(strides):
+        e = expand[i]
+        out = -(-side // s)
+        macs += side**2 * widths[i] * e + out**2 * e * 9 + out**2 * e * widths[i + 1]
+        side = out
+    return 2 * B * (macs + side**2 * widths[-1] * last)
+
+
+def test_mobilenet_v2_small_config_matches_transformers(tmp_path):
+    model, results = import_and_check(mobilenet_v2(**SMALL_MOBILENET), tmp_path)
+    totals = assert_exact(results)
+    # depth multiplier 0.35: every width rounded to a multiple of 8 (at least 8, never 10% below)
+    widths = [8, 8, 8, 16, 16, 16, 24, 24, 24, 24, 32, 32, 32, 56, 56, 56, 112]
+    expand = [48, 48, 48, 96, 96, 96, 144, 144, 144, 144, 192, 192, 192, 336, 336, 336]
+    assert totals["forward"]["spec_matmul"] == mobilenet_hand_matmul(2, 45, 16, widths, 1280, expand)
+    text = import_hf(tmp_path / "config.json").text
+    assert "--against hf:MobileNetV2Model" in text and "--output-field pooler_output" in text
+    assert "projections 8, 8, 8, 16, 16, 16, 24," in text and "precision: {dtype: bf16}" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keys", [
+    {"tf_padding": False, "first_layer_is_expansion": False, "hidden_act": "relu", "image_size": 33},
+    {"output_stride": 8, "image_size": 37},  # dilated depthwise convs from the third stride-2 layer on
+    {"output_stride": 16, "expand_ratio": 2.5, "finegrained_output": False},
+])
+def test_mobilenet_v2_variants_match_transformers(tmp_path, keys):
+    _, results = import_and_check(mobilenet_v2(**{**SMALL_MOBILENET, **keys}), tmp_path)
+    assert_exact(results)
+
+
+@pytest.mark.parametrize("name, config, dtype", [("mobilenet_v2", "MobileNetV2Config", "tf32"),
+                                                 ("convnext_tiny", "ConvNextV2Config", None)])
+def test_the_default_config_reproduces_the_zoo_spec(tmp_path, name, config, dtype):
+    """MobileNetV2 1.0 at 224 px is the zoo's mobilenet_v2 (fp32 weights run in TF32: --dtype tf32). The default
+    ConvNeXt-V2 config (the tiny one) is the zoo's ConvNeXt-T with each block's layer scale (C parameters)
+    replaced by a GRN (2 x 4C): the same matmuls."""
+    path = write_config(getattr(transformers, config)(dtype="bfloat16"), tmp_path)
+    imported, zoo = loads(import_hf(path, dtype=dtype).text), load(ROOT / f"specs/{name}.yaml")
+    for pass_ in ("forward", "train"):
+        for batch in (1, 8):
+            a, b = imported.report(pass_, imported.bind(batch)), zoo.report(pass_, zoo.bind(batch))
+            if name == "mobilenet_v2":
+                assert (a.tc, a.cuda, a.params) == (b.tc, b.cuda, b.params), (pass_, batch)
+            else:
+                grn_for_scale = sum(d * (2 * 4 * c - c) for d, c in zip([3, 3, 9, 3], [96, 192, 384, 768]))
+                assert (a.tc, a.params) == (b.tc, b.params + grn_for_scale), (pass_, batch)
+
+
+# ----------------------------------------------------------------------------------------------
 # Hostile values: every key a family reads, each given one hostile value in turn
 # ----------------------------------------------------------------------------------------------
-HOSTILE_BASES = {"convnextv2": lambda: convnextv2(**SMALL_CONVNEXTV2).to_dict()}
+HOSTILE_BASES = {"convnextv2": lambda: convnextv2(**SMALL_CONVNEXTV2).to_dict(),
+                 "mobilenet_v2": lambda: mobilenet_v2(**SMALL_MOBILENET).to_dict()}
 
 
-@pytest.mark.parametrize("family", sorted(HOSTILE_BASES))
+# mobilenet_v2's spec takes ~0.5 s to build, once per key: slow (convnextv2 runs the same check fast)
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f == "mobilenet_v2" else f
+                                    for f in sorted(HOSTILE_BASES)])
 def test_hostile_values_are_a_spec_or_a_named_refusal(tmp_path, family):
     base = json.loads(json.dumps(HOSTILE_BASES[family](), default=str))
     keys = [k for k in base if k not in ("id2label", "label2id", "transformers_version", "architectures")]
     refused = 0
     for number, key in enumerate(keys):
-        for value in (HOSTILE[number % len(HOSTILE)], HOSTILE[(number + 7) % len(HOSTILE)]):
-            path = write_config({**base, key: value}, tmp_path)
-            try:
-                loads(import_hf(path).text)
-            except CostspecError:
-                refused += 1
+        path = write_config({**base, key: HOSTILE[(number + len(family)) % len(HOSTILE)]}, tmp_path)
+        try:
+            loads(import_hf(path).text)
+        except CostspecError:
+            refused += 1
     assert refused > 0
 
 
@@ -115,8 +187,18 @@ def convnextv2_configs(draw):
                       hidden_act=draw(st.sampled_from(["gelu", "relu", "silu"])))
 
 
+@st.composite
+def mobilenet_v2_configs(draw):
+    return mobilenet_v2(depth_multiplier=draw(st.sampled_from([0.25, 0.35, 0.5])),
+                        expand_ratio=draw(st.sampled_from([1.0, 2.0, 3.5])), image_size=draw(st.integers(8, 40)),
+                        output_stride=draw(st.sampled_from([8, 16, 32])), tf_padding=draw(st.booleans()),
+                        first_layer_is_expansion=draw(st.booleans()), finegrained_output=draw(st.booleans()),
+                        hidden_act=draw(st.sampled_from(["relu6", "relu", "silu"])))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", [convnextv2_configs()], ids=["convnextv2"])
+@pytest.mark.parametrize("strategy", [convnextv2_configs(), mobilenet_v2_configs()],
+                         ids=["convnextv2", "mobilenet_v2"])
 def test_random_configs_per_family(tmp_path_factory, strategy):
     @PROPERTY
     @given(config=strategy)
