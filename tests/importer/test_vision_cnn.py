@@ -1,4 +1,4 @@
-"""Importer families of convolutional vision backbones: convnextv2 and mobilenet_v2. Each: a small config built with its transformers config class, imported, and checked with
+"""Importer families of convolutional vision backbones: convnextv2, mobilenet_v2 and efficientnet. Each: a small config built with its transformers config class, imported, and checked with
 `validate --against` its AutoModel class on meta (forward and train: every row PASS, matmul FLOPs and
 parameters exactly equal); refusals naming the key (exit 2); hostile values for every key (a spec that
 builds or a named refusal, never a crash); random valid configs drawn by hypothesis (slow)."""
@@ -24,6 +24,10 @@ from tests.importer.test_hostile_configs import HOSTILE  # noqa: E402
 SMALL_CONVNEXTV2 = {"hidden_sizes": [8, 16], "depths": [1, 2], "num_stages": 2, "image_size": 32}
 # MobileNetV2's layout is fixed (16 inverted residuals): small through the depth multiplier and the image
 SMALL_MOBILENET = {"depth_multiplier": 0.35, "image_size": 45}
+# EfficientNet: three stages, widths x 0.25, repeats x 0.5 (ceil: 1, 1, 2 blocks)
+SMALL_EFFICIENTNET = {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320, "image_size": 33,
+                      "in_channels": [32, 16, 24], "out_channels": [16, 24, 40], "kernel_sizes": [3, 3, 5],
+                      "strides": [1, 2, 2], "num_block_repeats": [1, 2, 3], "expand_ratios": [1, 6, 6]}
 
 
 def convnextv2(**keys):
@@ -32,6 +36,10 @@ def convnextv2(**keys):
 
 def mobilenet_v2(**keys):
     return transformers.MobileNetV2Config(**keys)
+
+
+def efficientnet(**keys):
+    return transformers.EfficientNetConfig(**{**SMALL_EFFICIENTNET, **keys})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -76,10 +84,18 @@ def test_convnextv2_takes_the_configs_dtype_and_activation(tmp_path):
     ({"model_type": "mobilenet_v2", "depth_multiplier": 0}, "depth_multiplier = 0: expected a number > 0"),
     ({"model_type": "mobilenet_v2", "output_stride": 0}, "output_stride = 0: expected a whole number >= 1"),
     ({"model_type": "mobilenet_v2", "tf_padding": "yes"}, "tf_padding = 'yes': expected true or false"),
+    ({"model_type": "efficientnet", "hidden_dim": 1280}, "hidden_dim = 1280 but the head conv has round_filters(1280) "
+                                                         "= 320 channels"),
+    ({"model_type": "efficientnet", "kernel_sizes": [3, 4, 5]}, "kernel_sizes[1] = 4: expected an odd kernel"),
+    ({"model_type": "efficientnet", "strides": [1, 3, 2]}, "strides[1] = 3: expected 1 or 2"),
+    ({"model_type": "efficientnet", "expand_ratios": [1, 6]}, "expand_ratios has 2 entries, expected 3"),
+    ({"model_type": "efficientnet", "pooling_type": "gem"}, "pooling_type = 'gem': not supported"),
+    ({"model_type": "efficientnet", "image_size": 4000}, "the last grid 500 is larger than the pooler's kernel"),
+    ({"model_type": "efficientnet", "depth_coefficient": 1000}, "blocks in all (expected at most 512)"),
 ])
 def test_refusals_name_the_key(tmp_path, capsys, keys, message):
-    mobilenet = keys.get("model_type") == "mobilenet_v2"
-    base = mobilenet_v2(**SMALL_MOBILENET) if mobilenet else convnextv2(**SMALL_CONVNEXTV2)
+    bases = {"mobilenet_v2": lambda: mobilenet_v2(**SMALL_MOBILENET), "efficientnet": efficientnet}
+    base = bases.get(keys.get("model_type", ""), lambda: convnextv2(**SMALL_CONVNEXTV2))()
     data = base.to_dict() | keys
     path = write_config(data, tmp_path)
     with pytest.raises(SystemExit) as exc:
@@ -128,18 +144,48 @@ def test_mobilenet_v2_variants_match_transformers(tmp_path, keys):
     assert_exact(results)
 
 
-@pytest.mark.parametrize("name, config, dtype", [("mobilenet_v2", "MobileNetV2Config", "tf32"),
-                                                 ("convnext_tiny", "ConvNextV2Config", None)])
-def test_the_default_config_reproduces_the_zoo_spec(tmp_path, name, config, dtype):
-    """MobileNetV2 1.0 at 224 px is the zoo's mobilenet_v2 (fp32 weights run in TF32: --dtype tf32). The default
+# ----------------------------------------------------------------------------------------------
+# EfficientNet
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("keys", [{}, {"depthwise_padding": [1, 3], "pooling_type": "max", "hidden_act": "relu",
+                                       "image_size": 40, "strides": [2, 1, 2], "squeeze_expansion_ratio": 0.5}])
+def test_efficientnet_small_config_matches_transformers(tmp_path, keys):
+    model, results = import_and_check(efficientnet(**keys), tmp_path)
+    totals = assert_exact(results)
+    if not keys:
+        # widths round_filters(c x 0.25) (at least 8, never 10% below): stem 8, stages 8, 8, 16; head 320;
+        # repeats ceil(0.5 x [1, 2, 3]) = 1, 1, 2 blocks. Grid: stem 16, block 1 (3x3/2, pad (0, 1)) 8,
+        # block 2 (5x5/2, pad (1, 2)) 4.
+        B = 2
+        macs = 16**2 * 8 * 27  # stem
+        macs += 16**2 * 8 * 9 + (8 * 2 + 2 * 8) + 16**2 * 8 * 8  # block 0: dw, squeeze-excite 8 -> 2 -> 8, project
+        macs += 16**2 * 8 * 48 + 8**2 * 48 * 9 + (48 * 2 + 2 * 48) + 8**2 * 48 * 8  # block 1: expand x6 on 8
+        macs += 8**2 * 8 * 48 + 4**2 * 48 * 25 + (48 * 2 + 2 * 48) + 4**2 * 48 * 16  # block 2
+        macs += 4**2 * 16 * 96 + 4**2 * 96 * 25 + (96 * 4 + 4 * 96) + 4**2 * 96 * 16  # block 3 (residual)
+        macs += 4**2 * 16 * 320  # head
+        assert totals["forward"]["spec_matmul"] == 2 * B * macs
+    assert "--against hf:EfficientNetModel" in import_hf(tmp_path / "config.json").text
+
+
+B0 = {"width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280, "image_size": 224}
+
+
+@pytest.mark.parametrize("name, config, dtype, keys", [("mobilenet_v2", "MobileNetV2Config", "tf32", {}),
+                                                       pytest.param("efficientnet_b0", "EfficientNetConfig", "tf32",
+                                                                    B0, marks=pytest.mark.slow),  # 4 s
+                                                       ("convnext_tiny", "ConvNextV2Config", None, {})])
+def test_the_default_config_reproduces_the_zoo_spec(tmp_path, name, config, dtype, keys):
+    """MobileNetV2 1.0 at 224 px is the zoo's mobilenet_v2 and the B0 coefficients the zoo's efficientnet_b0
+    (fp32 weights run in TF32: --dtype tf32), TC and CUDA-core FLOPs and parameters exactly. The default
     ConvNeXt-V2 config (the tiny one) is the zoo's ConvNeXt-T with each block's layer scale (C parameters)
     replaced by a GRN (2 x 4C): the same matmuls."""
-    path = write_config(getattr(transformers, config)(dtype="bfloat16"), tmp_path)
+    path = write_config(getattr(transformers, config)(dtype="bfloat16", **keys), tmp_path)
     imported, zoo = loads(import_hf(path, dtype=dtype).text), load(ROOT / f"specs/{name}.yaml")
     for pass_ in ("forward", "train"):
         for batch in (1, 8):
             a, b = imported.report(pass_, imported.bind(batch)), zoo.report(pass_, zoo.bind(batch))
-            if name == "mobilenet_v2":
+            if name != "convnext_tiny":
                 assert (a.tc, a.cuda, a.params) == (b.tc, b.cuda, b.params), (pass_, batch)
             else:
                 grn_for_scale = sum(d * (2 * 4 * c - c) for d, c in zip([3, 3, 9, 3], [96, 192, 384, 768]))
@@ -150,11 +196,13 @@ def test_the_default_config_reproduces_the_zoo_spec(tmp_path, name, config, dtyp
 # Hostile values: every key a family reads, each given one hostile value in turn
 # ----------------------------------------------------------------------------------------------
 HOSTILE_BASES = {"convnextv2": lambda: convnextv2(**SMALL_CONVNEXTV2).to_dict(),
-                 "mobilenet_v2": lambda: mobilenet_v2(**SMALL_MOBILENET).to_dict()}
+                 "mobilenet_v2": lambda: mobilenet_v2(**SMALL_MOBILENET).to_dict(),
+                 "efficientnet": lambda: efficientnet().to_dict()}
 
 
-# mobilenet_v2's spec takes ~0.5 s to build, once per key: slow (convnextv2 runs the same check fast)
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f == "mobilenet_v2" else f
+# mobilenet_v2's and efficientnet's specs take ~0.5 s to build, once per key: slow (convnextv2 runs the
+# same check fast)
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f != "convnextv2" else f
                                     for f in sorted(HOSTILE_BASES)])
 def test_hostile_values_are_a_spec_or_a_named_refusal(tmp_path, family):
     base = json.loads(json.dumps(HOSTILE_BASES[family](), default=str))
@@ -196,9 +244,25 @@ def mobilenet_v2_configs(draw):
                         hidden_act=draw(st.sampled_from(["relu6", "relu", "silu"])))
 
 
+@st.composite
+def efficientnet_configs(draw):
+    stages = draw(st.integers(1, 3))
+    pick = lambda values: [draw(st.sampled_from(values)) for _ in range(stages)]  # noqa: E731
+    width = draw(st.sampled_from([0.1, 0.25, 0.5]))
+    filters = max(8, int(1280 * width + 4) // 8 * 8)
+    return efficientnet(width_coefficient=width, depth_coefficient=draw(st.sampled_from([0.3, 0.5, 1.0])),
+                        hidden_dim=filters + (8 if filters < 0.9 * 1280 * width else 0),
+                        image_size=draw(st.integers(8, 40)), in_channels=pick([8, 16, 32]),
+                        out_channels=pick([8, 16, 24]), kernel_sizes=pick([1, 3, 5]), strides=pick([1, 2]),
+                        num_block_repeats=pick([1, 2]), expand_ratios=pick([1, 2, 6]),
+                        depthwise_padding=draw(st.lists(st.integers(0, 4), max_size=2)),
+                        squeeze_expansion_ratio=draw(st.sampled_from([0.25, 0.5])),
+                        pooling_type=draw(st.sampled_from(["mean", "max"])))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", [convnextv2_configs(), mobilenet_v2_configs()],
-                         ids=["convnextv2", "mobilenet_v2"])
+@pytest.mark.parametrize("strategy", [convnextv2_configs(), mobilenet_v2_configs(), efficientnet_configs()],
+                         ids=["convnextv2", "mobilenet_v2", "efficientnet"])
 def test_random_configs_per_family(tmp_path_factory, strategy):
     @PROPERTY
     @given(config=strategy)
