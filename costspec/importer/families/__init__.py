@@ -66,3 +66,4 @@ _register("siglip")  # siglip, siglip_vision_model
 _register("modern")  # the decoder template: qwen3(_moe), gemma2/3, phi3, starcoder2, olmo(2/e), granite, cohere, ...
 _register("mobilenet")  # mobilenet_v2
 _register("efficientnet")  # efficientnet
+_register("yolos")  # yolos
