@@ -67,3 +67,4 @@ _register("modern")  # the decoder template: qwen3(_moe), gemma2/3, phi3, starco
 _register("mobilenet")  # mobilenet_v2
 _register("efficientnet")  # efficientnet
 _register("yolos")  # yolos
+_register("beit")  # beit
