@@ -1,5 +1,6 @@
 """Norm modules torch has none of as the cost table counts them: LayerNorm over the channels of NCHW
-(`LayerNorm2d`) and batch norm without a batch counter (`BatchNorm`)."""
+(`LayerNorm2d`), batch norm without a batch counter (`BatchNorm`) and ConvNeXt-V2's global response
+normalisation (`ConvNextV2GRN`)."""
 from __future__ import annotations
 
 import torch
@@ -42,3 +43,20 @@ class BatchNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return "train" if self.train_stats else "eval"
+
+
+class ConvNextV2GRN(nn.Module):
+    """Global Response Normalisation on channels-last (B, H, W, C), computed as transformers' ConvNextV2GRN
+    computes it; the class carries that name because the runtime counter prices a module as one decomposed
+    kind by its class name (`Runtime.decomposed` of the `grn` op), the same for both."""
+
+    def __init__(self, channels: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, 1, 1, channels))
+        self.bias = nn.Parameter(torch.zeros(1, 1, 1, channels))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norms = torch.linalg.vector_norm(x, ord=2, dim=(1, 2), keepdim=True)
+        normed = norms / (norms.mean(dim=-1, keepdim=True) + self.eps)
+        return self.weight * (x * normed) + self.bias + x

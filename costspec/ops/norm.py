@@ -1,5 +1,5 @@
 """Normalisations: `layernorm` (last dim), `layernorm2d` (channel dim of NCHW), `rmsnorm`, `batchnorm`
-(train or eval statistics), `groupnorm`."""
+(train or eval statistics), `groupnorm`, `grn` (ConvNeXt-V2's global response normalisation)."""
 from __future__ import annotations
 
 import sympy
@@ -226,3 +226,37 @@ class GroupNorm(_Norm):
 
         a = call.attrs
         return nn.GroupNorm(ev(a.groups), ev(self.channels(call)), eps=a.eps, affine=a.affine)
+
+
+@register_op
+class GRN(OpDef):
+    """Global Response Normalisation (Woo et al. 2023, ConvNeXt-V2) on channels-last [B, H, W, C]:
+    G = the L2 norm of each channel over H and W, N = G / (mean of G over the channels + eps),
+    out = gamma * (x * N) + beta + x."""
+
+    name = "grn"
+    doc = ("Global Response Normalisation of ConvNeXt-V2 on a channels-last [B, H, W, C] input: each channel's L2 "
+           "norm over H and W divided by its mean over the channels (+ eps), then gamma * (x * N) + beta + x "
+           "(the residual is part of the layer); 2C parameters (gamma, beta).")
+    default_name = "grn"
+    # transformers' ConvNextV2GRN (and costspec's module of the same name) runs vector_norm, mean, add, div,
+    # mul, mul, add, add (and their backward ops): one grn element per input element each way
+    runtime = Runtime(decomposed=("ConvNextV2GRN", "grn", "grn_backward"))
+    attrs = (Attr("eps", "number", "epsilon of the division by the mean norm (does not change the cost)",
+                  default=1e-6),)
+
+    def output_shape(self, call: OpCall):
+        requires(self, call, 4, "a channels-last input [B, H, W, C]")
+        return call.in_shape
+
+    def forward(self, call: OpCall):
+        return [Part("", pointwise("grn", numel(call.in_shape)), 2 * call.in_shape[-1])]
+
+    def backward(self, call: OpCall, input_grad: bool):
+        # the backward reads x and g over every element for dgamma and dbeta even without dx
+        return [Part("", pointwise("grn_backward", numel(call.in_shape)))]
+
+    def build(self, call: OpCall, ev):
+        from costspec.nn.norm import ConvNextV2GRN
+
+        return ConvNextV2GRN(ev(call.in_shape[-1]), call.attrs.eps)

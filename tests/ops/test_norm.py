@@ -30,3 +30,15 @@ def test_batchnorm_and_groupnorm_shape_errors():
         spec("- groupnorm: {groups: 3}")
     with pytest.raises(SpecError, match=r"batchnorm needs an input \[B, C, \.\.\.\]"):
         spec("- batchnorm: {}", input_="[8]")
+
+
+def test_grn_counts_one_grn_element_per_input_element_and_two_vectors_of_parameters():
+    model = spec("- grn: {}", input_="[B, 3, 5, 8]")
+    n = 2 * 3 * 5 * 8
+    assert forward(model)[1] == {"grn": n}
+    assert int(model.cost().cuda.xreplace(model.bind())) == 6 * n
+    assert params(model) == 2 * 8  # gamma and beta over the channels (the last dim)
+    module, _ = model.to_torch()
+    assert sorted(p.shape[-1] for p in module.parameters()) == [8, 8]
+    with pytest.raises(SpecError, match=r"grn needs a channels-last input \[B, H, W, C\]"):
+        spec("- grn: {}")

@@ -369,6 +369,13 @@ CASES["rmsnorm"] = _norm("rmsnorm", 3)
 CASES["layernorm2d"] = _norm("layernorm2d", 4)
 
 
+@case("grn")  # channels last [B, H, W, C]
+def _grn(draw):
+    shape = [draw(small) for _ in range(4)]
+    pre = [{"linear": {"out": shape[-1]}}] if draw(st.booleans()) else []
+    return {}, shape, pre + [{"grn": {}}, {"reshape": {"shape": [1, -1]}}, {"linear": {"out": 2}}]
+
+
 @case("batchnorm")
 def _batchnorm(draw):
     rank = draw(st.integers(2, 5))

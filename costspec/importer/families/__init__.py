@@ -68,10 +68,14 @@ _register("resnet")  # resnet
 _register("neox")  # gpt_neox, phi
 _register("llm")  # mistral, qwen2, gemma
 _register("llm_moe")  # mixtral, qwen2_moe
-_register("stages")  # convnext, swin
+_register("stages")  # convnext, convnextv2, swin
 _register("siglip")  # siglip, siglip_vision_model
 _register("modern")  # the decoder template: qwen3(_moe), gemma2/3, phi3, starcoder2, olmo(2/e), granite, cohere, ...
 _register("falcon")  # falcon: FalconForCausalLM, LM head included
 _register("gptj")  # gptj: GPTJForCausalLM, LM head included
 _register("opt")  # opt: OPTForCausalLM, LM head included
 _register("ssm")  # mamba, mamba2: MambaForCausalLM, Mamba2ForCausalLM, LM head included
+_register("mobilenet")  # mobilenet_v2
+_register("efficientnet")  # efficientnet
+_register("yolos")  # yolos
+_register("beit")  # beit

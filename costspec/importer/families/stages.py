@@ -1,6 +1,6 @@
-"""Hierarchical vision backbones with pooled outputs: ConvNeXt (convolutional stages) and Swin (windowed
-attention stages with patch merging). Both specs end in the model's pooling (ConvNeXt: mean + LayerNorm;
-Swin: the average over the tokens), so they are checked against the model's `pooler_output`."""
+"""Hierarchical vision backbones with pooled outputs: ConvNeXt and ConvNeXt-V2 (convolutional stages) and
+Swin (windowed attention stages with patch merging). The specs end in the model's pooling (ConvNeXt: mean +
+LayerNorm; Swin: the average over the tokens), so they are checked against the model's `pooler_output`."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -9,6 +9,7 @@ from costspec.importer.config import HFConfig, ImportProblem, count, layers, rat
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import activation, check_divides, square_size
+from costspec.importer.families.modern_template import precision
 
 # keys of the backbone API (SwinBackbone / ConvNextBackbone's returned stages) and of heads the spec leaves out
 BACKBONE = {
@@ -40,6 +41,16 @@ def _stage_count(cfg: HFConfig, key: str, n: int) -> None:
 # ConvNeXt
 # ----------------------------------------------------------------------------------------------
 def build_convnext(cfg: HFConfig) -> str:
+    return _convnext(cfg, v2=False)
+
+
+def build_convnextv2(cfg: HFConfig) -> str:
+    return _convnext(cfg, v2=True)
+
+
+def _convnext(cfg: HFConfig, v2: bool) -> str:
+    """ConvNeXt (v2: ConvNeXt-V2, whose block puts a GRN between the MLP's activation and its second
+    projection and has no layer scale)."""
     widths = _int_list(cfg, "hidden_sizes", [96, 192, 384, 768])
     n = len(widths)
     depths = _int_list(cfg, "depths", [3, 3, 9, 3], n)
@@ -50,11 +61,12 @@ def build_convnext(cfg: HFConfig) -> str:
         raise ImportProblem(f"{cfg.where('image_size')} = {img} is not a multiple of patch_size x 2^(stages - 1) = "
                             f"{patch * 2 ** (n - 1)} (each stage after the first halves the grid)")
     fn = activation(cfg, "hidden_act", "gelu")
-    gamma = cfg.get("layer_scale_init_value", 1e-6)
+    gamma = 0 if v2 else cfg.get("layer_scale_init_value", 1e-6)  # V2's config has no such key (unread: refused)
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or gamma < 0:
         raise ImportProblem(f"{cfg.where('layer_scale_init_value')} = {gamma!r}: expected a number >= 0")
+    hf_class = "ConvNextV2Model" if v2 else "ConvNextModel"
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
-                    "ConvNextModel)")
+                    f"{hf_class})")
     spec.dim("B", 1, "batch size")
     spec.dim("img", img, "image side in pixels", "image_size")
     spec.dim("patch", patch, "stem patch side", "patch_size")
@@ -62,19 +74,40 @@ def build_convnext(cfg: HFConfig) -> str:
         spec.dim(f"C{i + 1}", c, f"stage {i + 1} width", f"hidden_sizes[{i}]")
     for i, d in enumerate(depths):
         spec.dim(f"D{i + 1}", d, f"stage {i + 1} blocks", f"depths[{i}]")
-    spec.precision(cfg.dtype, cfg.dtype_source)
+    if v2:
+        precision(spec, cfg)
+    else:
+        spec.precision(cfg.dtype, cfg.dtype_source)
     spec.input(["B", str(cfg.get_int("num_channels", 3)), "img", "img"], "num_channels")
     scale = f"layer scale (init {gamma})" if gamma > 0 else "no layer scale"
-    spec.doc = (f"ConvNeXt imported from a Hugging Face config: {patch}x{patch} stride-{patch} stem + LayerNorm, "
+    if v2:
+        scale = "GRN after the activation, " + scale
+    spec.doc = (f"ConvNeXt{'-V2' if v2 else ''} imported from a Hugging Face config: {patch}x{patch} "
+                f"stride-{patch} stem + LayerNorm, "
                 f"{n} stages of widths {', '.join(map(str, widths))} and depths {', '.join(map(str, depths))} "
                 f"(7x7 depthwise conv, LayerNorm, 4x MLP with {fn}, {scale}, residual), LayerNorm + 2x2 stride-2 "
                 "conv between stages, global average pool + LayerNorm (pooler_output); no classifier")
     layer_scale = ("""\
       # layer_scale_parameter: a (C,) parameter of the block itself, so no source of its own
       - layer_scale: {}
-""" if gamma > 0 else "      # layer_scale_init_value 0: no layer scale\n")
+""" if gamma > 0 else "" if v2 else "      # layer_scale_init_value 0: no layer scale\n")
+    mlp = (f"""\
+      - linear: {{out: 4*width}}
+        source: pwconv1
+      - activation: {{fn: {fn}}}
+        source: act
+      - grn: {{}}  # global response norm over the 4C channels: gamma * (x * N) + beta + x
+        source: grn
+      - linear: {{out: width}}
+        source: pwconv2
+""" if v2 else f"""\
+      - mlp: {{hidden: 4*width, fn: {fn}}}  # pwconv1 (C -> 4C), hidden_act, pwconv2 (4C -> C)
+        source: [pwconv1, act, pwconv2]
+""")
+    block_doc = ("x + permute(pwconv2(GRN(act(pwconv1(LN(permute(dwconv7x7(x))))))))" if v2
+                 else "x + permute(gamma * pwconv2(act(pwconv1(LN(permute(dwconv7x7(x)))))))")
     spec.block("convnext_block", f"""\
-doc: "x + permute(gamma * pwconv2(act(pwconv1(LN(permute(dwconv7x7(x)))))))"
+doc: "{block_doc}"
 params: {{width: C1}}
 layers:
   - residual:
@@ -83,9 +116,7 @@ layers:
       - permute: {{order: [0, 2, 3, 1]}}  # NCHW -> NHWC: the norm and the MLP run on the last dim
       - layernorm: {{}}
         source: layernorm
-      - mlp: {{hidden: 4*width, fn: {fn}}}  # pwconv1 (C -> 4C), hidden_act, pwconv2 (4C -> C)
-        source: [pwconv1, act, pwconv2]
-{layer_scale}      - permute: {{order: [0, 3, 1, 2]}}  # back to NCHW
+{mlp}{layer_scale}      - permute: {{order: [0, 3, 1, 2]}}  # back to NCHW
 """)
     if n > 1:
         spec.block("stage", """\
@@ -102,7 +133,7 @@ layers:
     args: {width: width}
     source: layers
 """)
-    spec.header.append("# `source:` names modules of transformers' ConvNextModel; the spec's output is its "
+    spec.header.append(f"# `source:` names modules of transformers' {hf_class}; the spec's output is its "
                        "pooler_output")
     spec.layers("""\
 - conv2d: {out: C1, kernel: patch, stride: patch}
@@ -331,6 +362,11 @@ CONVNEXT = Family(("convnext",), "ConvNextModel", build_convnext,
                   "ConvNeXt: convolutional stages, pooled and normalised output (pooler_output)",
                   architectures=("ConvNextForImageClassification",), hf_output=lambda cfg: POOLED,
                   refused=("image_size not a multiple of patch_size x 2^(stages - 1)",), keys=STAGE_KEYS)
+CONVNEXTV2 = Family(("convnextv2",), "ConvNextV2Model", build_convnextv2,
+                    "ConvNeXt-V2: ConvNeXt stages with a GRN in each block's MLP, no layer scale; pooled and "
+                    "normalised output (pooler_output)",
+                    architectures=("ConvNextV2ForImageClassification",), hf_output=lambda cfg: POOLED,
+                    refused=("image_size not a multiple of patch_size x 2^(stages - 1)",), keys=STAGE_KEYS)
 SWIN = Family(("swin",), "SwinModel", build_swin,
               "Swin: windowed-attention stages with patch merging, averaged output (pooler_output)",
               architectures=("SwinForImageClassification",), hf_output=lambda cfg: POOLED,
@@ -339,4 +375,4 @@ SWIN = Family(("swin",), "SwinModel", build_swin,
                        "a stage grid smaller than the window (transformers keeps the window's bias table and fails)",
                        "an mlp_ratio that is not a simple fraction of the widths"), keys=SWIN_KEYS)
 
-FAMILY_LIST = (CONVNEXT, SWIN)
+FAMILY_LIST = (CONVNEXT, CONVNEXTV2, SWIN)
