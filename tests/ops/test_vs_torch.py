@@ -563,6 +563,8 @@ def _mamba(draw):
     attrs = {**_ssm_common(draw), "expand": draw(st.integers(1, 2))}
     if draw(st.booleans()):
         attrs["dt_rank"] = draw(st.integers(1, 3))
+    if draw(st.booleans()):  # Jamba's RMSNorms on dt, B and C
+        attrs["inner_norms"] = True
     return {"B": draw(st.integers(1, 2))}, ["B", draw(st.integers(1, 4)), draw(small)], with_grad(
         draw, [{"mamba": attrs}])
 
