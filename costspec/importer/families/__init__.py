@@ -69,3 +69,4 @@ _register("gptj")  # gptj: GPTJForCausalLM, LM head included
 _register("opt")  # opt: OPTForCausalLM, LM head included
 _register("ssm")  # mamba, mamba2: MambaForCausalLM, Mamba2ForCausalLM, LM head included
 _register("bloom")  # bloom: BloomForCausalLM (ALiBi), LM head included
+_register("jamba")  # jamba: JambaForCausalLM (attention / Mamba, MoE / dense layers), LM head included
