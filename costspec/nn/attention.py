@@ -4,6 +4,7 @@ output projection), eager attention with soft-capping and sinks (`eager_attentio
 windows' mask)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +19,8 @@ from costspec.nn.qk_norm import QKNorm
 @dataclass(frozen=True)
 class Scores:
     """How the scores are formed beyond SDPA's options: eagerly (explicit matmul / softmax / matmul),
-    soft-capped, with sinks; a bidirectional local window; the queries' length (cross-attention); `math`:
-    SDPA on PyTorch's math kernel (`backend: math`), else on the kernel torch picks."""
+    soft-capped, with sinks, with ALiBi's bias; a bidirectional local window; the queries' length
+    (cross-attention); `math`: SDPA on PyTorch's math kernel (`backend: math`), else on the kernel torch picks."""
 
     eager: bool = False
     softcap: float = 0.0
@@ -27,6 +28,23 @@ class Scores:
     local_window: int = 0
     q_len: int = 0  # 0: as many queries as keys
     math: bool = False
+    alibi: bool = False
+
+
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes as BLOOM and Falcon compute them: a geometric series 2^(-8i/n) over the nearest
+    power of two n <= heads, the remaining heads interleaved from the series of 2n."""
+    n = 2 ** math.floor(math.log2(heads))
+    slopes = [2 ** (-8 * i / n) for i in range(1, n + 1)]
+    slopes += [2 ** (-4 * i / n) for i in range(1, 2 * min(n, heads - n), 2)]
+    return torch.tensor(slopes)
+
+
+def alibi_bias(heads: int, q_len: int, k_len: int, causal: bool) -> torch.Tensor:
+    """ALiBi's additive (1, heads, q_len, k_len) bias, built once: slope_h x key position, with the causal
+    mask (-inf above the diagonal) folded in, as transformers passes it (one float mask)."""
+    bias = alibi_slopes(heads)[:, None, None] * torch.arange(k_len)[None, None, :].float()
+    return (bias + band_mask(q_len, k_len, causal)).unsqueeze(0).expand(1, heads, q_len, k_len).contiguous()
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, math: bool = False, **kwargs) -> torch.Tensor:
@@ -173,7 +191,9 @@ class SelfAttention(nn.Module):
             if rel_bias[0] == "t5":
                 self.rel_bias.set_tokens(rope_len)
         self.reads_bias = rel_bias is not None and rel_bias[0] == "t5_shared"
-        if sliding_window or scores.local_window or (causal and scores.eager):  # an additive mask, built once
+        if scores.alibi:  # the causal mask folded into ALiBi's bias: one float mask
+            self.register_buffer("window_mask", alibi_bias(heads, q_len, rope_len, causal), persistent=False)
+        elif sliding_window or scores.local_window or (causal and scores.eager):  # an additive mask, built once
             self.register_buffer("window_mask", band_mask(q_len, rope_len, causal, sliding_window, scores.local_window),
                                  persistent=False)
         if scores.sinks:

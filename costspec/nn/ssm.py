@@ -29,13 +29,15 @@ def causal_conv1d(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
 
 class Mamba(nn.Module):
     """Mamba's mixer (Gu & Dao 2023, Algorithm 2): in_proj to x and z, causal depthwise conv + SiLU on x,
-    x_proj to (dt, B, C), dt_proj, the selective scan (softplus(dt + bias), exp(A dt), dt B x, a python
-    loop over S of h = dA h + dBx and y = h C), the D skip, gating by SiLU(z), out_proj.
+    x_proj to (dt, B, C) (with `inner_norms` each RMSNorm'd, as Jamba's mixer does), dt_proj, the selective
+    scan (softplus(dt + bias), exp(A dt), dt B x, a python loop over S of h = dA h + dBx and y = h C), the D
+    skip, gating by SiLU(z), out_proj.
 
     conv1d and dt_proj hold parameters only: their weights are applied functionally in this module's
     own forward, as transformers does (F.conv1d, `dt_proj.weight @ dt`)."""
 
-    def __init__(self, dim: int, inner: int, state: int, conv: int, dt_rank: int, bias: bool, conv_bias: bool):
+    def __init__(self, dim: int, inner: int, state: int, conv: int, dt_rank: int, bias: bool, conv_bias: bool,
+                 inner_norms: bool = False):
         super().__init__()
         self.inner, self.state, self.dt_rank = inner, state, dt_rank
         self.in_proj = nn.Linear(dim, 2 * inner, bias=bias)
@@ -45,6 +47,9 @@ class Mamba(nn.Module):
         self.A_log = nn.Parameter(torch.zeros(inner, state))
         self.D = nn.Parameter(torch.ones(inner))
         self.out_proj = nn.Linear(inner, dim, bias=bias)
+        self.inner_norms = inner_norms
+        if inner_norms:  # Jamba: dt, B and C normalised after x_proj
+            self.dt_layernorm, self.b_layernorm, self.c_layernorm = (nn.RMSNorm(w) for w in (dt_rank, state, state))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, C)
         xz = self.in_proj(x).transpose(1, 2)  # (B, 2E, S)
@@ -54,6 +59,10 @@ class Mamba(nn.Module):
         # add of the two gradients then runs when x_proj's input gradient is complete, in x_proj's scope)
         h = causal_conv1d(h, self.conv1d).transpose(1, 2)
         dt, b, c = torch.split(self.x_proj(h), [self.dt_rank, self.state, self.state], dim=-1)
+        if self.inner_norms:
+            # each norm reads its own alias: its backward scope closes with its own input gradient (the three are
+            # siblings split from one output, their gradients joined by one backward node)
+            dt, b, c = self.dt_layernorm(alias(dt)), self.b_layernorm(alias(b)), self.c_layernorm(alias(c))
         dt = self.dt_proj.weight @ dt.transpose(1, 2)  # (E, r) @ (B, r, S) -> (B, E, S): no bias here
         y = selective_scan(h.transpose(1, 2), dt, a, b, c, self.D.float(), z, self.dt_proj.bias.float())  # (B, E, S)
         return self.out_proj(y.transpose(1, 2))  # (B, S, C)

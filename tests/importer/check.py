@@ -18,14 +18,16 @@ def write_config(config, folder: Path, name: str = "config.json") -> Path:
     return path
 
 
-def import_and_check(config, folder: Path, passes=("forward", "train"), sets: dict | None = None, batch: int = 2):
+def import_and_check(config, folder: Path, passes=("forward", "train"), sets: dict | None = None, batch: int = 2,
+                     dims: dict | None = None):
     """Import `config`, build the family's transformers class from the same file on meta, compare.
 
     At batch 2 by default: autograd's batch reductions of broadcast parameters run (at batch 1 they
     do not for a (1, S, C) table, which costspec's position_embedding counts: DeiT's, see docs/import.md).
-    Returns the spec's Model and {pass: AgainstResult}; asserts nothing (callers do)."""
+    `dims`: dim values bound besides B (`--set`, e.g. a short S). Returns the spec's Model and
+    {pass: AgainstResult}; asserts nothing (callers do)."""
     path = write_config(config, folder)
-    return path_model(path), import_and_check_file(path, passes, sets, batch)
+    return path_model(path), import_and_check_file(path, passes, sets, batch, dims)
 
 
 def path_model(path: Path):
@@ -33,11 +35,11 @@ def path_model(path: Path):
 
 
 def import_and_check_file(path: Path, passes=("forward", "train"), sets: dict | None = None, batch: int = 2,
-                          backbone: bool = False):
+                          dims: dict | None = None, backbone: bool = False):
     """`import_and_check` of a config.json file (`backbone`: a causal LM without its head): {pass: AgainstResult}."""
     imported = import_hf(path, backbone=backbone)
     model = loads(imported.text, str(path.with_suffix(".yaml")))
-    values = model.bind(batch)
+    values = model.bind(batch, dims)
     results = {}
     for pass_ in passes:
         real = load_target(f"hf:{imported.described}", model, values, "meta", str(path),

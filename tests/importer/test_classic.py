@@ -84,7 +84,7 @@ def test_falcon_counts_by_hand(tmp_path):
 
 
 @pytest.mark.parametrize("name, key, value, message", [
-    ("falcon_7b", "alibi", True, "alibi = True: ALiBi adds a per-head linear bias"),
+    ("falcon_7b", "alibi", "yes", "alibi = 'yes': expected true or false"),
     ("falcon_40b", "parallel_attn", False, "parallel_attn = False: new_decoder_architecture with sequential"),
     ("falcon_sequential", "num_kv_heads", 2, "num_kv_heads = 2: expected num_attention_heads (4)"),
     ("falcon_40b", "num_ln_in_parallel_attn", 3, "num_ln_in_parallel_attn = 3: expected 1 or 2"),
@@ -155,7 +155,7 @@ def falcon_configs(draw) -> dict:
                hidden_size=heads * draw(st.sampled_from([8, 16])), ffn_hidden_size=draw(st.integers(4, 48)),
                vocab_size=draw(st.integers(8, 120)), max_position_embeddings=draw(st.integers(4, 24)),
                tie_word_embeddings=draw(st.booleans()), bias=draw(st.booleans()), new_decoder_architecture=new,
-               activation=draw(st.sampled_from(["gelu", "relu", "silu"])))
+               activation=draw(st.sampled_from(["gelu", "relu", "silu"])), alibi=draw(st.booleans()))
     if new:
         out.update(num_kv_heads=kv, num_ln_in_parallel_attn=draw(st.sampled_from([1, 2])))
     else:

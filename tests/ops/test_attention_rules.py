@@ -121,6 +121,10 @@ CASES = {
         "heads: 2, k_bias: false",
         "fused_qkv is one projection with one bias: q_bias, k_bias and v_bias must agree (set fused_qkv: false for "
         "a bias on some of them)"),
+    "alibi-alone": Case(
+        "heads: 2, alibi: true, rope: true, causal: true",
+        "alibi is a linear bias over the key positions of one sequence of self-attention: no rope, rel_pos, rel_bias, "
+        "window, sliding_window, local_window, queries, kv, cache, softcap or sinks with it"),
 }
 
 RULES = {rule.name: rule for rule in rules.RULES}

@@ -56,7 +56,7 @@ def _linear(draw):
 
 
 @case("attention")
-def _attention(draw):
+def _attention(draw, layout=None):
     heads = draw(st.integers(1, 4))
     kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
     rope = draw(st.booleans())
@@ -85,8 +85,8 @@ def _attention(draw):
             attrs["qk_norm_bias"] = draw(st.booleans())
     if attrs["backend"] != "math" and draw(st.booleans()):  # PyTorch's SDPA has neither: run eagerly
         attrs.update(softcap=draw(st.sampled_from([0, 5.0, 50.0])), sinks=draw(st.booleans()))
-    layout = draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal", "sliding", "queries",
-                                   "t5", "swin", "shifted", "local", "cross"]))
+    layout = layout or draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal", "sliding",
+                                             "queries", "t5", "swin", "shifted", "local", "cross", "alibi"]))
     grid = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
     s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos", "swin") else draw(small)
     if "window" in layout:  # windows that do not divide the grid pad it, as SAM does
@@ -106,6 +106,10 @@ def _attention(draw):
         pre = [{"linear": {"out": c}, "save": "src"}, {"slice": {"axis": 1, "start": 0, "end": t}, "save": "enc"},
                {"layernorm": {}, "input": "src"}]
         attrs.update(kv="enc", causal=draw(st.booleans()), causal_flops=draw(st.sampled_from(["executed", "useful"])))
+    if layout == "alibi":  # BLOOM: a per-head linear bias (the causal mask folded in), no other positions
+        attrs.update(alibi=True, causal=draw(st.booleans()), rope=False)
+        for key in ("rope_dims", "softcap", "sinks"):
+            attrs.pop(key, None)
     if layout == "queries":
         attrs.update(queries=draw(st.integers(1, 3)), rope=False)
         attrs.pop("rope_dims", None)
@@ -566,6 +570,8 @@ def _mamba(draw):
     attrs = {**_ssm_common(draw), "expand": draw(st.integers(1, 2))}
     if draw(st.booleans()):
         attrs["dt_rank"] = draw(st.integers(1, 3))
+    if draw(st.booleans()):  # Jamba's RMSNorms on dt, B and C
+        attrs["inner_norms"] = True
     return {"B": draw(st.integers(1, 2))}, ["B", draw(st.integers(1, 4)), draw(small)], with_grad(
         draw, [{"mamba": attrs}])
 
@@ -590,6 +596,17 @@ def _unmapped(draw):  # a gap: no work, its parameters, an output shape of more 
     out = draw(st.sampled_from([[b, s, c], [b, c], [b, 2 * s, c]]))
     gap = {"what": "roll (aten.roll)", "module": "blocks.0", "shape": out, "params": draw(st.integers(0, 4))}
     return {}, [b, s, c], with_grad(draw, [{"unmapped": gap}, {"linear": {"out": 2}}])
+
+
+@SETTINGS
+@given(st.data(), dtypes)
+def test_attention_alibi_matches_torch(data, dtype):
+    """ALiBi's bias (one add per score, the causal mask folded in) against the module's aten ops, every backend."""
+    dims, shape, layers = data.draw(st.composite(_attention)(layout="alibi"))
+    text = spec_text(dims, shape, layers, dtype)
+    model = costspec.loads(text)
+    result = validate(model, model.bind(), "train", "meta")
+    assert result.ok, text + "\n" + render_table(result)
 
 
 def test_every_op_has_a_case():

@@ -79,3 +79,5 @@ _register("mobilenet")  # mobilenet_v2
 _register("efficientnet")  # efficientnet
 _register("yolos")  # yolos
 _register("beit")  # beit
+_register("bloom")  # bloom: BloomForCausalLM (ALiBi), LM head included
+_register("jamba")  # jamba: JambaForCausalLM (attention / Mamba, MoE / dense layers), LM head included

@@ -4,8 +4,8 @@ of Falcon-40B / 180B, grouped key/value heads and a LayerNorm per branch; sequen
 fused query_key_value projection, RoPE, a plain MLP (dense_h_to_4h, activation, dense_4h_to_h), optional
 biases, a tied (or untied) LM head.
 
-ALiBi (`alibi: true`, Falcon-RW) is refused: its per-head linear bias is added to every score and the
-attention op has no such option.
+With `alibi: true` (Falcon-RW) the attention has no RoPE: FalconModel folds ALiBi's per-head linear bias
+and the causal mask into one float mask given to SDPA, the attention op's `alibi` option.
 """
 from __future__ import annotations
 
@@ -16,9 +16,6 @@ from costspec.importer.families.common import activation, check_divides
 from costspec.importer.families.modern_template import BASE_IGNORED, DEFAULT_S, ROPE_REFUSED, item, precision, rope
 
 HF_CLASS = "FalconForCausalLM"
-ALIBI_WHY = ("ALiBi adds a per-head linear bias (slope x key position) to every attention score, built once in "
-             "FalconModel's forward and added through the mask: costspec's attention op has no ALiBi bias "
-             "(not supported by this importer)")
 
 
 def variant(cfg: HFConfig) -> tuple[bool, bool, int]:
@@ -80,11 +77,23 @@ def block_lines(attn: str, mlp: str, parallel: bool, norms: int) -> list[str]:
             "        branches:", *branch_lines([a, m], "          ")]
 
 
-def rules(new: bool, multi_query: bool) -> str:
-    """How FalconAttention splits its fused projection and applies RoPE, where the spec's attention runs
-    otherwise (each with its formula)."""
+ALIBI_RULE = """\
+- module: "transformer"
+  extra: {select: "B*S*S + B*heads*S*S", "unknown:aten.lt": "B*S*S"}
+  pass: forward
+  reason: >-
+    with alibi FalconModel builds the mask once per forward: the boolean causal mask [B, 1, S, S] turned into a
+    float one (a where per element, B*S*S), compared with -1 (an lt per element, a kind the cost table has not)
+    and ALiBi's bias (scaled by 1/sqrt(head_dim): constants) masked_fill'd into a [B, h, S, S] float mask (a
+    select per element); the layers add it to their scores
+"""
+
+
+def rules(new: bool, multi_query: bool, alibi: bool) -> str:
+    """How FalconAttention splits its fused projection and applies RoPE (or how FalconModel builds the ALiBi
+    mask), where the spec's attention runs otherwise (each with its formula)."""
     rope_k = "heads" if new else "KV"  # the new architecture broadcasts k to every query head before RoPE
-    out = f"""\
+    out = ALIBI_RULE if alibi else f"""\
 - module: "transformer.h.*.self_attention"
   extra: {{scale: "L*B*S*(heads + {rope_k})*D/2"}}
   reason: >-
@@ -98,13 +107,16 @@ def rules(new: bool, multi_query: bool) -> str:
     rotate_half's backward: the gradients of the two halves it slices from q and k are added back into
     one tensor, one add per element of q and k
 """
-    if new:
+    if new and not alibi:
         out += """\
 - module: "transformer.h.*.self_attention"
   extra: {mul: "L*B*S*(heads - KV)*D*2", add: "L*B*S*(heads - KV)*D"}
   reason: >-
     the new decoder architecture broadcasts k to all heads before RoPE, so RoPE rotates h heads of k, not
     kv: 2 mul + 1 add per extra element, forward and backward
+"""
+    if new:
+        out += """\
 - module: "transformer.h.*.self_attention"
   extra: {scatter_add: "L*B*S*2*KV*D", add: "2*L*B*S*(heads + 2*KV)*D"}
   pass: backward
@@ -138,9 +150,8 @@ def rules(new: bool, multi_query: bool) -> str:
 
 def build(cfg: HFConfig) -> str:
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type falcon, transformers' {HF_CLASS})")
-    if cfg.get_bool("alibi", False):
-        raise cfg.refuse("alibi", ALIBI_WHY)
-    rope(cfg, False)
+    alibi = cfg.get_bool("alibi", False)
+    rope(cfg, False)  # read with alibi too: FalconModel computes RoPE's tables either way (constants)
     new, parallel, norms = variant(cfg)
     C, h = cfg.get_int("hidden_size"), cfg.get_int("num_attention_heads")
     check_divides(cfg, "hidden_size", C, "num_attention_heads", h)
@@ -166,18 +177,19 @@ def build(cfg: HFConfig) -> str:
     precision(spec, cfg)
     spec.input(["B", "S"], "token ids")
     b = "true" if bias else "false"
-    attn = (f"attention: {{heads: heads, kv_heads: KV, fused_qkv: true, qkv_bias: {b}, proj_bias: {b}, rope: true, "
-            "causal: true}")
+    attn = (f"attention: {{heads: heads, kv_heads: KV, fused_qkv: true, qkv_bias: {b}, proj_bias: {b}, "
+            f"{'alibi' if alibi else 'rope'}: true, causal: true}}")
     mlp = f"mlp: {{hidden: F, fn: {fn}, bias: {b}}}"
     spec.block("falcon_block", "\n".join(block_lines(attn, mlp, parallel, norms)) + "\n")
     spec.header.extend(wrap_comment(f"`source:` and `ignore:` name modules of transformers' {HF_CLASS} "
                                     "(transformers 5)"))
-    spec.ignore(rules(new, cfg.get_bool("multi_query", True)))
+    spec.ignore(rules(new, cfg.get_bool("multi_query", True), alibi))
     layout = ("parallel attention and MLP on two LayerNorms" if parallel and norms == 2 else
               "parallel attention and MLP on one LayerNorm" if parallel else "sequential pre-LN blocks")
+    positions = "ALiBi" if alibi else "RoPE"
     spec.doc = (f"Falcon causal LM imported from a Hugging Face config: embedding, {L} blocks ({layout}; hidden "
-                f"{C}, {h} query and {kv} key/value heads of {C // h}, fused qkv, RoPE, causal; {fn} MLP), final "
-                f"LayerNorm, LM head{' tied to the embedding' if tied else ''}")
+                f"{C}, {h} query and {kv} key/value heads of {C // h}, fused qkv, {positions}, causal; {fn} MLP), "
+                f"final LayerNorm, LM head{' tied to the embedding' if tied else ''}")
     spec.layers(f"""\
 - embedding: {{vocab: V, dim: C}}
   name: word_embeddings
@@ -202,9 +214,10 @@ KEYS = (size("vocab_size"), size("hidden_size"), layers("num_hidden_layers"),
         size("ffn_hidden_size"), size("max_position_embeddings"))
 FALCON = Family(("falcon",), HF_CLASS, build,
                 "Falcon causal LM with its LM head: fused qkv (multi-query, grouped or full key/value heads), "
-                "RoPE, attention and MLP in parallel on one or two LayerNorms (or sequential), optional biases",
+                "RoPE (or ALiBi), attention and MLP in parallel on one or two LayerNorms (or sequential), optional "
+                "biases",
                 architectures=(HF_CLASS,), keys=KEYS,
-                refused=("alibi: true (no ALiBi bias in the attention op)", ROPE_REFUSED,
+                refused=(ROPE_REFUSED,
                          "new_decoder_architecture with parallel_attn: false (transformers cannot run it)",
                          "num_kv_heads other than num_attention_heads without multi_query or "
                          "new_decoder_architecture"))

@@ -1,6 +1,6 @@
 """The attributes of `attention`: heads and dims, projection biases, the kernel backend and causal
 counting, windows and grids, positions (rope, rel_pos, rel_bias), learned queries, cross-attention,
-q/k normalisation, soft-capping and sinks."""
+q/k normalisation, soft-capping and sinks, ALiBi."""
 from __future__ import annotations
 
 import sympy
@@ -99,6 +99,12 @@ ATTRS = (
          "Gemma 3) or one per head (per_head, a (heads, d) weight: Cohere)", default="shared",
          choices=("shared", "per_head")),
     Attr("qk_norm_bias", "bool", "qk_norm: layernorm -- a learned bias beside the weight", default=False),
+    Attr("alibi", "bool", "ALiBi (BLOOM, Falcon-RW): a fixed per-head linear bias, slope_h x key position, added to "
+         "every score (one add per score, forward only: the bias is a constant buffer, no parameters, no gradient). "
+         "With causal: true the causal mask is folded into the same float bias (built once), so math and eager add "
+         "one tensor per score where flash masks in registers (one select) and adds the bias. Self-attention over "
+         "one sequence, without other positions (rope, rel_pos, rel_bias), windows, queries, kv or cache",
+         default=False),
     Attr("cache", "count", "tokens already in the layer's key/value cache (serving: `--phase decode --context N` "
          "sets it to N with one new token; `--phase prefill --context N` to N with the input's S new tokens): the "
          "projections, rope and q/k norms run on the S new tokens only, the SDPA's S queries attend to cache + S keys "

@@ -138,7 +138,7 @@ def sdpa_call(call: OpCall) -> Sdpa:
     return Sdpa(g.nb, g.h, g.kv, g.tq, g.sk, g.d, g.d, gqa=gqa(call), grouped=grouped(call),
                 causal=a.causal and not single, offset=g.cached, window=a.sliding_window, local=a.local_window,
                 useful=(a.causal or local(call)) and a.causal_flops == "useful",
-                bias=a.rel_pos or a.rel_bias != "none" or not is_zero(a.shift),
+                bias=a.rel_pos or a.rel_bias != "none" or not is_zero(a.shift) or a.alibi, alibi=a.alibi,
                 softcap=bool(a.softcap), sinks=bool(a.sinks))
 
 

@@ -46,7 +46,7 @@ from costspec.ops.work import (
 class Attention(OpDef):
     """Multi-head self-attention on [B, S, C]: q/k/v projections, SDPA, output projection; optional
     windows, relative positions, grouped-query heads, causal mask, rotary embedding, q/k norms,
-    soft-capping and sinks."""
+    soft-capping, sinks and ALiBi."""
 
     name = "attention"
     doc = ("Multi-head self-attention on [B, S, C]: fused (or separate) q/k/v projections, "
@@ -56,8 +56,8 @@ class Attention(OpDef):
            "window, a bidirectional local window (ModernBERT), rotary position embedding (full or partial), learned "
            "queries, T5 / Swin relative-position bias tables, per-projection biases, no score scale, cross-attention "
            "(kv, with rope and causal), q/k normalisation (RMSNorm / LayerNorm, per head or over the width), "
-           "attention-logit soft-capping (Gemma 2), attention sinks (gpt-oss), and three kernel families: flash, "
-           "PyTorch's SDPA decomposition (math) and eager attention.")
+           "attention-logit soft-capping (Gemma 2), attention sinks (gpt-oss), ALiBi (BLOOM), and three kernel "
+           "families: flash, PyTorch's SDPA decomposition (math) and eager attention.")
     default_name = "attn"
     runtime = Runtime(
         # PyTorch's math SDPA builds a causal mask with tril + where (one select per element)
@@ -133,6 +133,10 @@ class Attention(OpDef):
         if a.sinks:
             out.append("attention sinks: one learned logit per head joins every softmax row (S + 1 logits per row); "
                        "heads parameters, no matmul FLOPs")
+        if a.alibi:
+            out.append("ALiBi: slope_h x key position added to every score, B*h*Sq*Sk adds forward (a constant: no "
+                       "parameters, no backward work); BLOOM adds it inside baddbmm, which FlopCounterMode counts as "
+                       "its bmm alone (2*B*h*Sq*Sk*d), the bias add and alpha scale as pointwise work")
         if eager(call) and a.backend == Backend.FLASH:
             out.append("soft-capping / sinks counted as one fused flash kernel (flash-attn has both); PyTorch's SDPA "
                        "has neither, so the generated module (and transformers) runs eager attention: validate names "
@@ -240,7 +244,7 @@ class Attention(OpDef):
         scores = shape.scores
         unfused = fusion == Fusion.NONE or a.backend != Backend.FLASH
         extra = (6 if a.softcap else 3) * scores if unfused else ZERO
-        bias = scores if a.rel_pos or a.rel_bias != "none" else ZERO
+        bias = scores if a.rel_pos or a.rel_bias != "none" or a.alibi else ZERO
         if pass_ == Phase.FORWARD:
             sdpa = Traffic("sdpa", g.nq + 2 * g.nkc + bias + extra, g.nq + extra)
         else:
@@ -291,7 +295,7 @@ class Attention(OpDef):
                              queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift),
                              cross=ev(g.ckv) if g.ckv is not None else 0,
                              scores=Scores(eager(call), float(a.softcap), bool(a.sinks), ev(a.local_window), ev(g.tq),
-                                           a.backend == Backend.MATH),
+                                           a.backend == Backend.MATH, bool(a.alibi)),
                              qk_norm=QKNorm(a.qk_norm, a.qk_norm_over, a.qk_norm_weight == "per_head",
                                             bool(a.qk_norm_bias)) if qk_norm.enabled(call) else None)
 

@@ -67,6 +67,12 @@ def _flat_side(side: str) -> str:
             "sliding_window: {a.window} (with causal: true)")
 
 
+def _alibi_mixed(u: Use) -> bool:
+    a = u.a
+    return a.alibi and (u.windowed or u.sliding or u.local or u.queries or u.cross or a.rel_pos or u.rel_bias
+                        or a.rope or not is_zero(a.cache) or bool(a.softcap) or bool(a.sinks))
+
+
 _NO_POSITIONS = "learned queries do not take {} (the queries have no positions)"
 _CAUSAL_BIAS = ("causal attention with a relative position bias is not supported (SDPA takes either is_causal or "
                 "an additive mask)")
@@ -152,6 +158,10 @@ RULES: tuple[Rule, ...] = (
          and not bool(u.a.q_bias) == bool(u.a.k_bias) == bool(u.a.v_bias),
          "fused_qkv is one projection with one bias: q_bias, k_bias and v_bias must agree (set fused_qkv: false "
          "for a bias on some of them)", "fused_qkv: false"),
+    Rule("alibi-alone", "alibi", _alibi_mixed,
+         "alibi is a linear bias over the key positions of one sequence of self-attention: no rope, rel_pos, "
+         "rel_bias, window, sliding_window, local_window, queries, kv, cache, softcap or sinks with it",
+         "alibi alone (with causal or not)"),
 )
 
 

@@ -34,6 +34,7 @@ class Sdpa:
     window: Expr = sympy.Integer(0)  # causal sliding window (Mistral): query i sees keys i-w+1..i; 0 = none
     local: Expr = sympy.Integer(0)  # bidirectional local window (ModernBERT): |i - j| <= local // 2; 0 = none
     softcap: bool = False  # Gemma 2's tanh soft-capping of every score: cap * tanh(score / cap)
+    alibi: bool = False  # the bias is ALiBi's, the causal mask folded into it (one float tensor, built once)
     sinks: bool = False  # gpt-oss: a learned logit per head joins every row's softmax, then is dropped
 
     @property
@@ -95,7 +96,9 @@ def sdpa_forward(a: Sdpa, backend: Backend) -> Work:
     counted at the query head count h (k and v are expanded to h heads, as FlopCounterMode counts
     them). An additive bias (relative positions) is one add per score in every backend (on a GPU
     PyTorch runs a biased SDPA with the memory-efficient kernel, whose backward recomputes QK^T as
-    flash does). Soft-capping is scores / cap, tanh, * cap: 2 scale + 1 tanh per score. Sinks make
+    flash does). ALiBi is such a bias (slope x key position per head); math and eager add it with the causal
+    mask folded in (one float tensor: one add per score), flash masks in registers and adds it.
+    Soft-capping is scores / cap, tanh, * cap: 2 scale + 1 tanh per score. Sinks make
     every softmax row one longer (sk + 1).
     """
     work = Work({"sdpa": FLOPS_PER_MAC * a.b * a.h * a.pairs * (a.d + a.dv)}) + pointwise("softmax", a.softmax_scores)
@@ -104,6 +107,8 @@ def sdpa_forward(a: Sdpa, backend: Backend) -> Work:
         work = work + pointwise("scale", 2 * a.scores) + pointwise("tanh", a.scores)
     if a.masked and backend == Backend.FLASH:  # masked in registers
         work = work + pointwise("select", a.scores)
+    elif a.alibi:  # math / eager: the causal mask is part of ALiBi's float bias, added below
+        pass
     elif a.causal and is_zero(a.window) and is_zero(a.offset) and backend == Backend.MATH:  # tril + where, added
         work = work + pointwise("select", 2 * a.sq * a.sk) + pointwise("add", a.scores)
     elif a.masked:  # a float mask built once, added to the scores

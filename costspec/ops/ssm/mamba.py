@@ -15,6 +15,8 @@ NB: the loop's backward is what autograd makes of it: per step two batched matmu
 gradient of h; every step's slice of dA, dBx and C is a full-size gradient (select_backward) that
 autograd adds into the previous ones: 2*(S-1)*B*E*S*N + (S-1)*B*S*N adds, quadratic in S. A fused
 selective-scan kernel runs none of that (see the notes and docs/conventions.md).
+
+`inner_norms` (Jamba's JambaMambaMixer): RMSNorms on dt (r wide), B and C (N wide) between x_proj and their use.
 """
 from __future__ import annotations
 
@@ -69,6 +71,9 @@ class Mamba(OpDef):
              "'auto')", default=lambda shape, a: sympy.ceiling(shape[-1] / 16)),
         Attr("bias", "bool", "biases on in_proj and out_proj (use_bias)", default=False),
         Attr("conv_bias", "bool", "bias on the conv (use_conv_bias)", default=True),
+        Attr("inner_norms", "bool", "Jamba's three RMSNorms inside the mixer, on x_proj's outputs before their use: "
+             "dt_layernorm over the r dims of dt, b_layernorm and c_layernorm over the N dims of B and C (one "
+             "rmsnorm per element of B*S*(r + 2N), forward and backward; r + 2N weights)", default=False),
     )
 
     def output_shape(self, call: OpCall):
@@ -81,6 +86,15 @@ class Mamba(OpDef):
         b, s, c = call.in_shape
         a = call.attrs
         return b, s, c, a.expand * c, a.d_state, a.dt_rank, b * s
+
+    def _norms(self, call: OpCall, pass_: Phase) -> list[Part]:
+        """inner_norms: dt_layernorm (r wide), b_layernorm and c_layernorm (N wide) on the B*S tokens."""
+        if not call.attrs.inner_norms:
+            return []
+        _, _, _, _, n, r, t = self._sizes(call)
+        kind = "rmsnorm" if pass_ == Phase.FORWARD else "rmsnorm_backward"
+        return [Part(name, pointwise(kind, t * width), width if pass_ == Phase.FORWARD else 0)
+                for name, width in (("dt_layernorm", r), ("b_layernorm", n), ("c_layernorm", n))]
 
     def _conv(self, call: OpCall) -> CausalConv:
         b, s, _, e, _, _, _ = self._sizes(call)
@@ -101,6 +115,7 @@ class Mamba(OpDef):
         return [Part("in_proj", linear_forward(t, c, 2 * e, a.bias), c * 2 * e + (2 * e if a.bias else 0)),
                 Part("conv1d", conv.forward(), conv.params, own=True),
                 Part("x_proj", linear_forward(t, e, r + 2 * n, False), e * (r + 2 * n)),
+                *self._norms(call, Phase.FORWARD),
                 Part("dt_proj", gemm(t, r, e) + pointwise("add", bes), r * e + e, own=True),
                 Part("scan", scan, e * n + e, own=True),
                 Part("out_proj", linear_forward(t, e, c, a.bias), e * c + (c if a.bias else 0))]
@@ -125,6 +140,7 @@ class Mamba(OpDef):
         return [Part("in_proj", linear_backward(t, c, 2 * e, a.bias, input_grad)),
                 Part("conv1d", self._conv(call).backward(), own=True),
                 Part("x_proj", linear_backward(t, e, r + 2 * n, False, True) + pointwise("add", bes)),
+                *self._norms(call, Phase.BACKWARD),
                 Part("dt_proj", gemm(r, t, e) + gemm(t, e, r) + pointwise("bias_grad", bes), own=True),
                 Part("scan", scan, own=True),
                 Part("out_proj", linear_backward(t, e, c, a.bias, True))]
@@ -186,4 +202,4 @@ class Mamba(OpDef):
 
         a = call.attrs
         _, _, c, e, n, r, _ = self._sizes(call)
-        return TorchMamba(ev(c), ev(e), ev(n), ev(a.d_conv), ev(r), a.bias, a.conv_bias)
+        return TorchMamba(ev(c), ev(e), ev(n), ev(a.d_conv), ev(r), a.bias, a.conv_bias, bool(a.inner_norms))

@@ -1,0 +1,132 @@
+"""`costspec import hf` of Jamba (costspec/importer/families/jamba.py): small configs built with JambaConfig (4
+layers: attention and Mamba mixers, mixture-of-experts and dense feed-forwards, every combination across the two
+layouts), imported, and checked with `validate --against hf:JambaForCausalLM` (batched_mm experts) on meta,
+forward and train, at S 4 (the Mamba scan loops in python): every row PASS, matmul FLOPs (after the named rules)
+and parameters exactly equal. The layer pattern, refusals naming the key, the default config's keys given hostile
+values, and random valid configs (slow profile).
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from costspec.cli import main  # noqa: E402
+from costspec.importer import import_hf  # noqa: E402
+from costspec.importer.config import ImportProblem  # noqa: E402
+from costspec.model import loads  # noqa: E402
+from tests.importer.check import assert_exact, import_and_check, write_config  # noqa: E402
+
+JAMBA = dict(num_hidden_layers=4, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+             intermediate_size=48, num_experts=4, num_experts_per_tok=2, mamba_d_state=4, mamba_dt_rank=3)
+SMALL = {
+    # layers: mamba+moe, attn+mlp, mamba+moe, attn+mlp
+    "alternating": dict(JAMBA, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0),
+    # layers: mamba+mlp, attn+moe, mamba+mlp, mamba+moe; biased Mamba projections, tied head
+    "sparse_attention": dict(JAMBA, attn_layer_period=4, attn_layer_offset=1, expert_layer_period=2,
+                             expert_layer_offset=1, mamba_proj_bias=True, mamba_conv_bias=False,
+                             tie_word_embeddings=True, mamba_expand=1),
+}
+SHORT = {"S": 4}
+
+
+def real_params(cfg) -> int:
+    with torch.device("meta"):
+        return sum(p.numel() for p in transformers.JambaForCausalLM(cfg).parameters())
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_small_config_matches_its_causal_lm(tmp_path, name):
+    cfg = transformers.JambaConfig(**SMALL[name])
+    _, results = import_and_check(cfg, tmp_path, dims=SHORT)
+    totals = assert_exact(results)
+    rows = {row.name for row in results["forward"].phases["forward"].rows if row.matched}
+    assert "lm_head" in rows
+    assert totals["forward"]["spec_params"] == real_params(cfg)
+
+
+def test_the_layer_pattern_is_the_configs(tmp_path):
+    cfg = transformers.JambaConfig(**SMALL["sparse_attention"])
+    text = import_hf(write_config(cfg, tmp_path)).text
+    model = loads(text)
+    kinds = list(zip(cfg.layers_block_type, cfg.layers_num_experts))
+    ops = {n.name: n.op.name for n in model.op_nodes()}
+    for i, (mixer, experts) in enumerate(kinds):
+        assert ops[f"layer{i}.{'attn' if mixer == 'attention' else 'mixer'}"] == (
+            "attention" if mixer == "attention" else "mamba")
+        assert ops[f"layer{i}.{'moe' if experts > 1 else 'mlp'}"] == ("moe" if experts > 1 else "mlp")
+    assert "inner_norms: true" in text and "rope" not in text
+    assert "--against hf:JambaForCausalLM" in text and "_experts_implementation=batched_mm" in text
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("use_mambapy", True, "use_mambapy = True: the mambapy parallel scan"),
+    ("hidden_act", "gelu", "hidden_act = 'gelu'"),
+    ("attn_layer_offset", 2, "attn_layer_offset = 2: expected less than attn_layer_period = 2"),
+    ("num_experts_per_tok", 5, "num_experts_per_tok = 5 is more than num_experts = 4"),
+    ("num_key_value_heads", 3, "num_key_value_heads = 3"),
+    ("mamba_d_state", 0, "mamba_d_state = 0: expected"),
+    ("some_new_switch", 1, "key some_new_switch not understood by the jamba importer"),
+])
+def test_refusals_name_the_key(tmp_path, capsys, key, value, message):
+    data = transformers.JambaConfig(**SMALL["alternating"]).to_dict()
+    data[key] = value
+    path = write_config(data, tmp_path)
+    with pytest.raises(ImportProblem, match=message.replace("(", r"\(").replace(")", r"\)")):
+        import_hf(path)
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "hf", str(path)])
+    assert exc.value.code == 2 and key in capsys.readouterr().err
+
+
+def test_default_config_keys_hostile(tmp_path):
+    """Each key of transformers' default JambaConfig, given a hostile value in turn: a spec that loads, or an
+    ImportProblem naming the file (never another exception)."""
+    from costspec.core.errors import CostspecError
+    from costspec.importer.config import GENERIC_KEYS, GENERIC_PATTERN
+
+    hostile = (10**30, 1e30, -1, 0, True, 1.5, "abc", [], [1], {"a": 1})
+    base = transformers.AutoConfig.for_model("jamba").to_dict()
+    keys = [k for k in base if k not in GENERIC_KEYS and not GENERIC_PATTERN.fullmatch(k)]
+    refused = 0
+    for number, key in enumerate(keys):
+        for value in (hostile[number % len(hostile)], hostile[(number + 3) % len(hostile)]):
+            path = write_config({**base, "num_hidden_layers": 2, key: value}, tmp_path)
+            try:
+                loads(import_hf(path).text)
+            except CostspecError as exc:
+                assert str(path) in str(exc), exc
+                refused += 1
+    assert refused > len(keys) // 2
+
+
+@st.composite
+def jamba_configs(draw) -> dict:
+    kv = draw(st.integers(1, 2))
+    heads = kv * draw(st.integers(1, 2))
+    experts = draw(st.integers(1, 4))
+    attn_period, expert_period = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return dict(num_hidden_layers=draw(st.integers(1, 4)), num_attention_heads=heads, num_key_value_heads=kv,
+                hidden_size=heads * draw(st.sampled_from([4, 8])), intermediate_size=draw(st.integers(4, 24)),
+                vocab_size=draw(st.integers(8, 60)), num_experts=experts,
+                num_experts_per_tok=draw(st.integers(1, experts)), attn_layer_period=attn_period,
+                attn_layer_offset=draw(st.integers(0, attn_period - 1)), expert_layer_period=expert_period,
+                expert_layer_offset=draw(st.integers(0, expert_period - 1)), mamba_d_state=draw(st.integers(1, 4)),
+                mamba_d_conv=draw(st.integers(1, 4)), mamba_expand=draw(st.integers(1, 2)),
+                mamba_dt_rank=draw(st.integers(1, 4)), mamba_proj_bias=draw(st.booleans()),
+                mamba_conv_bias=draw(st.booleans()), tie_word_embeddings=draw(st.booleans()))
+
+
+@pytest.mark.slow
+def test_random_configs_import_and_match_transformers(tmp_path_factory):
+    @settings(max_examples=4, deadline=None)
+    @given(jamba_configs(), st.integers(1, 4))
+    def check(kwargs, s):
+        folder = tmp_path_factory.mktemp("jamba")
+        _, results = import_and_check(transformers.JambaConfig(**kwargs), folder, dims={"S": s})
+        assert_exact(results)
+
+    check()
