@@ -2,12 +2,23 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from costspec.against.check import summary, validate_against
 from costspec.against.target import load_target
+from costspec.cli import main
+from costspec.core.errors import CostspecError
 from costspec.importer import import_hf
+from costspec.importer.config import GENERIC_KEYS, GENERIC_PATTERN, ImportProblem
 from costspec.model import loads
+
+# Values no config key should hold: each key of a config gets some of them in turn (`hostile_sweep`)
+# a vision config's keys no importer reads as a shape (the hostile sweeps leave them alone)
+BOOKKEEPING = ("id2label", "label2id", "transformers_version", "architectures")
+HOSTILE = (10**30, 2**40, 1e30, -1, 0, True, 1.5, "abc", "", None, [], [1], [10**30], {"a": 1}, "\n")
 
 
 def write_config(config, folder: Path, name: str = "config.json") -> Path:
@@ -60,3 +71,40 @@ def assert_exact(results) -> dict[str, dict[str, int]]:
             out[phase] = totals
         assert not result.rowmap.unmatched_real, result.rowmap.unmatched_real
     return out
+
+
+def read_keys(base: dict) -> list[str]:
+    """The keys of `base` an importer reads: not the generic bookkeeping ones (ids, eps, dropouts)."""
+    return [k for k in base if k not in GENERIC_KEYS and not GENERIC_PATTERN.fullmatch(k)]
+
+
+def hostile_sweep(base: dict, folder: Path, keys=None, per_key: int = 1, offset: int = 0) -> tuple[int, int]:
+    """Each key of `keys` (all of `base`'s by default) given `per_key` values of HOSTILE in turn (the
+    number-th key HOSTILE[number + offset], then + 3, ...), the rest of `base` kept: the import writes a spec
+    that loads, or is a CostspecError naming the config file; never another exception. Returns
+    (refused, tried); callers assert how many refusals they expect."""
+    keys = list(base) if keys is None else list(keys)
+    refused = tried = 0
+    for number, key in enumerate(keys):
+        for turn in range(per_key):
+            path = write_config({**base, key: HOSTILE[(number + offset + 3 * turn) % len(HOSTILE)]}, folder)
+            tried += 1
+            try:
+                loads(import_hf(path).text)
+            except CostspecError as exc:
+                assert str(path) in str(exc), (key, exc)
+                refused += 1
+    return refused, tried
+
+
+def assert_refused(folder: Path, capsys, data: dict, message: str, key: str | None = None) -> None:
+    """`data` as a config.json is refused: import_hf raises an ImportProblem saying `message`, and
+    `costspec import hf` exits 2 with `message`, the file and `key` (when given) in stderr."""
+    path = write_config(data, folder)
+    with pytest.raises(ImportProblem, match=re.escape(message)):
+        import_hf(path)
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "hf", str(path)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and str(path) in err, err
+    assert key is None or key in err, err

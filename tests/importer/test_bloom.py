@@ -13,11 +13,9 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from costspec.cli import main  # noqa: E402
 from costspec.importer import FAMILIES, import_hf  # noqa: E402
-from costspec.importer.config import ImportProblem  # noqa: E402
 from costspec.model import loads  # noqa: E402
-from tests.importer.check import assert_exact, import_and_check, write_config  # noqa: E402
+from tests.importer.check import assert_exact, assert_refused, hostile_sweep, import_and_check, read_keys, write_config  # noqa: E402
 
 BLOOM = dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=100)
 FALCON_RW = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100,
@@ -83,34 +81,15 @@ def test_falcon_alibi_replaces_rope(tmp_path):
     ("n_layer", 0, "n_layer = 0: expected"),
 ])
 def test_bloom_refusals_name_the_key(tmp_path, capsys, key, value, message):
-    data = config("bloom", pretraining_tp=2).to_dict()
-    data[key] = value
-    path = write_config(data, tmp_path)
-    with pytest.raises(ImportProblem, match=message.replace("(", r"\(").replace(")", r"\)")):
-        import_hf(path)
-    with pytest.raises(SystemExit) as exc:
-        main(["import", "hf", str(path)])
-    assert exc.value.code == 2 and key in capsys.readouterr().err
+    assert_refused(tmp_path, capsys, config("bloom", pretraining_tp=2).to_dict() | {key: value}, message, key)
 
 
 def test_bloom_default_config_keys_hostile(tmp_path):
     """Each key of transformers' default BloomConfig, given a hostile value in turn: a spec that loads, or an
     ImportProblem naming the file (never another exception)."""
-    from costspec.core.errors import CostspecError
-    from costspec.importer.config import GENERIC_KEYS, GENERIC_PATTERN
-
-    hostile = (10**30, 1e30, -1, 0, True, 1.5, "abc", [], [1], {"a": 1})
     base = transformers.AutoConfig.for_model("bloom").to_dict()
-    keys = [k for k in base if k not in GENERIC_KEYS and not GENERIC_PATTERN.fullmatch(k)]
-    refused = 0
-    for number, key in enumerate(keys):
-        for value in (hostile[number % len(hostile)], hostile[(number + 3) % len(hostile)]):
-            path = write_config({**base, "n_layer": 2, key: value}, tmp_path)
-            try:
-                loads(import_hf(path).text)
-            except CostspecError as exc:
-                assert str(path) in str(exc), exc
-                refused += 1
+    keys = read_keys(base)
+    refused, _ = hostile_sweep({**base, "n_layer": 2}, tmp_path, keys, per_key=2)
     assert refused > len(keys) // 2
 
 

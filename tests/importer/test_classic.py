@@ -9,7 +9,6 @@ count. A hypothesis property test draws each family's switches (slow profile); t
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from hypothesis import given, settings
@@ -18,10 +17,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from costspec.cli import main  # noqa: E402
 from costspec.importer import FAMILIES, import_hf  # noqa: E402
-from costspec.importer.config import ImportProblem  # noqa: E402
-from tests.importer.check import assert_exact, import_and_check, write_config  # noqa: E402
+from tests.importer.check import assert_exact, assert_refused, hostile_sweep, import_and_check, read_keys, write_config  # noqa: E402
 
 FALCON = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100, max_position_embeddings=16,
               ffn_hidden_size=96)
@@ -106,40 +103,17 @@ def test_falcon_counts_by_hand(tmp_path):
     ("gptj", "n_head", 3, "n_embd = 64 is not a multiple of n_head = 3"),
 ])
 def test_refusals_name_the_key(tmp_path, capsys, name, key, value, message):
-    data = config(name).to_dict()
-    data[key] = value
-    path = write_config(data, tmp_path)
-    escaped = re.escape(message)
-    with pytest.raises(ImportProblem, match=escaped):
-        import_hf(path)
-    with pytest.raises(SystemExit) as exc:
-        main(["import", "hf", str(path)])
-    assert exc.value.code == 2 and key in capsys.readouterr().err
-
-
-HOSTILE = (10**30, 1e30, -1, 0, True, 1.5, "abc", [], [1], {"a": 1})
+    assert_refused(tmp_path, capsys, config(name).to_dict() | {key: value}, message, key)
 
 
 @pytest.mark.parametrize("model_type", ["falcon", "gptj", "opt"])
 def test_every_key_of_the_default_config_hostile_is_a_spec_or_a_named_refusal(tmp_path, model_type):
     """Each key of transformers' default config, given a hostile value in turn: a spec that loads, or an
     ImportProblem naming the file (never another exception)."""
-    from costspec.core.errors import CostspecError
-    from costspec.importer.config import GENERIC_KEYS, GENERIC_PATTERN
-    from costspec.model import loads
-
     base = transformers.AutoConfig.for_model(model_type).to_dict()
-    keys = [k for k in base if k not in GENERIC_KEYS and not GENERIC_PATTERN.fullmatch(k)]
+    keys = read_keys(base)
     depth = "n_layer" if "n_layer" in base else "num_hidden_layers"
-    refused = 0
-    for number, key in enumerate(keys):
-        for value in (HOSTILE[number % len(HOSTILE)], HOSTILE[(number + 3) % len(HOSTILE)]):
-            path = write_config({**base, depth: 2, key: value}, tmp_path)
-            try:
-                loads(import_hf(path).text)
-            except CostspecError as exc:
-                assert str(path) in str(exc), exc
-                refused += 1
+    refused, _ = hostile_sweep({**base, depth: 2}, tmp_path, keys, per_key=2)
     assert refused > len(keys) // 2
 
 

@@ -27,6 +27,7 @@ from costspec.importer.config import (
     under,
 )
 from costspec.model import load, loads
+from tests.importer.check import HOSTILE
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "tests/data/hf_configs"
@@ -121,9 +122,6 @@ def test_validation_rules_one_by_one():
         odd.validate([heads("num_attention_heads", "hidden_size", unless="head_dim", rope=True)])
     HFConfig({"hidden_size": 36, "num_attention_heads": 4, "head_dim": 8}, "h.json").validate(
         [heads("num_attention_heads", "hidden_size", unless="head_dim", rope=True)])  # head_dim given: its own check
-
-
-HOSTILE = (10**30, 2**40, 1e30, -1, 0, True, 1.5, "abc", "", None, [], [1], [10**30], {"a": 1}, "\n")
 
 
 @pytest.mark.parametrize("zoo", sorted(p.stem for p in CONFIGS.glob("*.json")))

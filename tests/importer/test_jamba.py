@@ -14,11 +14,9 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from costspec.cli import main  # noqa: E402
 from costspec.importer import import_hf  # noqa: E402
-from costspec.importer.config import ImportProblem  # noqa: E402
 from costspec.model import loads  # noqa: E402
-from tests.importer.check import assert_exact, import_and_check, write_config  # noqa: E402
+from tests.importer.check import assert_exact, assert_refused, hostile_sweep, import_and_check, read_keys, write_config  # noqa: E402
 
 JAMBA = dict(num_hidden_layers=4, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
              intermediate_size=48, num_experts=4, num_experts_per_tok=2, mamba_d_state=4, mamba_dt_rank=3)
@@ -72,34 +70,16 @@ def test_the_layer_pattern_is_the_configs(tmp_path):
     ("some_new_switch", 1, "key some_new_switch not understood by the jamba importer"),
 ])
 def test_refusals_name_the_key(tmp_path, capsys, key, value, message):
-    data = transformers.JambaConfig(**SMALL["alternating"]).to_dict()
-    data[key] = value
-    path = write_config(data, tmp_path)
-    with pytest.raises(ImportProblem, match=message.replace("(", r"\(").replace(")", r"\)")):
-        import_hf(path)
-    with pytest.raises(SystemExit) as exc:
-        main(["import", "hf", str(path)])
-    assert exc.value.code == 2 and key in capsys.readouterr().err
+    assert_refused(tmp_path, capsys, transformers.JambaConfig(**SMALL["alternating"]).to_dict() | {key: value},
+                   message, key)
 
 
 def test_default_config_keys_hostile(tmp_path):
     """Each key of transformers' default JambaConfig, given a hostile value in turn: a spec that loads, or an
     ImportProblem naming the file (never another exception)."""
-    from costspec.core.errors import CostspecError
-    from costspec.importer.config import GENERIC_KEYS, GENERIC_PATTERN
-
-    hostile = (10**30, 1e30, -1, 0, True, 1.5, "abc", [], [1], {"a": 1})
     base = transformers.AutoConfig.for_model("jamba").to_dict()
-    keys = [k for k in base if k not in GENERIC_KEYS and not GENERIC_PATTERN.fullmatch(k)]
-    refused = 0
-    for number, key in enumerate(keys):
-        for value in (hostile[number % len(hostile)], hostile[(number + 3) % len(hostile)]):
-            path = write_config({**base, "num_hidden_layers": 2, key: value}, tmp_path)
-            try:
-                loads(import_hf(path).text)
-            except CostspecError as exc:
-                assert str(path) in str(exc), exc
-                refused += 1
+    keys = read_keys(base)
+    refused, _ = hostile_sweep({**base, "num_hidden_layers": 2}, tmp_path, keys, per_key=2)
     assert refused > len(keys) // 2
 
 

@@ -6,8 +6,6 @@ over the sequence or its chunks). Hypothesis draws random valid configs (slow pr
 """
 from __future__ import annotations
 
-import re
-
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
@@ -17,12 +15,9 @@ transformers = pytest.importorskip("transformers")
 
 from costspec.against.check import validate_against  # noqa: E402
 from costspec.against.target import load_target  # noqa: E402
-from costspec.cli import main  # noqa: E402
-from costspec.core.errors import CostspecError  # noqa: E402
 from costspec.importer import import_hf  # noqa: E402
-from costspec.importer.config import GENERIC_KEYS, GENERIC_PATTERN, ImportProblem  # noqa: E402
 from costspec.model import loads  # noqa: E402
-from tests.importer.check import assert_exact, write_config  # noqa: E402
+from tests.importer.check import assert_exact, assert_refused, hostile_sweep, read_keys, write_config  # noqa: E402
 
 # one config keeps Mamba2Config's default time_step_limit (0, inf), written by json.dumps as Infinity; the other
 # clamps dt to a finite range (the same cost: a clamp either way)
@@ -102,18 +97,7 @@ def test_mamba_counts_by_hand(tmp_path):
     ("mamba2", "num_experts", 4, "key num_experts not understood by the mamba2 importer"),
 ])
 def test_refusals_name_the_key(tmp_path, capsys, name, key, value, message):
-    data = config(name).to_dict()
-    data[key] = value
-    path = write_config(data, tmp_path)
-    escaped = re.escape(message)
-    with pytest.raises(ImportProblem, match=escaped):
-        import_hf(path)
-    with pytest.raises(SystemExit) as exc:
-        main(["import", "hf", str(path)])
-    assert exc.value.code == 2 and key in capsys.readouterr().err
-
-
-HOSTILE = (10**30, 1e30, -1, 0, True, 1.5, "abc", [], [1], {"a": 1})
+    assert_refused(tmp_path, capsys, config(name).to_dict() | {key: value}, message, key)
 
 
 @pytest.mark.parametrize("model_type", ["mamba", "mamba2"])
@@ -121,16 +105,8 @@ def test_every_key_of_the_default_config_hostile_is_a_spec_or_a_named_refusal(tm
     base = transformers.AutoConfig.for_model(model_type).to_dict()
     if model_type == "mamba2":
         base["time_step_limit"] = list(LIMIT)
-    keys = [k for k in base if k not in GENERIC_KEYS and not GENERIC_PATTERN.fullmatch(k)]
-    refused = 0
-    for number, key in enumerate(keys):
-        for value in (HOSTILE[number % len(HOSTILE)], HOSTILE[(number + 3) % len(HOSTILE)]):
-            path = write_config({**base, "num_hidden_layers": 2, key: value}, tmp_path)
-            try:
-                loads(import_hf(path).text)
-            except CostspecError as exc:
-                assert str(path) in str(exc), exc
-                refused += 1
+    keys = read_keys(base)
+    refused, _ = hostile_sweep({**base, "num_hidden_layers": 2}, tmp_path, keys, per_key=2)
     assert refused > len(keys) // 2
 
 

@@ -10,16 +10,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costspec.cli import main
-from costspec.core.errors import CostspecError
 from costspec.importer import import_hf
 from costspec.model import load, loads
 from tests.common import ROOT
 
 transformers = pytest.importorskip("transformers")
 
-from tests.importer.check import assert_exact, import_and_check, write_config  # noqa: E402
-from tests.importer.test_hostile_configs import HOSTILE  # noqa: E402
+from tests.importer.check import (  # noqa: E402
+    BOOKKEEPING,
+    assert_exact,
+    assert_refused,
+    hostile_sweep,
+    import_and_check,
+    write_config,
+)
 
 SMALL_CONVNEXTV2 = {"hidden_sizes": [8, 16], "depths": [1, 2], "num_stages": 2, "image_size": 32}
 # MobileNetV2's layout is fixed (16 inverted residuals): small through the depth multiplier and the image
@@ -96,12 +100,7 @@ def test_convnextv2_takes_the_configs_dtype_and_activation(tmp_path):
 def test_refusals_name_the_key(tmp_path, capsys, keys, message):
     bases = {"mobilenet_v2": lambda: mobilenet_v2(**SMALL_MOBILENET), "efficientnet": efficientnet}
     base = bases.get(keys.get("model_type", ""), lambda: convnextv2(**SMALL_CONVNEXTV2))()
-    data = base.to_dict() | keys
-    path = write_config(data, tmp_path)
-    with pytest.raises(SystemExit) as exc:
-        main(["import", "hf", str(path)])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and message in err and str(path) in err, err
+    assert_refused(tmp_path, capsys, base.to_dict() | keys, message)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -206,14 +205,7 @@ HOSTILE_BASES = {"convnextv2": lambda: convnextv2(**SMALL_CONVNEXTV2).to_dict(),
                                     for f in sorted(HOSTILE_BASES)])
 def test_hostile_values_are_a_spec_or_a_named_refusal(tmp_path, family):
     base = json.loads(json.dumps(HOSTILE_BASES[family](), default=str))
-    keys = [k for k in base if k not in ("id2label", "label2id", "transformers_version", "architectures")]
-    refused = 0
-    for number, key in enumerate(keys):
-        path = write_config({**base, key: HOSTILE[(number + len(family)) % len(HOSTILE)]}, tmp_path)
-        try:
-            loads(import_hf(path).text)
-        except CostspecError:
-            refused += 1
+    refused, _ = hostile_sweep(base, tmp_path, [k for k in base if k not in BOOKKEEPING], offset=len(family))
     assert refused > 0
 
 

@@ -7,15 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costspec.cli import main
-from costspec.core.errors import CostspecError
 from costspec.importer import import_hf
-from costspec.model import loads
 
 transformers = pytest.importorskip("transformers")
 
-from tests.importer.check import assert_exact, import_and_check, write_config  # noqa: E402
-from tests.importer.test_hostile_configs import HOSTILE  # noqa: E402
+from tests.importer.check import BOOKKEEPING, assert_exact, assert_refused, hostile_sweep, import_and_check  # noqa: E402
 
 SMALL = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "num_hidden_layers": 3,
          "image_size": [64, 96], "num_detection_tokens": 5}
@@ -60,23 +56,12 @@ def test_yolos_variants_match_transformers(tmp_path, keys):
     ({"num_experts": 4}, "key num_experts not understood by the yolos importer"),
 ])
 def test_yolos_refusals_name_the_key(tmp_path, capsys, keys, message):
-    path = write_config(yolos().to_dict() | keys, tmp_path)
-    with pytest.raises(SystemExit) as exc:
-        main(["import", "hf", str(path)])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and message in err and str(path) in err, err
+    assert_refused(tmp_path, capsys, yolos().to_dict() | keys, message)
 
 
 def test_yolos_hostile_values_are_a_spec_or_a_named_refusal(tmp_path):
     base = yolos().to_dict()
-    keys = [k for k in base if k not in ("id2label", "label2id", "transformers_version", "architectures")]
-    refused = 0
-    for number, key in enumerate(keys):
-        path = write_config({**base, key: HOSTILE[number % len(HOSTILE)]}, tmp_path)
-        try:
-            loads(import_hf(path).text)
-        except CostspecError:
-            refused += 1
+    refused, _ = hostile_sweep(base, tmp_path, [k for k in base if k not in BOOKKEEPING])
     assert refused > 0
 
 
