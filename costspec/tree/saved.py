@@ -127,9 +127,9 @@ def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr)
 
 
 def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_grad: bool | None = None) -> Value:
-    if node.precision.lora and node.weight_gemms:
-        raise UsageError(f"layer '{node.name}' carries LoRA adapters, whose saved tensors are not modelled yet, "
-                         "so the activations a training step saves cannot be counted")
+    if node.weight_gemms:  # quantised or LoRA-adapted weights: frozen matrices need no input saved for a dW
+        raise UsageError(f"layer '{node.name}' has frozen (quantised or LoRA-adapted) weight matrices, whose saved "
+                         "tensors are not modelled yet, so the activations a training step saves cannot be counted")
     try:
         return _op_saves(walk, node, x, extra, x.rg if input_grad is None else input_grad)
     except NotImplementedError as e:
