@@ -20,6 +20,7 @@ class Counting:
     device: str
     rtol: float
     checkpoint: str | None = None
+    saved: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,11 @@ def _config_sets(ctx, param, values) -> dict[str, str]:
     return out
 
 
-counting_options = options.option_group("counting", Counting, options.runnable_pass, options.device, options.rtol,
-                                        options.checkpoint)
+counting_options = options.option_group(
+    "counting", Counting, options.runnable_pass, options.device, options.rtol, options.checkpoint,
+    click.option("--saved-bytes", "saved", is_flag=True,
+                 help="With --pass train: also compare the bytes each layer saves for backward with what autograd "
+                      "saves on the generated module (saved_tensors_hooks, deduplicated by storage)."))
 against_options = options.option_group(
     "target", Against,
     click.option("--against", "against", metavar="TARGET", default=None,
@@ -96,7 +100,7 @@ def validate_command(spec: str, dims: Bindings, counting: Counting, display: Dis
         from costspec.runtime.validate import check, to_result, validate
 
         with status(f"validate: building and counting {model.name} ({pass_}, {device})", display.quiet):
-            result = validate(model, values, pass_, device, counting.rtol, force)
+            result = validate(model, values, pass_, device, counting.rtol, force, counting.saved)
         click.echo(render(to_result(result), display.fmt))
         check(result)
         return

@@ -239,6 +239,7 @@ class GRN(OpDef):
            "norm over H and W divided by its mean over the channels (+ eps), then gamma * (x * N) + beta + x "
            "(the residual is part of the layer); 2C parameters (gamma, beta).")
     default_name = "grn"
+    saved_unmodelled = "the channel norms, their mean and the normalised values of its separate operations"
     # transformers' ConvNextV2GRN (and costspec's module of the same name) runs vector_norm, mean, add, div,
     # mul, mul, add, add (and their backward ops): one grn element per input element each way
     runtime = Runtime(decomposed=("ConvNextV2GRN", "grn", "grn_backward"))

@@ -110,10 +110,13 @@ def pointwise_diff(row: Row) -> list[tuple[str, int, int]]:
 # Validation
 # ----------------------------------------------------------------------------------------------
 def validate(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_: Pass | str = Pass.FORWARD,
-             device: Device | str = Device.META, rtol: float = 0.0, force: bool = False) -> Validation:
+             device: Device | str = Device.META, rtol: float = 0.0, force: bool = False,
+             saved: bool = False) -> Validation:
     """Build `model`'s torch module at dims `values`, run it on `device` (meta or cpu) for `pass_`
     (forward or train), count it, and compare per row with the analytic costs. On a real device the
-    memory it needs is estimated first and a run beyond the available memory refused (unless `force`)."""
+    memory it needs is estimated first and a run beyond the available memory refused (unless `force`).
+    `saved` (train): also compare the bytes saved for backward with what autograd saves
+    (`runtime.saved_bytes`)."""
     pass_ = Pass.parse(pass_, "--pass", RUNNABLE_PASSES)
     device = Device.parse(device, "--device")
     largest = max((int(v) for v in values.values()), default=0)
@@ -139,7 +142,7 @@ def validate(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_
     rows = layout(model.root, merge_own=True)
     tables = {phase: _table(model, rows, phase, _by_slot(measured, phase, path_slot), deltas[phase], values, rtol)
               for phase in pass_.phases}
-    saved, saved_note = _saved(model, values, pass_)
+    compared, saved_note = _saved(model, values, pass_) if saved else (None, [])
     return Validation(
         spec=model.name, pass_=pass_, device=device, dims={str(k): int(v) for k, v in values.items()}, rtol=rtol,
         tables=tables, reconciliations=applied,
@@ -147,7 +150,7 @@ def validate(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_
         outside=sorted(measured.outside.items()),
         unknown=[(u.phase, path_slot.get(u.module, u.module), u.op, u.elements) for u in measured.unknown],
         problems=measured.problems, notes=layer_notes(model.op_nodes()) + _sparse_note(model) + saved_note,
-        saved=saved)
+        saved=compared)
 
 
 def _saved(model: Network, values, pass_: Pass) -> tuple[SavedComparison | None, list[str]]:

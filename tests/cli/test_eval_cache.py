@@ -122,8 +122,8 @@ def test_checkpointing_takes_the_full_path_and_changes_train(cached, capsys, mon
     assert _run(capsys, *args) == plain
     reference = _run(capsys, *args, "--checkpoint", "blocks", "--no-cache")
     calls = []
-    real = costspec.model.load
-    monkeypatch.setattr(costspec.model, "load", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = costspec.model.load_worded
+    monkeypatch.setattr(costspec.model, "load_worded", lambda *a, **k: calls.append(a) or real(*a, **k))
     assert _run(capsys, *args, "--checkpoint", "blocks") == reference and calls
     assert reference[0] == 0 and reference[1] != plain[1]
 

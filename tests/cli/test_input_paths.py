@@ -33,6 +33,7 @@ NOT_FILES = {
     "against": "package.module:callable or hf:ModelClass", "config_sets": "KEY=VALUE config settings",
     "output_field": "an output field name",
     "target": "package.module:callable or hf:ModelClass (import torch)", "dims": "NAME=INPUT:AXIS dim names",
+    "checkpoint": "none, blocks or every:N",
 }
 
 

@@ -27,7 +27,8 @@ from costspec.ops.attention.geometry import geometry, gqa, projections, windowed
 from costspec.ops.opdef import INPUT, STAT_BYTES, OpCall, Saved
 from costspec.ops.work import is_zero
 
-UNMODELLED = ("rel_pos", "queries", "rel_bias", "shift", "local_window", "softcap", "sinks", "qk_norm", "kv")
+UNMODELLED = ("rel_pos", "queries", "rel_bias", "shift", "local_window", "softcap", "sinks", "qk_norm", "kv",
+              "alibi")
 
 
 def unmodelled(call: OpCall) -> list[str]:
