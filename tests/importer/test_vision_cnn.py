@@ -244,8 +244,8 @@ def efficientnet_configs(draw):
     filters = max(8, int(1280 * width + 4) // 8 * 8)
     return efficientnet(width_coefficient=width, depth_coefficient=draw(st.sampled_from([0.3, 0.5, 1.0])),
                         hidden_dim=filters + (8 if filters < 0.9 * 1280 * width else 0),
-                        image_size=draw(st.integers(8, 40)), in_channels=pick([8, 16, 32]),
-                        out_channels=pick([8, 16, 24]), kernel_sizes=pick([1, 3, 5]), strides=pick([1, 2]),
+                        image_size=draw(st.integers(24, 40)), in_channels=pick([8, 16, 32]),
+                        out_channels=pick([8, 16, 24]), kernel_sizes=pick([3, 5]), strides=pick([1, 2]),
                         num_block_repeats=pick([1, 2]), expand_ratios=pick([1, 2, 6]),
                         depthwise_padding=draw(st.lists(st.integers(0, 4), max_size=2)),
                         squeeze_expansion_ratio=draw(st.sampled_from([0.25, 0.5])),

@@ -43,6 +43,9 @@ def _lists(cfg: HFConfig) -> dict[str, list[int]]:
         if s not in (1, 2):
             raise ImportProblem(f"{cfg.where('strides')}[{i}] = {s}: expected 1 or 2 (transformers pads a stride-2 "
                                 "conv and runs padding='same' otherwise, which torch refuses with a stride)")
+        if s == 2 and k == 1:
+            raise ImportProblem(f"{cfg.where('kernel_sizes')}[{i}] = 1 with stride 2: transformers pads a stride-2 "
+                                "depthwise conv by (k//2 - 1, k//2), a negative pad that crops (not modelled)")
     return out
 
 
