@@ -191,6 +191,9 @@ def test_json_and_cli(tmp_path):
     spec.write_text(TINY_VIT.replace("BACKEND", "flash"))
     out = invoke("validate", spec, "--pass", "train", "--format", "json")
     assert out.returncode == 0, out.stderr
+    assert set(json.loads(out.stdout)["tables"]) == {"forward", "backward"}  # the saved bytes on request
+    out = invoke("validate", spec, "--pass", "train", "--saved-bytes", "--format", "json")
+    assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["ok"] and data["device"] == "meta"
     assert set(data["tables"]) == {"forward", "backward", "saved for backward"}
