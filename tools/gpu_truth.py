@@ -1134,6 +1134,12 @@ class Run:
                                 "spec": step.spec, "wall_s": run["wall_s"], "dropped_metrics": run["dropped"],
                                 "clock_control": self.args.clock_control, "restricted": restricted or None,
                                 "restriction_note": note}
+        return self.captured(step, plan, run, data, restricted)
+
+    def captured(self, step: Step, plan: dict, run: dict, data: dict, restricted: dict) -> dict:
+        """The capture's record once ncu has run: its CSV read, kernels per phase, the sidecar completed."""
+        csv = self.path(data["csv"])
+        timeout = step.budget
         if run["timed_out"]:
             return {"status": "timeout", "data": data, "reason": f"ncu ran past {timeout:.0f} s"}
         if run["rc"] != 0:
@@ -1279,6 +1285,51 @@ class Run:
             path.write_text(json.dumps(self.marked(data), indent=2) + "\n", encoding="utf-8")
 
     # -- the loop -------------------------------------------------------------------------------
+    def reread(self, step: Step) -> dict | None:
+        """With --reread: a capture or probe whose ncu run finished (rc 0) in an earlier call but whose
+        CSV costspec could not read then is read again from the files that call left, without a GPU
+        (after a parser fix). None when there is nothing to read again."""
+        prev = self.record(step.id) or {}
+        data = dict(prev.get("data") or {})
+        name = step.id.split(".", 1)[1]
+        csv_rel = data.get("csv") or (f"probe/{name}.csv" if step.kind == "probe" else None)
+        if prev.get("status") != "failed" or not csv_rel or not self.path(csv_rel).exists():
+            return None
+        reason = prev.get("reason", "")
+        if step.kind == "capture" and not reason.startswith("the CSV does not parse"):
+            return None
+        command = self.logged_command(self.path(f"logs/{step.id}.log"))
+        if command is None:
+            return None
+        note = f"ncu ran in call {prev.get('call')}; its CSV was read again offline in call {self.call}"
+        if step.kind == "probe":
+            data.update(csv=csv_rel, sidecar=f"probe/{name}.json", wall_s=prev.get("seconds"),
+                        command=shlex.join(command), dropped_metrics=[], clock_control=self.args.clock_control)
+            summary = self.probe_summary(self.path(csv_rel), self.path(data["sidecar"]))
+            self.path(f"probe/{name}.summary.json").write_text(json.dumps(self.marked(summary), indent=2) + "\n",
+                                                              encoding="utf-8")
+            data.update(answers=summary["answers"], reread=note)
+            return {"status": "ok", "data": data, "result": summary["line"],
+                    "files": [data["csv"], data["sidecar"], f"probe/{name}.summary.json"]}
+        restricted = data.get("restricted") or {}
+        plan = self.capture_plan(step, {**step.sets, **restricted}, self.path(csv_rel))
+        if isinstance(plan, str):
+            return {"status": "failed", "data": data, "reason": plan}
+        run = {"rc": 0, "wall_s": data.get("wall_s"), "timed_out": False, "command": command,
+               "dropped": data.get("dropped_metrics") or [], "errors": []}
+        rec = self.captured(step, plan, run, {**data, "reread": note}, restricted)
+        rec["result"] = (rec.get("result") or "") + " (read again offline)"
+        return rec
+
+    @staticmethod
+    def logged_command(log: Path) -> list[str] | None:
+        """The last ncu command a step's log records (its `$ ` lines): what ran on the GPU."""
+        if not log.exists():
+            return None
+        lines = [line[2:] for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
+                 if line.startswith("$ ncu ") or line.startswith("$ LC_ALL=C ncu ")]
+        return shlex.split(lines[-1]) if lines else None
+
     def run_step(self, step: Step, timeout: float) -> dict:
         kinds: dict[str, Callable[[Step, float], dict]] = {
             "env": lambda s, t: self.step_env(s), "probe": self.step_probe, "capture": self.step_capture,
@@ -1305,10 +1356,17 @@ class Run:
             forced = any(fnmatch.fnmatch(step.id, p) for p in redo)
             if step.kind == "env" and self.args.offline:
                 continue  # (env runs in every call, on resume too: the machine may be another one)
-            if prev and not forced and step.kind != "env":
+            if prev and not forced and step.kind != "env" and not (self.args.reread and self.args.offline):
                 if prev["status"] in DONE or (prev["status"] in RETRY and not self.args.retry_failed):
                     continue
+            if prev and self.args.reread and self.args.offline and not forced and prev["status"] in DONE:
+                continue
             if self.args.offline and step.gpu:
+                if self.args.reread and step.kind in ("capture", "probe"):
+                    rec = self.reread(step)
+                    if rec is not None:
+                        self.say(f"-> {step.id} (read again offline)")
+                        self.finish(step, rec, 0.0)
                 continue
             skipped = [n for n in step.needs if (self.record(n) or {}).get("status") == "skipped"]
             if skipped:
@@ -1469,6 +1527,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--retry-failed", action="store_true", help="run failed and timed-out steps of --resume again")
     p.add_argument("--offline", action="store_true",
                    help="run only the steps that need no GPU (compare, calibrate, eval), on --resume's captures")
+    p.add_argument("--reread", action="store_true",
+                   help="with --offline: read again the CSVs of captures and probes that ncu wrote in an earlier "
+                        "call but costspec could not read then (after a parser fix), then run what they unblock")
     p.add_argument("--budget", action="append", default=[], metavar="STEP=SECONDS", help="a step's timeout")
     p.add_argument("--clock-control", choices=("none", "base"), default="none",
                    help="ncu --clock-control for the captures (default none: the card's clocks are left alone)")

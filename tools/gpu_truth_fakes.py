@@ -276,8 +276,11 @@ def parse_ncu_argv(argv: list[str]) -> tuple[dict, list[str]]:
         elif arg.startswith("-"):
             raise FakeNcuError(f"unrecognised option '{arg}'")
         else:
-            return opts, argv[i:]
-    return opts, []
+            break
+    if opts.get("--print-metric-name") and opts.get("--page", "details") == "raw":
+        # what ncu 2025.3 answered on the H100 (exit 1)
+        raise FakeNcuError("==ERROR== Option '--print-metric-name' is only supported for the details page.")
+    return opts, argv[i:] if i < len(argv) else []
 
 
 def _runner_args(program: list[str]) -> argparse.Namespace:
@@ -438,7 +441,9 @@ def _unit(metric: str) -> str:
 def raw_page(rows: list[dict], metrics: list[str], cc: str = "9.0") -> str:
     """The raw page as `ncu --csv --page raw --print-units base --log-file` writes it (with the
     ==PROF== lines before the header)."""
-    columns = sorted(metrics)
+    # as on the H100 (ncu 2025.3): every requested .sum counter comes with its per-unit .avg/.max/.min
+    # rollups, the averages fractional; plain numbers under LC_ALL=C
+    columns = sorted({*metrics, *(f"{m[:-4]}.{r}" for m in metrics if m.endswith(".sum") for r in ROLLUPS)})
     buf = io.StringIO()
     buf.write(f"==PROF== Connected to process {PID} (/opt/torch/.venv/bin/python3)\n==PROF== {FAKE_LINE}\n")
     for i, row in enumerate(rows):
@@ -449,10 +454,35 @@ def raw_page(rows: list[dict], metrics: list[str], cc: str = "9.0") -> str:
     writer.writerow(ATTRIBUTE_COLUMNS + columns)
     writer.writerow([""] * len(ATTRIBUTE_COLUMNS) + [_unit(m) for m in columns])
     for i, row in enumerate(rows):
-        writer.writerow([str(i), PID, "python3", "127.0.0.1", nvtx_cell(row["stack"]), "", row["kernel"], "1", "7",
-                         row["block"], row["grid"], "0", cc, FAKE_GPU]
-                        + [f"{row['values'][m]:,}" for m in columns])
+        writer.writerow([str(i), PID, "python3", "127.0.0.1", _threads_cell(row["stack"]), "", row["kernel"], "1",
+                         "7", row["block"], row["grid"], "0", cc, FAKE_GPU]
+                        + [_rollup(row["values"], m) for m in columns])
     return buf.getvalue()
+
+
+ROLLUPS = ("avg", "max", "min")
+UNITS_PER_GPU = 132  # the H100's SMs: what .avg divides by
+
+
+def _rollup(values: dict, metric: str) -> str:
+    if metric in values:
+        return str(values[metric])
+    base, _, kind = metric.rpartition(".")
+    total = values.get(f"{base}.sum", 0)
+    if kind == "avg":
+        return f"{total / UNITS_PER_GPU:.2f}"
+    return str(-(-total // UNITS_PER_GPU) if kind == "max" else total // UNITS_PER_GPU)
+
+
+def _threads_cell(stack) -> str:
+    """Under --nvtx-push-pop-scope process, a backward kernel's cell holds two threads' stacks: the
+    main thread's (costspec:backward) and autograd's own, each after its thread id (seen on the H100)."""
+    stack = tuple(stack)
+    if "costspec:backward" not in stack or stack[-1] == "costspec:backward":
+        return nvtx_cell(stack)
+    cut = stack.index("costspec:backward") + 1
+    main, autograd = nvtx_cell(stack[:cut]).rstrip(), nvtx_cell(stack[cut:])
+    return f"{main} {int(PID) + 28}" + autograd[len(PID):]
 
 
 def fake_ncu(argv: list[str]) -> int:

@@ -177,6 +177,7 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
     phases: list[str] = []
     has_tensor = False
     notes: list[str] = []
+    unseen: list[str] = []  # kernels that ran tensor-pipe instructions no collected ops counter saw
     all_records = [r for _, records, _ in sources for r in records]
     cc = _cc(all_records)
     for source, records, pass_ in sources:
@@ -192,6 +193,8 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
             has_tensor = has_tensor or any(m.startswith(TENSOR_OPS_PREFIX) for m in record.metrics) or (
                 cc == "7.0" and TENSOR_PIPE_INST in record.metrics)
             flops = flops_from_metrics(record.metrics, cc=cc, not_collected=record.missing)
+            if cc != "7.0" and record.metrics.get(TENSOR_PIPE_INST, 0) > 0 and flops["tensor"] == 0:
+                unseen.append(short_name(record.kernel_name))
             cuda_absent = tuple(m for m in (*CUDA_CORE_METRICS, *(arch(cc).packed_fp32 if cc else ()))
                                 if m not in record.metrics and m not in record.missing)
             kclass = classify(record.kernel_name)
@@ -209,6 +212,12 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
             phases.append(phase)
     if not has_tensor:
         notes.append("no sm__ops_path_tensor_* counter in the CSV: measured Tensor-Core FLOPs are shown as n/a")
+    if unseen:
+        notes.append(
+            f"{len(unseen)} kernel(s) ran Tensor-Core instructions ({TENSOR_PIPE_INST} > 0) that no collected "
+            f"ops counter counts (e.g. {unseen[0]}): their Tensor-Core FLOPs are missing from 'measured'. On an "
+            "H100 a 2:4-sparse cuSPARSELt GEMM counts only in the *_sparsity_on counters, which costspec does "
+            "not collect")
     order = [p for p in ("forward", "backward") if p in phases]
     device = next((r.device_name for r in all_records if r.device_name), None)
     return Attribution(kernels, tuple(order), [s for s, _, _ in sources], has_tensor, cc, notes, device)

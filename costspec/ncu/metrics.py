@@ -264,8 +264,11 @@ _OPS_UNITS = ("", "op", "inst")  # ncu prints the Tensor-Core ops counters witho
 def is_flop_counter(metric: str) -> bool:
     """A counter that FLOPs are computed from: the CUDA-core FP instruction counters, the Tensor-Core
     ops counters and the tensor-pipe instruction counters (Volta's FLOPs, the cross-checks)."""
-    return (metric in _FLOP_INSTRUCTION_COUNTERS or metric.startswith(TENSOR_OPS_PREFIX)
-            or metric.startswith(_TENSOR_INST_PREFIXES))
+    if metric in _FLOP_INSTRUCTION_COUNTERS:
+        return True
+    # Only the .sum rollup is read: the raw page also prints .avg/.min/.max per SM, and an average
+    # is fractional (38725.82 inst, seen on the H100).
+    return metric.endswith(".sum") and metric.startswith((TENSOR_OPS_PREFIX, *_TENSOR_INST_PREFIXES))
 
 
 _FLOP_INSTRUCTION_COUNTERS = frozenset((*CUDA_CORE_METRICS, *PACKED_FP32_METRICS))
@@ -275,7 +278,7 @@ def expected_units(metric: str) -> tuple[str, ...] | None:
     """The base units (``parse.normalize_unit``; ``""`` = printed without one) a counter costspec reads
     may carry, or None for a metric it does not read. A value in any other unit (``Mbyte`` on an
     instruction counter, an unknown unit) is not a count of that counter."""
-    if metric.startswith(TENSOR_OPS_PREFIX):
+    if metric.startswith(TENSOR_OPS_PREFIX) and metric.endswith(".sum"):
         return _OPS_UNITS
     if is_flop_counter(metric):
         return _INSTRUCTION_UNITS
@@ -301,11 +304,11 @@ RECORDED_SETTINGS: Mapping[str, str] = MappingProxyType({
 # thousands separator (notes §4, "Number formatting").
 NCU_ENV: Mapping[str, str] = MappingProxyType({"LC_ALL": "C"})
 
-# Output flags shared by collection and re-export: base units, metric names (not labels),
-# demangled kernel names, CSV.
+# Output flags shared by collection and re-export: base units, demangled kernel names, CSV.
+# The raw page's columns are metric names already; ncu 2025.3 refuses --print-metric-name there
+# ("only supported for the details page", seen on the H100), so only the details page gets it.
 _OUTPUT_FLAGS = (
     "--print-units", "base",
-    "--print-metric-name", "name",
     "--print-kernel-base", "demangled",
     "--csv",
 )
@@ -369,4 +372,5 @@ def build_export_command(report: str, out_csv: str, page: str = "raw", *, ncu: s
     """``ncu --import`` command that writes one page (``raw`` or ``details``) of a report as CSV."""
     if page not in ("raw", "details"):
         raise UsageError(f"ncu CSV page must be 'raw' or 'details', not {page!r}")
-    return [ncu, "--import", report, *_OUTPUT_FLAGS, "--page", page, "--log-file", out_csv]
+    names = ["--print-metric-name", "name"] if page == "details" else []
+    return [ncu, "--import", report, *_OUTPUT_FLAGS, *names, "--page", page, "--log-file", out_csv]

@@ -18,7 +18,10 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     (one line in the cell; broken here)
 
     A leading integer (the thread id, or the process id under ``--nvtx-push-pop-scope
-    process``) is followed by one double-quoted entry per open range. Each entry is
+    process``) is followed by one double-quoted entry per open range. Under the process scope a
+    cell can hold several threads' stacks, each after its thread id
+    (``1889 "...:costspec:backward:..." 1917 "...:toy:..." "...:layers.9:..."``: autograd runs
+    the backward on a thread of its own); they are returned in printed order. Each entry is
     ``Domain:Name:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg``. The name is everything
     between the domain and the last six payload fields, so names may contain ``:``. Domains may
     not contain ``:``, and names may not contain ``"``.
@@ -40,8 +43,10 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
     rest = _QUOTED.sub(" ", text).split()
     if not entries:
         entries, rest = _unquoted_entries(text), []
-    elif rest and rest[0].isdigit():
-        rest = rest[1:]
+    else:
+        # one thread id before each thread's stack: a backward pass pushes ranges on autograd's
+        # own thread, printed after the main thread's stack (seen on the H100, ncu 2025.3)
+        rest = [token for token in rest if not token.isdigit()]
     if rest:
         raise ValueError(f"unexpected text {' '.join(rest)!r} outside the quoted NVTX entries")
     names = []
@@ -59,6 +64,7 @@ def parse_nvtx_cell(cell: str) -> tuple[str, ...]:
 
 
 _UNQUOTED_ENTRY = re.compile(r"(\S.*?(?::[^:\s]*){" + str(_PAYLOAD_FIELDS) + r"})(?:\s+|$)")
+_THREAD_ID = re.compile(r"\d+\s+")
 
 
 def _unquoted_entries(text: str) -> list[str]:
@@ -68,8 +74,12 @@ def _unquoted_entries(text: str) -> list[str]:
     if not text:
         return []
     entries, end = [], 0
-    for match in _UNQUOTED_ENTRY.finditer(text):
-        if match.start() != end:
+    while end < len(text):
+        thread = _THREAD_ID.match(text, end)
+        if thread and entries:
+            end = thread.end()
+        match = _UNQUOTED_ENTRY.match(text, end)
+        if not match:
             break
         entries.append(match.group(1))
         end = match.end()
