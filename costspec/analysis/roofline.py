@@ -126,7 +126,7 @@ def total_bytes(node: Node, pass_: Pass | str, mult: sympy.Expr, grad: GradState
 # ----------------------------------------------------------------------------------------------
 # Estimates
 # ----------------------------------------------------------------------------------------------
-def _leaf_precision(node: Node):
+def leaf_precision(node: Node):
     op = node.owner if isinstance(node, PartNode) else node
     assert isinstance(op, OpNode)
     return op.precision
@@ -146,7 +146,7 @@ def estimate(model: Network, report: Report, values: Mapping, gpu: Gpu, fusion: 
         nbytes = int(sympy.sympify(total_bytes(node, report.pass_, mult, in_rg, fusion)).xreplace(values))
         leaf = not node.children
         if leaf:
-            prec = _leaf_precision(node)
+            prec = leaf_precision(node)
             terms = {
                 "TC": tc_seconds(gpu, prec, row.tc_flops, row.get("sparse_tc_flops") or 0) / efficiency.tc,
                 "CUDA": row.cuda_flops / (gpu.cuda_peak(POINTWISE_DTYPE if prec.tensor_cores else prec.dtype)

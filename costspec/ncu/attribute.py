@@ -215,9 +215,9 @@ def attribute(sources: Sequence[tuple[str, Sequence[KernelRecord], str]], model:
     if unseen:
         notes.append(
             f"{len(unseen)} kernel(s) ran Tensor-Core instructions ({TENSOR_PIPE_INST} > 0) that no collected "
-            f"ops counter counts (e.g. {unseen[0]}): their Tensor-Core FLOPs are missing from 'measured'. On an "
-            "H100 a 2:4-sparse cuSPARSELt GEMM counts only in the *_sparsity_on counters, which costspec does "
-            "not collect")
+            f"ops counter costspec adds up counts (e.g. {unseen[0]}): their Tensor-Core FLOPs are missing from "
+            "'measured'. On an H100 a 2:4-sparse cuSPARSELt GEMM reads 0 in every op_*_sparsity_off counter "
+            "while the aggregate sm__ops_path_tensor_src_* counter holds its dense-equivalent 2*M*N*K")
     order = [p for p in ("forward", "backward") if p in phases]
     device = next((r.device_name for r in all_records if r.device_name), None)
     return Attribution(kernels, tuple(order), [s for s, _, _ in sources], has_tensor, cc, notes, device)
