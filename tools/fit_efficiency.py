@@ -52,8 +52,7 @@ def leaf_terms(spec: str, pass_: str, dims: dict, dtype: str, gpu_key: str) -> l
     computes them (same walk, same bytes, same peaks)."""
     import sympy
 
-    from costspec.analysis.gpus import get_gpu
-    from costspec.analysis.gpus import POINTWISE_DTYPE
+    from costspec.analysis.gpus import POINTWISE_DTYPE, get_gpu
     from costspec.analysis.roofline import leaf_precision, tc_seconds, total_bytes
     from costspec.core.vocab import Fusion
     from costspec.model import load

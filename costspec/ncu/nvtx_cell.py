@@ -73,7 +73,8 @@ def _unquoted_entries(text: str) -> list[str]:
         text = tail.strip()
     if not text:
         return []
-    entries, end = [], 0
+    entries: list[str] = []
+    end = 0
     while end < len(text):
         thread = _THREAD_ID.match(text, end)
         if thread and entries:
