@@ -183,3 +183,14 @@ def test_efficiency_fit_reproduces_from_the_committed_timings():
     errors = {row["file"]: round(row["error"], 3) for row in fit["rows"] if row["role"] != "outside"}
     assert errors == {"vit_b.bf16.b256.forward.json": 0.11, "vit_b.bf16.b256.train.json": -0.067,
                       "vit_l.bf16.b256.forward.json": 0.304, "vit_l.bf16.b256.train.json": 0.176}
+
+
+def test_causal_flash_skips_the_tiles_above_the_diagonal():
+    # llama_1b prefill, S = 2048: cuDNN's causal flash runs (n+1)/(2n) of the full product, n = 2048/128
+    data = _compare("specs/llama_1b.yaml", "llama_1b.bf16.L2.forward.csv", "--set", "L=2")
+    sdpa = _rows(data, "forward")["layers.attn.sdpa"]
+    n = 2048 // 128
+    assert Fraction(sdpa["tc_measured"], sdpa["tc_analytic"]) == Fraction(n + 1, 2 * n)
+    for name in ("attn.q", "attn.k", "attn.v", "attn.proj", "mlp.gate", "mlp.up", "mlp.down"):
+        row = _rows(data, "forward")[f"layers.{name}"]
+        assert row["tc_measured"] == row["tc_analytic"]  # 2048-row GEMMs fill their tiles
