@@ -250,6 +250,10 @@ def build_plan() -> list[Step]:
                       LLAMA, 1, {}, "forward", "bf16"))
     steps.append(Step("time.llama_1b.bf16.L2.b1.forward", "time", 30, "costspec time llama_1b --set L=2 forward",
                       LLAMA, 1, {"L": 2}, "forward", "bf16"))
+    for batch in (1, 8):  # decode: one new token per sequence after 2,048 cached ones (time per token)
+        steps.append(Step(f"time.llama_1b.bf16.b{batch}.decode", "time", 45,
+                          f"costspec time llama_1b --phase decode --context 2048 --batch {batch} (16 blocks)",
+                          LLAMA, batch, {}, "forward", "bf16", extra={"phase": "decode", "context": 2048}))
     for spec, name, base in ((VIT_B, "vit_b", 30), (VIT_L, "vit_l", 40)):
         for batch in (1, 8, 64, 256):
             for pass_ in ("forward", "train"):
@@ -751,6 +755,8 @@ class Run:
                 *[a for k, v in step.sets.items() for a in ("--set", f"{k}={v}")], "--pass", step.pass_,
                 "--dtype", step.dtype or "bf16", *(["--gpu", self.gpu_key] if self.gpu_key else []),
                 "--format", "json", "-q"]
+        if step.extra.get("phase"):
+            args += ["--phase", step.extra["phase"], "--context", str(step.extra["context"])]
         if self.fake:
             return [sys.executable, str(FAKES), "time", *args]
         return [sys.executable, "-m", "costspec", "time", *args]
@@ -766,8 +772,9 @@ class Run:
         cal_step = step.extra.get("calibration")
         calibration = (str(self.path(f"calib/{self.calibration_name(cal_step)}.yaml")) if cal_step else None)
         if step.kind == "compare":  # JSON only: the table is `costspec ncu compare` without --format, anywhere
+            phase = planned.extra.get("phase") if planned is not None else None
             return [["ncu", "compare", spec, csv, *(["--calibration", calibration] if calibration else []),
-                     "--format", "json"]]
+                     *(["--phase", phase] if phase else []), "--format", "json"]]
         if step.kind == "calibrate":
             return [["ncu", "calibrate", spec, csv, "-o", str(self.path(f"calib/{self.calibration_name(step.id)}"
                                                                         ".yaml")), "--format", "json"]]
@@ -1124,7 +1131,8 @@ class Run:
             oracle = self.path(f"fake/{stem}.oracle.json")
             oracle.parent.mkdir(parents=True, exist_ok=True)
             oracle.write_text(json.dumps(model_oracle(costspec_cli, self.spec_path(step.spec or ""), step.batch, sets,
-                                                      step.pass_, step.dtype or "bf16")), encoding="utf-8")
+                                                      step.pass_, step.dtype or "bf16", step.extra.get("phase"))),
+                              encoding="utf-8")
             env[ORACLE_ENV] = str(oracle)
         cmd = self.adjust(plan["command"])
         if note:
@@ -1200,7 +1208,8 @@ class Run:
             oracle = self.path(f"fake/time.{name}.oracle.json")
             oracle.parent.mkdir(parents=True, exist_ok=True)
             oracle.write_text(json.dumps(eval_oracle(costspec_cli, step.spec or "", step.batch, step.sets, step.pass_,
-                                                     self.gpu_key)), encoding="utf-8")
+                                                     self.gpu_key, step.extra.get("phase"),
+                                                     step.extra.get("context"))), encoding="utf-8")
             env[ORACLE_ENV] = str(oracle)
         rc, wall, timed_out = run_command(self.time_command(step), log, timeout, env, stdout=out,
                                           header=self.marked_text(""))

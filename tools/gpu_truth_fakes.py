@@ -162,16 +162,18 @@ def _eval_rows(cli, spec: str, batch: int | None, sets: dict, pass_: str, extra:
     return json.loads(out)
 
 
-def model_oracle(cli, spec: str, batch: int | None, sets: dict, pass_: str, dtype: str) -> dict:
+def model_oracle(cli, spec: str, batch: int | None, sets: dict, pass_: str, dtype: str,
+                 phase: str | None = None, context: int | None = None) -> dict:
     """What the fake ncu needs to know of the profiled spec: per phase, each slot's analytic terms and
-    the NVTX paths of its instances. `cli(args) -> (rc, stdout, stderr)` runs costspec's CLI."""
+    the NVTX paths of its instances. `cli(args) -> (rc, stdout, stderr)` runs costspec's CLI. `phase`
+    and `context`: a served model (`ncu run --phase decode`)."""
     import costspec
     from costspec.analysis.slots import RangeResolver, analytic_slots
 
-    model = costspec.load(spec)
+    model = costspec.load(spec, phase=phase, context=context)
     values = model.bind(batch, sets)
     resolver = RangeResolver(model)
-    report = _eval_rows(cli, spec, batch, sets, "forward", [])
+    report = _eval_rows(cli, spec, batch, sets, "forward", serve_args(phase, context))
     repeats = {row["name"]: int(row["repeat"]) for row in report["rows"] if row.get("repeat")}
     dims = {str(k): int(v) for k, v in values.items()}
     phases = ["forward", "backward"] if pass_ == "train" else ["forward"]
@@ -223,12 +225,18 @@ def _instance_paths(resolver, slot: str, repeats: dict) -> list[str]:
 _EVALS: dict[tuple, tuple[int, dict]] = {}
 
 
-def eval_oracle(cli, spec: str, batch: int | None, sets: dict, pass_: str, gpu: str | None) -> dict:
+def serve_args(phase: str | None, context: int | None) -> list[str]:
+    return [*(["--phase", phase] if phase else []), *(["--context", str(context)] if context else [])]
+
+
+def eval_oracle(cli, spec: str, batch: int | None, sets: dict, pass_: str, gpu: str | None,
+                phase: str | None = None, context: int | None = None) -> dict:
     """The `costspec eval --gpu` report the fake `costspec time` turns into "measured" times. One eval
-    per spec, dims and pass; other batch sizes scale its times (fake numbers need no more)."""
-    key = (spec, tuple(sorted(sets.items())), pass_, gpu)
+    per spec, dims, pass and serving phase; other batch sizes scale its times (fake numbers need no more)."""
+    key = (spec, tuple(sorted(sets.items())), pass_, gpu, phase, context)
     if key not in _EVALS:
-        _EVALS[key] = (batch or 1, _eval_rows(cli, spec, batch, sets, pass_, ["--gpu", gpu] if gpu else []))
+        _EVALS[key] = (batch or 1, _eval_rows(cli, spec, batch, sets, pass_,
+                                              [*(["--gpu", gpu] if gpu else []), *serve_args(phase, context)]))
     base, data = _EVALS[key]
     scale = (batch or 1) / base
 
@@ -294,6 +302,9 @@ def _runner_args(program: list[str]) -> argparse.Namespace:
     p.add_argument("--dtype", default=None)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sidecar", default=None)
+    p.add_argument("--backend", default=None)
+    p.add_argument("--phase", default=None)
+    p.add_argument("--context", type=int, default=None)
     args, _ = p.parse_known_args(program[at + 1:])
     return args
 
@@ -538,6 +549,7 @@ def fake_ncu(argv: list[str]) -> int:
             facts = {"costspec_ncu_sidecar": 1, "fake": True, "note": FAKE_LINE, "gpu": FAKE_GPU,
                      "compute_capability": cc, "torch_version": "FAKE", "cuda_version": "FAKE", "spec": args.spec,
                      "spec_name": oracle["model"], "pass": args.pass_, "dtype": dtype, "warmup": args.warmup,
+                     "backend": args.backend, "phase": args.phase, "context": args.context,
                      "bind": bind, "dims": oracle["dims"], "runner_argv": program}
             Path(args.sidecar).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     elif "--gemm-probe-program" in program:
@@ -686,6 +698,8 @@ def fake_time(argv: list[str]) -> int:
     p.add_argument("--gpu", default=None)
     p.add_argument("--format", default="table")
     p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--phase", default=None)  # (the oracle was prepared for it)
+    p.add_argument("--context", type=int, default=None)
     args = p.parse_args(argv)
     if os.environ.get(HANG_ENV):
         time.sleep(3600)

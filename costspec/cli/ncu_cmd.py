@@ -8,7 +8,7 @@ from typing import Mapping
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Bindings, PassPrecision
+from costspec.cli.options import Bindings, PassPrecision, Serving
 from costspec.core.vocab import RUNNABLE_PASSES, Pass
 
 
@@ -76,15 +76,16 @@ def ncu_group() -> None:
 @run_pass_options
 @profile_options
 @options.output_format("table", "json")
-@options.backend
-def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile, fmt: str, backend: str | None):
+@options.serving_run
+def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile, fmt: str, serving: Serving):
     """Profile one step of SPEC's torch module under ncu; writes OUT.csv and the sidecar OUT.json."""
     import json
 
-    from costspec.model import load
     from costspec.ncu.run import PRINT_COMMAND_HINT, detect_gpu, execute, find_ncu, format_plan, plan_run, resolve_arch
 
-    model = load(spec, backend=backend)
+    options.require(serving.phase is None or run.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
+    model = serving.load(spec)
     dims.bind(model)  # bad dims fail here, before anything runs
     cc = resolve_arch(profile.arch, profile.gpu, profile.catalog)
     if cc is None:
@@ -94,7 +95,7 @@ def run_command(spec: str, dims: Bindings, run: PassPrecision, profile: Profile,
         options.require(profile.print_command, "ncu run needs -o OUT.csv (where the raw page is written)")
         out = f"{Path(spec).stem}.ncu.csv"
     plan = plan_run(spec, out, cc, dims.batch, dims.sets, run.pass_, run.dtype or str(model.precision),
-                    profile.warmup, profile.ncu, backend)
+                    profile.warmup, profile.ncu, serving.backend, serving.phase, serving.context)
     if profile.print_command:
         if fmt == "json":
             click.echo(json.dumps({"command": plan.command, "env": plan.env, "csv": str(plan.csv),
@@ -128,15 +129,14 @@ def show_command(csv: str, fmt: str):
 @click.option("--calibration", type=options.InputFile("calibration"), default=None,
               help="A calibration file: adds the predicted executed FLOPs and the residuals.")
 @options.output_format()
-@options.backend
-def compare_command(spec: str, measured: Measurement, calibration: str | None, fmt: str, backend: str | None):
+@options.serving_run
+def compare_command(spec: str, measured: Measurement, calibration: str | None, fmt: str, serving: Serving):
     """Analytic vs measured Tensor-Core / CUDA-core FLOPs per layer, from ncu CSV(s); no GPU needed."""
     from costspec.analysis.calibration import load_calibration
     from costspec.core.render import render
-    from costspec.model import load
     from costspec.ncu.compare import compare, to_result
 
-    result = compare(measured.load(load(spec, backend=backend)), load_calibration(calibration) if calibration else None)
+    result = compare(measured.load(serving.load(spec)), load_calibration(calibration) if calibration else None)
     click.echo(render(to_result(result), fmt))
 
 

@@ -345,6 +345,8 @@ pass_only = option_group("run", PassPrecision, pass_)  # roofline: the spec's pr
 run_pass_precision = option_group("run", PassPrecision, runnable_pass, run_dtype)  # time
 ragged = option_group("ragged", Ragged, lengths, lengths_file, seq_dim)
 serving = option_group("serving", Serving, phase, context, backend, checkpoint)
+# the commands that build the torch module (validate has --checkpoint among its counting options)
+serving_run = option_group("serving", Serving, phase, context, backend)
 closed_form = option_group("form", ClosedForm, keep, batch, sets, pass_, per_layer, expand)
 
 

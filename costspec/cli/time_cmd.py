@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Bindings, Display, Hardware, PassPrecision
+from costspec.cli.options import Bindings, Display, Hardware, PassPrecision, Serving
 
 
 @dataclass(frozen=True)
@@ -30,18 +30,19 @@ steps_options = options.option_group(
 @steps_options
 @options.hardware(required=False, estimate=False)
 @options.display()
-@options.backend
+@options.serving_run
 def time_command(spec: str, dims: Bindings, run: PassPrecision, steps: Steps, hardware: Hardware, display: Display,
-                 backend: str | None):
+                 serving: Serving):
     """Time every layer of SPEC's torch module on CUDA (median of repeats); with --gpu, vs the roofline.
     --backend math runs PyTorch's math SDPA, eager explicit matmuls, flash torch's fused kernels."""
     from costspec.core.progress import status
     from costspec.core.render import render
-    from costspec.model import load
     from costspec.ncu.run import detect_gpu
     from costspec.runtime.timing import add_estimate, time_layers, to_result
 
-    model = load(spec, backend=backend)
+    options.require(serving.phase is None or run.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {run.pass_})")
+    model = serving.load(spec)
     values = dims.bind(model)
     detect_gpu()  # no CUDA GPU: says so, exit 2
     with status(f"time: {model.name} ({run.pass_}, {steps.warmup} warmup + {steps.repeats} timed steps)",

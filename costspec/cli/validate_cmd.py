@@ -8,7 +8,7 @@ from typing import Mapping
 import click
 
 from costspec.cli import cli, options
-from costspec.cli.options import Bindings, Display
+from costspec.cli.options import Bindings, Display, Serving
 
 
 @dataclass(frozen=True)
@@ -79,20 +79,23 @@ against_options = options.option_group(
 @options.display("table", "json")
 @click.option("--force", is_flag=True, help="Run on cpu even when the estimated memory exceeds what is available.")
 @against_options
-@options.backend
+@options.serving_run
 def validate_command(spec: str, dims: Bindings, counting: Counting, display: Display, force: bool, target: Against,
-                     backend: str | None):
+                     serving: Serving):
     """Build SPEC's torch module (or, with --against, your real model), count it, and compare per layer;
     exit 1 on any mismatch. Without --against this checks the engine against itself, not your model.
 
     --backend sets every attention layer's kernel family, in the costs and in the generated module: math runs
     PyTorch's math SDPA, eager explicit matmuls, flash the fused kernel where torch runs one (on cpu; on meta
     SDPA always decomposes, and validate names the difference: sdpa-math-decomposition)."""
+    from dataclasses import replace
+
     from costspec.core.progress import status
     from costspec.core.render import render
-    from costspec.model import load
 
-    model = load(spec, backend=backend, checkpoint=counting.checkpoint)
+    options.require(serving.phase is None or counting.pass_ == "forward",
+                    f"--phase {serving.phase} serves a model: it runs forward only (drop --pass {counting.pass_})")
+    model = replace(serving, checkpoint=counting.checkpoint).load(spec)
     values = dims.bind(model)
     pass_, device = counting.pass_, counting.device
     if target.against is None:

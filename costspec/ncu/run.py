@@ -51,14 +51,19 @@ class RunPlan:
 
 
 def runner_argv(spec: str, batch: int | None, sets: Mapping[str, int], pass_: str, dtype: str, warmup: int,
-                sidecar: str, python: str | None = None, backend: str | None = None) -> list[str]:
+                sidecar: str, python: str | None = None, backend: str | None = None, phase: str | None = None,
+                context: int | None = None) -> list[str]:
     """The profiled program: ``python -m costspec.ncu.runner SPEC ...`` (`backend`: every attention layer's
-    kernel family, as --backend)."""
+    kernel family, as --backend; `phase` and `context`: a serving phase, as --phase and --context)."""
     argv = [python or sys.executable, "-m", "costspec.ncu.runner", str(spec)]
     if batch is not None:
         argv += ["--batch", str(batch)]
     if backend is not None:
         argv += ["--backend", backend]
+    if phase is not None:
+        argv += ["--phase", phase]
+    if context is not None:
+        argv += ["--context", str(context)]
     for name, value in sets.items():
         argv += ["--set", f"{name}={value}"]
     return argv + ["--pass", pass_, "--dtype", dtype, "--warmup", str(warmup), "--sidecar", str(sidecar)]
@@ -85,7 +90,8 @@ def _stem(out_csv: Path) -> Path:
 
 
 def plan_run(spec: str, out_csv: str, cc: str, batch: int | None, sets: Mapping[str, int], pass_: str, dtype: str,
-             warmup: int, ncu: str = "ncu", backend: str | None = None) -> RunPlan:
+             warmup: int, ncu: str = "ncu", backend: str | None = None, phase: str | None = None,
+             context: int | None = None) -> RunPlan:
     """The ncu command (and where it writes) for one profiled step."""
     if dtype not in ("fp32", "tf32", "fp16", "bf16"):
         raise UsageError(f"costspec ncu run cannot run dtype {dtype}; use fp32, tf32, fp16 or bf16")
@@ -94,7 +100,8 @@ def plan_run(spec: str, out_csv: str, cc: str, batch: int | None, sets: Mapping[
     sidecar = sidecar_path(csv_path)
     for output in (csv_path, report, sidecar, Path(str(_stem(csv_path)) + ".details.csv")):
         check_not_input(output, [spec])  # ncu and the runner write these: never over the spec
-    argv = runner_argv(spec, batch, sets, pass_, dtype, warmup, str(sidecar), backend=backend)
+    argv = runner_argv(spec, batch, sets, pass_, dtype, warmup, str(sidecar), backend=backend, phase=phase,
+                       context=context)
     command = build_command(argv, cc, str(report), nvtx=True, ncu=ncu, log_file=str(csv_path),
                             profile_from_start=False)
     details = build_export_command(str(report), str(_stem(csv_path)) + ".details.csv", page="details", ncu=ncu)

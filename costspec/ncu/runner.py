@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sidecar", default=None)
     p.add_argument("--backend", choices=("flash", "math", "eager"), default=None)
+    p.add_argument("--phase", choices=("prefill", "decode"), default=None)
+    p.add_argument("--context", type=int, default=None)
     return p.parse_args(argv)
 
 
@@ -63,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             from costspec.analysis.serving import backend_doc
 
             model = Network(backend_doc(model.doc, args.backend, CLI_WORDS))
+        if args.phase is not None or args.context is not None:  # `costspec ncu run --phase/--context`
+            from costspec.analysis.serving import serving_doc
+
+            model = Network(serving_doc(model, args.phase or "prefill", args.context, CLI_WORDS))
         values = model.bind(args.batch, parse_sets(args.sets), CLI_WORDS)
         dtype_name = args.dtype or str(model.precision)
         dtype = configure_dtype(torch, dtype_name)
@@ -98,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": dtype_name,
             "warmup": args.warmup,
             "backend": args.backend,
+            "phase": args.phase,
+            "context": args.context,
             "bind": {**parse_sets(args.sets), **({"B": args.batch} if args.batch is not None else {})},
             "dims": {str(k): int(v) for k, v in values.items()},
             "runner_argv": sys.argv,

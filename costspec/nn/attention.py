@@ -145,7 +145,7 @@ class SelfAttention(nn.Module):
                  rope_len: int = 0, causal: bool = False, qkv_biases: tuple[bool, bool, bool] | None = None,
                  rope_dims: int = 0, sliding_window: int = 0, queries: int = 0,
                  rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0, cross: int = 0,
-                 scores: Scores = Scores(), qk_norm: QKNorm | None = None):
+                 scores: Scores = Scores(), qk_norm: QKNorm | None = None, cache: tuple[int, int] | None = None):
         super().__init__()
         self.eager, self.softcap, self.math = scores.eager, scores.softcap, scores.math
         q_len = scores.q_len or rope_len
@@ -191,7 +191,18 @@ class SelfAttention(nn.Module):
             if rel_bias[0] == "t5":
                 self.rel_bias.set_tokens(rope_len)
         self.reads_bias = rel_bias is not None and rel_bias[0] == "t5_shared"
-        if scores.alibi:  # the causal mask folded into ALiBi's bias: one float mask
+        if cache is not None:
+            # decode: one new token per sequence after `cached` earlier ones (a sliding window's cache holds
+            # at most w - 1, so the new query sees every key: no mask); their k and v, already normed and
+            # rotated, are buffers of random values (never zeros: a GPU can run zeros faster)
+            batch, cached = cache
+            shape = (batch, self.kv_heads, cached, head_dim)
+            self.register_buffer("k_cache", torch.randn(shape), persistent=False)
+            self.register_buffer("v_cache", torch.randn(shape), persistent=False)
+            self.causal = False
+            if scores.alibi:
+                self.register_buffer("window_mask", alibi_bias(heads, 1, cached + 1, False), persistent=False)
+        elif scores.alibi:  # the causal mask folded into ALiBi's bias: one float mask
             self.register_buffer("window_mask", alibi_bias(heads, q_len, rope_len, causal), persistent=False)
         elif sliding_window or scores.local_window or (causal and scores.eager):  # an additive mask, built once
             self.register_buffer("window_mask", band_mask(q_len, rope_len, causal, sliding_window, scores.local_window),
@@ -262,6 +273,9 @@ class SelfAttention(nn.Module):
             q, k = self.q_norm(alias(q)), self.k_norm(alias(k))
         if hasattr(self, "rope"):
             q, k = self._rotate(q, k)
+        if hasattr(self, "k_cache"):  # the new key and value appended to the cached ones
+            k_cache, v_cache = self.get_buffer("k_cache"), self.get_buffer("v_cache")
+            k, v = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
         mask = self.rel_pos(alias(q)) if hasattr(self, "rel_pos") else None  # (B, h, S, S)
         if hasattr(self, "rel_bias"):
             mask = self.rel_bias()  # (1, h, S, S), broadcast over the problems

@@ -136,8 +136,11 @@ def test_a_short_call_defers_and_records_failures(calls):
     assert status["env"] == "ok" and status["ncu.toy_mlp.fp32.forward"] == "ok"
     assert status["probe.gemm"] == "deferred" and status["ncu.vit_b.bf16.b8.train"] == "deferred"
     assert status["calibrate.vit_b.bf16.b8.L1.train"] == "blocked"
-    assert status["ncu.llama_1b.bf16.L2.decode"] == "skipped"  # costspec has no --phase (yet)
-    assert status["compare.llama_1b.bf16.L2.decode"] == "skipped"
+    # costspec has --phase now: the decode capture and its comparison run (as ncu run --phase decode)
+    assert status["ncu.llama_1b.bf16.L2.decode"] == "ok" and status["compare.llama_1b.bf16.L2.decode"] == "ok"
+    members = _members(out)
+    decode = json.loads(next(v for k, v in members.items() if k.endswith("ncu/llama_1b.bf16.L2.decode.json")))
+    assert decode["phase"] == "decode" and "--phase" in decode["runner_argv"]
     failed = _summary(out)["steps"]["ncu.sparse24.bf16.forward"]
     assert failed["status"] == "failed" and "fake failure injected" in failed["reason"]
     hung = _summary(out)["steps"][HANG]

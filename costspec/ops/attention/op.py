@@ -277,9 +277,11 @@ class Attention(OpDef):
         from costspec.nn.qk_norm import QKNorm
 
         a, g = call.attrs, geometry(call)
-        if not is_zero(a.cache):
-            raise call.fail("the generated module has no key/value cache: validate, time and ncu run the model "
-                            "without one (prefill with no --context)", "cache", "cache: 0")
+        cached = ev(g.cached)
+        if cached and ev(g.t) != 1:
+            raise call.fail("the generated module's key/value cache serves one new token per sequence (--phase "
+                            "decode); a prefill after cached tokens is costed but not built", "cache",
+                            "cache: 0, or one new token")
         grid = tuple(ev(x) for x in pair(a.grid)) if (windowed(call) or a.rel_pos) else None
         rel_bias = None
         if a.rel_bias == "t5":
@@ -297,7 +299,8 @@ class Attention(OpDef):
                              scores=Scores(eager(call), float(a.softcap), bool(a.sinks), ev(a.local_window), ev(g.tq),
                                            a.backend == Backend.MATH, bool(a.alibi)),
                              qk_norm=QKNorm(a.qk_norm, a.qk_norm_over, a.qk_norm_weight == "per_head",
-                                            bool(a.qk_norm_bias)) if qk_norm.enabled(call) else None)
+                                            bool(a.qk_norm_bias)) if qk_norm.enabled(call) else None,
+                             cache=(ev(g.b), cached) if cached else None)
 
     def link(self, call: OpCall, module, earlier: list) -> None:
         """rel_bias_shared: read the bias of the nearest earlier attention layer with a T5 table."""
