@@ -17,9 +17,9 @@ Conventions (docs/conventions.md, memory):
 * activations saved for backward (train): every tensor autograd keeps between the forward and the
   backward, each counted once (`costspec.tree.saved`; each op's `OpDef.saved`), attention's by its kernel
   family (`backend:` / --backend);
-* the train total is the peak of a training step at the end of its forward, in a step after the first:
-  weights, gradients (kept from the step before), master weights, optimizer state and every saved activation
-  (the loss, and buffers the backward allocates, not counted).
+* the train total is the peak of a training step after the first (`costspec.analysis.memory_peak`): the
+  largest of its forward end (the state, every saved activation, the output and the loss), a tied weight's
+  gradients at its backward and the optimizer's step (the state and the optimizer's buffer).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ import sympy
 from costspec.core.errors import UsageError
 from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import Pass, Word
+from costspec.analysis.memory_peak import Category, Moment, peak, step_moments
 from costspec.tree.network import Network
 from costspec.tree.nodes import OpNode
 from costspec.tree.saved import saved_bytes, saved_total
@@ -57,6 +58,7 @@ class Kind:
     name: str
     bytes: sympy.Expr
     how: str
+    transient: bool = False  # held only during the optimizer's step (not part of the state summed by kind)
 
 
 def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str = Optimizer.ADAMW,
@@ -88,6 +90,9 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
         dtype = "fp32 (master weights)" if master else "the parameter's dtype"
         kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
                           f"{states} state(s) per trainable parameter in {dtype}; step counters on the host"))
+        if states:
+            kinds.append(Kind(OPT_BUFFER, state_bytes, "adam/adamw's _foreach_sqrt of the second moments during "
+                              "the step: one state-sized copy of every trainable parameter", transient=True))
         if unmodelled_activations(model) is None:
             kinds.append(Kind(ACTIVATIONS, saved_total(saved_activations(model)),
                               "every tensor autograd keeps for backward, once (inputs, outputs, probabilities, "
@@ -111,6 +116,7 @@ def _weight_bytes(node: OpNode) -> sympy.Expr:
 
 
 ACTIVATIONS = "activations saved for backward"
+OPT_BUFFER = "optimizer-step buffer"
 
 
 def saved_activations(model: Network) -> dict[str, sympy.Expr]:
@@ -135,6 +141,18 @@ def saved_by_kind(model: Network) -> dict[str, sympy.Expr]:
     for row, amount in saved_activations(model).items():
         out[ops[row]] = sympy.expand(out.get(ops[row], sympy.Integer(0)) + amount)
     return out
+
+
+def training_moments(model: Network, kinds: list[Kind]) -> list[Moment]:
+    """The moments of a training step (memory_peak) from `kinds` (memory_kinds of a train pass whose saved
+    activations are modelled)."""
+    by_name = {k.name: k.bytes for k in kinds}
+    state = {_category(k.name): k.bytes for k in kinds if not k.transient and k.name != ACTIVATIONS}
+    return step_moments(model, state, by_name[ACTIVATIONS], by_name.get(OPT_BUFFER, sympy.Integer(0)))
+
+
+def _category(name: str) -> Category:
+    return Category.OPTIMIZER if name.startswith("optimizer state") else Category(name)
 
 
 def _total(ops: list[tuple[OpNode, sympy.Expr]], per_instance: Callable[[OpNode], object]) -> sympy.Expr:
@@ -182,13 +200,15 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
     """One row per kind (bytes, exact, share, formula) and the total; with `gpu` (an analysis.gpus.Gpu),
     the capacity, whether the total fits and the largest batch B that does."""
     pass_ = Pass.parse(pass_, "--pass")
-    total = sympy.expand(sum((k.bytes for k in kinds), sympy.Integer(0)))
+    unmodelled = unmodelled_activations(model) if pass_ is Pass.TRAIN else None
+    train = pass_ is Pass.TRAIN and unmodelled is None
+    moments = training_moments(model, kinds) if train else []
+    total = peak(moments) if train else sympy.expand(sum((k.bytes for k in kinds if not k.transient),
+                                                         sympy.Integer(0)))
     sizes = [exact_bytes(k.bytes, values) for k in kinds]
     whole = exact_bytes(total, values)
     rows = [Row(k.name, k.name, 0, {"bytes": n, "exact": n, "share": n / whole if whole else 0.0,
                                     "formula": str(k.bytes), "how": k.how}) for k, n in zip(kinds, sizes)]
-    unmodelled = unmodelled_activations(model) if pass_ is Pass.TRAIN else None
-    train = pass_ is Pass.TRAIN and unmodelled is None
     label = "total (training step peak)" if train else (
         "total (without saved activations)" if pass_ is Pass.TRAIN else "total")
     tables = [Table(COLUMNS, rows, Row("", label, 0, {"bytes": whole, "exact": whole, "share": 1.0,
@@ -216,8 +236,18 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
             Row("", ACTIVATIONS, 0, {"bytes": saved, "exact": saved, "share": 1.0}), label_title="saved by layer kind"))
         meta["saved_by_kind"] = {kind: {"bytes": exact_bytes(b, values), "formula": str(b)}
                                  for kind, b in by_kind.items()}
-        notes.insert(0, "the total is the peak of a training step at the end of its forward (weights, the previous "
-                        "step's gradients, optimizer state and every activation saved for backward)")
+        totals = [exact_bytes(m.total, values) for m in moments]
+        highest = totals.index(max(totals))
+        tables.append(Table(COLUMNS, [
+            Row(m.name, m.name + (" (peak)" if i == highest else ""), 0,
+                {"bytes": n, "exact": n, "share": n / whole if whole else 0.0, "formula": str(m.total),
+                 "how": ", ".join(f"{c}: {exact_bytes(b, values):,}" for c, b in m.parts.items())})
+            for i, (m, n) in enumerate(zip(moments, totals))], label_title="moment of the step"))
+        meta["moments"] = {m.name: {"bytes": n, "parts": {str(c): exact_bytes(b, values) for c, b in m.parts.items()}}
+                           for m, n in zip(moments, totals)}
+        meta["peak_moment"] = moments[highest].name
+        notes.insert(0, f"the total is the peak of a training step after the first, at its {moments[highest].name} "
+                        "(the largest of the moments: docs/conventions.md, memory)")
     if gpu is not None:
         capacity = int(gpu.memory_gb * 10**9)
         fits = whole <= capacity
@@ -235,5 +265,6 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
     return Result(header, tables, {}, notes, meta)
 
 
-__all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "Optimizer", "STATES", "exact_bytes", "largest_fitting", "memory_kinds",
-           "memory_result", "saved_activations", "saved_by_kind", "unmodelled_activations"]
+__all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "OPT_BUFFER", "Optimizer", "STATES", "exact_bytes", "largest_fitting",
+           "memory_kinds", "memory_result", "saved_activations", "saved_by_kind", "training_moments",
+           "unmodelled_activations"]
