@@ -28,10 +28,12 @@ from typing import Callable, Mapping
 
 import sympy
 
+from costspec.analysis.memory_optim import HOW, SHAPED, ParamTensor
+from costspec.analysis.memory_optim import state_bytes as shaped_state_bytes
+from costspec.analysis.memory_peak import Category, Moment, peak, step_moments
 from costspec.core.errors import UsageError
 from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import Pass, Word
-from costspec.analysis.memory_peak import Category, Moment, peak, step_moments
 from costspec.tree.network import Network
 from costspec.tree.nodes import OpNode
 from costspec.tree.saved import saved_bytes, saved_total
@@ -46,9 +48,12 @@ class Optimizer(Word):
     SGD = "sgd"
     ADAM = "adam"
     ADAMW = "adamw"
+    ADAFACTOR = "adafactor"
+    ADAM8BIT = "adam8bit"
 
 
 STATES = {Optimizer.SGD: 0, Optimizer.ADAM: 2, Optimizer.ADAMW: 2}  # per parameter (momentum-free SGD: none)
+# adafactor and adam8bit: per parameter tensor, by its shape (costspec.analysis.memory_optim)
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,17 @@ class Kind:
 
 
 def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str = Optimizer.ADAMW,
-                 master: bool = False, cache: bool = False) -> list[Kind]:
+                 master: bool = False, cache: bool = False, tensors: list[ParamTensor] | None = None) -> list[Kind]:
     """The kinds of memory a forward or training step of `model` holds (see the module docstring);
-    `cache`: the model is served (a phase), so its attention layers hold a key/value cache."""
+    `cache`: the model is served (a phase), so its attention layers hold a key/value cache; `tensors`: the
+    model's parameter tensors at the bound dims, which adafactor's and adam8bit's state need
+    (`costspec.runtime.param_tensors`)."""
     pass_ = Pass.parse(pass_, "--pass", (Pass.FORWARD, Pass.TRAIN))
     optimizer = Optimizer.parse(optimizer, "--optimizer")
+    shaped = pass_ is Pass.TRAIN and optimizer in SHAPED
+    if shaped and tensors is None:
+        raise UsageError(f"--optimizer {optimizer} sizes its state by each parameter tensor's shape: pass the "
+                         "model's parameter tensors")
     if master and pass_ is not Pass.TRAIN:
         raise UsageError("--master-weights is the fp32 copy an optimizer updates: it needs --pass train")
     ops = [(step.node, step.instances) for step in model.walk() if isinstance(step.node, OpNode)]
@@ -85,11 +96,16 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
         if master:
             kinds.append(Kind("master weights", FP32_BYTES * narrow,
                               "an fp32 copy of every trainable parameter stored in fewer than 32 bits"))
-        states = STATES[optimizer]
+        states = 0 if shaped else STATES[optimizer]
         state_bytes = FP32_BYTES * params if master else trained
         dtype = "fp32 (master weights)" if master else "the parameter's dtype"
-        kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
-                          f"{states} state(s) per trainable parameter in {dtype}; step counters on the host"))
+        if shaped:
+            assert tensors is not None
+            kinds.append(Kind(f"optimizer state ({optimizer})", sympy.Integer(shaped_state_bytes(optimizer, tensors)),
+                              HOW[optimizer] + "; its step's buffers not modelled"))
+        else:
+            kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
+                              f"{states} state(s) per trainable parameter in {dtype}; step counters on the host"))
         if states:
             kinds.append(Kind(OPT_BUFFER, state_bytes, "adam/adamw's _foreach_sqrt of the second moments during "
                               "the step: one state-sized copy of every trainable parameter", transient=True))

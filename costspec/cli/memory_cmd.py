@@ -29,8 +29,11 @@ training = options.option_group(
                  help="forward: the weights (and the cache of a served decoder); train: also gradients and "
                       "optimizer state."),
     options.dtype,
-    click.option("--optimizer", type=click.Choice(["sgd", "adam", "adamw"]), default="adamw", show_default=True,
-                 help="Whose state --pass train counts (sgd: none; adam, adamw: two moments per parameter)."),
+    click.option("--optimizer", type=click.Choice(["sgd", "adam", "adamw", "adafactor", "adam8bit"]), default="adamw",
+                 show_default=True,
+                 help="Whose state --pass train counts (sgd: none; adam, adamw: two moments per parameter; "
+                      "adafactor: factored fp32 second moments; adam8bit: two 8-bit moments with block scales; "
+                      "the last two read each parameter tensor's shape from the generated module: need torch)."),
     click.option("--master-weights", is_flag=True,
                  help="Mixed precision: an fp32 copy of the low-precision weights; the optimizer state in fp32."),
     click.option("--check", is_flag=True,
@@ -67,7 +70,12 @@ def memory_command(spec: str, dims: Bindings, training: Training, serving: Servi
         checks = check_memory(model, values, training.optimizer, training.master_weights)
         click.echo(render(check_result(model, values, checks), fmt))
         raise SystemExit(0 if checks[0].ok else 1)
+    tensors = None
+    if training.pass_ == "train" and training.optimizer in ("adafactor", "adam8bit"):
+        from costspec.runtime.param_tensors import parameter_tensors
+
+        tensors = parameter_tensors(model, values)
     kinds = memory_kinds(model, training.pass_, training.optimizer, training.master_weights,
-                         cache=model.phase is not None)
+                         cache=model.phase is not None, tensors=tensors)
     device = options.Hardware(gpu, catalog).device()
     click.echo(render(memory_result(model, kinds, values, training.pass_, device), fmt))

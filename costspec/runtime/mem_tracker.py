@@ -93,7 +93,8 @@ def track_step(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], o
             with tracker:
                 forward_end = _step(module, opt, x, tracker)
             counters = sum(_nbytes(v) for s in opt.state.values() for k, v in s.items() if k == "step")
-            states = [v for s in opt.state.values() for k, v in s.items() if isinstance(v, torch.Tensor) and k != "step"]
+            states = [v for s in opt.state.values() for k, v in s.items()
+                      if isinstance(v, torch.Tensor) and k != "step"]
             kept = [*module.parameters(), *(p.grad for p in module.parameters() if p.grad is not None), *states]
             rounding = sum(_rounded(_nbytes(t)) - _nbytes(t) for t in kept)
             peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
@@ -154,6 +155,8 @@ def check_memory(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer],
                  master: bool = False) -> tuple[MemoryCheck, MemoryCheck]:
     """Track a step (track_step); compare the moment of `memory --pass train` that peaks with MemTracker's
     peak, and its forward end with MemTracker's snapshot after the forward (the loss made)."""
+    if optimizer not in TRACKED:
+        raise UsageError(f"--check runs torch.optim's optimizers ({', '.join(TRACKED)}); {optimizer} is not one")
     if master:
         raise UsageError("--check runs torch.optim on the model's own weights: --master-weights is not tracked")
     reason = unmodelled_activations(model)

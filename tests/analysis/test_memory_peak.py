@@ -64,7 +64,6 @@ def test_llama_tied_table_gradients():
 @pytest.mark.parametrize("optimizer, buffer", [("sgd", 0), ("adam", 1), ("adamw", 1)])
 def test_optimizer_buffer(optimizer, buffer):
     model = load(VIT)
-    values = model.bind(2)
     moments = {m.name: m for m in training_moments(model, memory_kinds(model, "train", optimizer))}
     step = moments["optimizer step"].parts
     assert step.get(Category.OPT_BUFFER, 0) == buffer * step[Category.WEIGHTS]
