@@ -12,6 +12,8 @@ Conventions (docs/conventions.md, memory):
 * optimizer state (train): sgd none (no momentum), adam / adamw two moments per trainable parameter, in the dtype
   of the weights they update (fp32 with master weights, else the parameter's: torch's `zeros_like`);
   their per-tensor `step` counters live on the host (torch's default) and are not device memory;
+  adafactor and adam8bit by each parameter tensor's shape (`costspec.analysis.memory_optim`); adam / adamw's
+  foreach step also holds one state-sized buffer (the "optimizer-step buffer", transient);
 * the key/value cache (a serving phase): each attention layer's `kv_cache` elements (k and v of the cached
   and new tokens, grouped-query aware; mla's latent and rope key) at the layer's precision;
 * activations saved for backward (train): every tensor autograd keeps between the forward and the
