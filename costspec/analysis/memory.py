@@ -12,14 +12,16 @@ Conventions (docs/conventions.md, memory):
 * optimizer state (train): sgd none (no momentum), adam / adamw two moments per trainable parameter, in the dtype
   of the weights they update (fp32 with master weights, else the parameter's: torch's `zeros_like`);
   their per-tensor `step` counters live on the host (torch's default) and are not device memory;
+  adafactor and adam8bit by each parameter tensor's shape (`costspec.analysis.memory_optim`); adam / adamw's
+  foreach step also holds one state-sized buffer (the "optimizer-step buffer", transient);
 * the key/value cache (a serving phase): each attention layer's `kv_cache` elements (k and v of the cached
   and new tokens, grouped-query aware; mla's latent and rope key) at the layer's precision;
 * activations saved for backward (train): every tensor autograd keeps between the forward and the
   backward, each counted once (`costspec.tree.saved`; each op's `OpDef.saved`), attention's by its kernel
   family (`backend:` / --backend);
-* the train total is the peak of a training step at the end of its forward, in a step after the first:
-  weights, gradients (kept from the step before), master weights, optimizer state and every saved activation
-  (the loss, and buffers the backward allocates, not counted).
+* the train total is the peak of a training step after the first (`costspec.analysis.memory_peak`): the
+  largest of its forward end (the state, every saved activation, the output and the loss), a tied weight's
+  gradients at its backward and the optimizer's step (the state and the optimizer's buffer).
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ from typing import Callable, Mapping
 
 import sympy
 
+from costspec.analysis.memory_optim import HOW, SHAPED, ParamTensor
+from costspec.analysis.memory_optim import state_bytes as shaped_state_bytes
+from costspec.analysis.memory_peak import Category, Moment, peak, step_moments
 from costspec.core.errors import UsageError
 from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import Pass, Word
@@ -45,9 +50,12 @@ class Optimizer(Word):
     SGD = "sgd"
     ADAM = "adam"
     ADAMW = "adamw"
+    ADAFACTOR = "adafactor"
+    ADAM8BIT = "adam8bit"
 
 
 STATES = {Optimizer.SGD: 0, Optimizer.ADAM: 2, Optimizer.ADAMW: 2}  # per parameter (momentum-free SGD: none)
+# adafactor and adam8bit: per parameter tensor, by its shape (costspec.analysis.memory_optim)
 
 
 @dataclass(frozen=True)
@@ -57,14 +65,21 @@ class Kind:
     name: str
     bytes: sympy.Expr
     how: str
+    transient: bool = False  # held only during the optimizer's step (not part of the state summed by kind)
 
 
 def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str = Optimizer.ADAMW,
-                 master: bool = False, cache: bool = False) -> list[Kind]:
+                 master: bool = False, cache: bool = False, tensors: list[ParamTensor] | None = None) -> list[Kind]:
     """The kinds of memory a forward or training step of `model` holds (see the module docstring);
-    `cache`: the model is served (a phase), so its attention layers hold a key/value cache."""
+    `cache`: the model is served (a phase), so its attention layers hold a key/value cache; `tensors`: the
+    model's parameter tensors at the bound dims, which adafactor's and adam8bit's state need
+    (`costspec.runtime.param_tensors`)."""
     pass_ = Pass.parse(pass_, "--pass", (Pass.FORWARD, Pass.TRAIN))
     optimizer = Optimizer.parse(optimizer, "--optimizer")
+    shaped = pass_ is Pass.TRAIN and optimizer in SHAPED
+    if shaped and tensors is None:
+        raise UsageError(f"--optimizer {optimizer} sizes its state by each parameter tensor's shape: pass the "
+                         "model's parameter tensors")
     if master and pass_ is not Pass.TRAIN:
         raise UsageError("--master-weights is the fp32 copy an optimizer updates: it needs --pass train")
     ops = [(step.node, step.instances) for step in model.walk() if isinstance(step.node, OpNode)]
@@ -83,11 +98,19 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
         if master:
             kinds.append(Kind("master weights", FP32_BYTES * narrow,
                               "an fp32 copy of every trainable parameter stored in fewer than 32 bits"))
-        states = STATES[optimizer]
+        states = 0 if shaped else STATES[optimizer]
         state_bytes = FP32_BYTES * params if master else trained
         dtype = "fp32 (master weights)" if master else "the parameter's dtype"
-        kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
-                          f"{states} state(s) per trainable parameter in {dtype}; step counters on the host"))
+        if shaped:
+            assert tensors is not None
+            kinds.append(Kind(f"optimizer state ({optimizer})", sympy.Integer(shaped_state_bytes(optimizer, tensors)),
+                              HOW[optimizer] + "; its step's buffers not modelled"))
+        else:
+            kinds.append(Kind(f"optimizer state ({optimizer})", states * state_bytes,
+                              f"{states} state(s) per trainable parameter in {dtype}; step counters on the host"))
+        if states:
+            kinds.append(Kind(OPT_BUFFER, state_bytes, "adam/adamw's _foreach_sqrt of the second moments during "
+                              "the step: one state-sized copy of every trainable parameter", transient=True))
         if unmodelled_activations(model) is None:
             kinds.append(Kind(ACTIVATIONS, saved_total(saved_activations(model)),
                               "every tensor autograd keeps for backward, once (inputs, outputs, probabilities, "
@@ -111,6 +134,7 @@ def _weight_bytes(node: OpNode) -> sympy.Expr:
 
 
 ACTIVATIONS = "activations saved for backward"
+OPT_BUFFER = "optimizer-step buffer"
 
 
 def saved_activations(model: Network) -> dict[str, sympy.Expr]:
@@ -135,6 +159,18 @@ def saved_by_kind(model: Network) -> dict[str, sympy.Expr]:
     for row, amount in saved_activations(model).items():
         out[ops[row]] = sympy.expand(out.get(ops[row], sympy.Integer(0)) + amount)
     return out
+
+
+def training_moments(model: Network, kinds: list[Kind]) -> list[Moment]:
+    """The moments of a training step (memory_peak) from `kinds` (memory_kinds of a train pass whose saved
+    activations are modelled)."""
+    by_name = {k.name: k.bytes for k in kinds}
+    state = {_category(k.name): k.bytes for k in kinds if not k.transient and k.name != ACTIVATIONS}
+    return step_moments(model, state, by_name[ACTIVATIONS], by_name.get(OPT_BUFFER, sympy.Integer(0)))
+
+
+def _category(name: str) -> Category:
+    return Category.OPTIMIZER if name.startswith("optimizer state") else Category(name)
 
 
 def _total(ops: list[tuple[OpNode, sympy.Expr]], per_instance: Callable[[OpNode], object]) -> sympy.Expr:
@@ -182,13 +218,15 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
     """One row per kind (bytes, exact, share, formula) and the total; with `gpu` (an analysis.gpus.Gpu),
     the capacity, whether the total fits and the largest batch B that does."""
     pass_ = Pass.parse(pass_, "--pass")
-    total = sympy.expand(sum((k.bytes for k in kinds), sympy.Integer(0)))
+    unmodelled = unmodelled_activations(model) if pass_ is Pass.TRAIN else None
+    train = pass_ is Pass.TRAIN and unmodelled is None
+    moments = training_moments(model, kinds) if train else []
+    total = peak(moments) if train else sympy.expand(sum((k.bytes for k in kinds if not k.transient),
+                                                         sympy.Integer(0)))
     sizes = [exact_bytes(k.bytes, values) for k in kinds]
     whole = exact_bytes(total, values)
     rows = [Row(k.name, k.name, 0, {"bytes": n, "exact": n, "share": n / whole if whole else 0.0,
                                     "formula": str(k.bytes), "how": k.how}) for k, n in zip(kinds, sizes)]
-    unmodelled = unmodelled_activations(model) if pass_ is Pass.TRAIN else None
-    train = pass_ is Pass.TRAIN and unmodelled is None
     label = "total (training step peak)" if train else (
         "total (without saved activations)" if pass_ is Pass.TRAIN else "total")
     tables = [Table(COLUMNS, rows, Row("", label, 0, {"bytes": whole, "exact": whole, "share": 1.0,
@@ -216,8 +254,18 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
             Row("", ACTIVATIONS, 0, {"bytes": saved, "exact": saved, "share": 1.0}), label_title="saved by layer kind"))
         meta["saved_by_kind"] = {kind: {"bytes": exact_bytes(b, values), "formula": str(b)}
                                  for kind, b in by_kind.items()}
-        notes.insert(0, "the total is the peak of a training step at the end of its forward (weights, the previous "
-                        "step's gradients, optimizer state and every activation saved for backward)")
+        totals = [exact_bytes(m.total, values) for m in moments]
+        highest = totals.index(max(totals))
+        tables.append(Table(COLUMNS, [
+            Row(m.name, m.name + (" (peak)" if i == highest else ""), 0,
+                {"bytes": n, "exact": n, "share": n / whole if whole else 0.0, "formula": str(m.total),
+                 "how": ", ".join(f"{c}: {exact_bytes(b, values):,}" for c, b in m.parts.items())})
+            for i, (m, n) in enumerate(zip(moments, totals))], label_title="moment of the step"))
+        meta["moments"] = {m.name: {"bytes": n, "parts": {str(c): exact_bytes(b, values) for c, b in m.parts.items()}}
+                           for m, n in zip(moments, totals)}
+        meta["peak_moment"] = moments[highest].name
+        notes.insert(0, f"the total is the peak of a training step after the first, at its {moments[highest].name} "
+                        "(the largest of the moments: docs/conventions.md, memory)")
     if gpu is not None:
         capacity = int(gpu.memory_gb * 10**9)
         fits = whole <= capacity
@@ -235,5 +283,6 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
     return Result(header, tables, {}, notes, meta)
 
 
-__all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "Optimizer", "STATES", "exact_bytes", "largest_fitting", "memory_kinds",
-           "memory_result", "saved_activations", "saved_by_kind", "unmodelled_activations"]
+__all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "OPT_BUFFER", "Optimizer", "STATES", "exact_bytes", "largest_fitting",
+           "memory_kinds", "memory_result", "saved_activations", "saved_by_kind", "training_moments",
+           "unmodelled_activations"]

@@ -32,15 +32,18 @@ def test_llama_params_by_hand():
 
 def test_llama_train_adamw():
     got = sizes(load(LLAMA), "train", optimizer="adamw")
-    bf16, saved = 2 * LLAMA_PARAMS, got.pop(ACTIVATIONS)
-    assert got == {"weights": bf16, "gradients": bf16, "optimizer state (adamw)": 2 * bf16, "total": 4 * bf16 + saved}
+    bf16, saved, total = 2 * LLAMA_PARAMS, got.pop(ACTIVATIONS), got.pop("total")
+    assert got == {"weights": bf16, "gradients": bf16, "optimizer state (adamw)": 2 * bf16,
+                   "optimizer-step buffer": bf16}
+    assert total >= max(4 * bf16 + saved, 5 * bf16)  # the moments: tests/analysis/test_memory_peak.py
 
 
 def test_llama_train_master_weights_and_sgd():
     got = sizes(load(LLAMA), "train", optimizer="adam", master=True)
     assert got["master weights"] == 4 * LLAMA_PARAMS
     assert got["optimizer state (adam)"] == 2 * 4 * LLAMA_PARAMS  # fp32 moments beside fp32 master weights
-    assert got["total"] == (2 + 2 + 4 + 8) * LLAMA_PARAMS + got[ACTIVATIONS]
+    assert got["optimizer-step buffer"] == 4 * LLAMA_PARAMS  # one fp32 moment's copy
+    assert got["total"] >= (2 + 2 + 4 + 8) * LLAMA_PARAMS + got[ACTIVATIONS]
     assert sizes(load(LLAMA), "train", optimizer="sgd")["optimizer state (sgd)"] == 0
 
 
