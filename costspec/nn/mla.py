@@ -47,10 +47,17 @@ class LatentAttention(nn.Module):
     or (absorb) `uk`, SDPA over the latent and `uv`; `proj`."""
 
     def __init__(self, shape: MlaShape, seq: int, bias: bool, causal: bool, absorb: bool, eager: bool,
-                 scale: float, math: bool = False):
+                 scale: float, math: bool = False, cache: tuple[int, int] | None = None):
         super().__init__()
         c, h, rq, r = shape.dim, shape.heads, shape.q_rank, shape.kv_rank
         self.shape, self.causal, self.absorb, self.eager, self.scale = shape, causal, absorb, eager, scale
+        if cache is not None:
+            # decode: one new token after `cached` earlier ones, whose normed latent and rotated shared key are
+            # buffers of random values; the new query sees every key (no mask)
+            batch, cached = cache
+            self.register_buffer("latent_cache", torch.randn(batch, cached, r), persistent=False)
+            self.register_buffer("rope_cache", torch.randn(batch, 1, cached, shape.rope), persistent=False)
+            self.causal = causal = False
         self.math = math  # SDPA on PyTorch's math kernel (`backend: math`)
         dq = h * (shape.nope + shape.rope)
         if rq:
@@ -83,15 +90,19 @@ class LatentAttention(nn.Module):
         latent = self.kv_norm(alias(latent))  # (B, S, r); its own alias: its scope closes with its input's gradient
         # q's and the shared key's rope dims rotated in one call: (B, h + 1, S, d_r)
         q_rot, k_rot = self.rope(torch.cat([q_rot, k_rot.view(b, 1, s, sh.rope)], dim=1)).split((h, 1), dim=1)
+        if hasattr(self, "latent_cache"):  # the new latent and shared key appended to the cached ones
+            latent = torch.cat([self.get_buffer("latent_cache"), latent], dim=1)
+            k_rot = torch.cat([self.get_buffer("rope_cache"), k_rot], dim=2)
+        sk = latent.shape[1]  # keys: the cached and the new ones
         if self.absorb:  # attention over the latent: one key/value head of r + d_r (keys) and r (values)
             query = torch.cat([self.uk(alias(q_nope)), q_rot], dim=-1)  # (B, h, S, r + d_r)
-            lat = latent.view(b, 1, s, r)
+            lat = latent.view(b, 1, sk, r)
             key, value = torch.cat([lat, k_rot], dim=-1), lat
         else:  # per-head keys and values from the latent
             kv = self.kv_b(alias(latent))  # its own alias: its scope closes before rope's backward opens
-            k_nope, value = kv.view(b, s, h, -1).transpose(1, 2).split((sh.nope, sh.v), dim=-1)
+            k_nope, value = kv.view(b, sk, h, -1).transpose(1, 2).split((sh.nope, sh.v), dim=-1)
             query = torch.cat([q_nope, q_rot], dim=-1)  # (B, h, S, d_n + d_r)
-            key = torch.cat([k_nope, k_rot.expand(b, h, s, sh.rope)], dim=-1)
+            key = torch.cat([k_nope, k_rot.expand(b, h, sk, sh.rope)], dim=-1)
         if self.eager:
             o = eager_attention(query, key, value, getattr(self, "mask", None), self.scale)
         else:

@@ -345,10 +345,12 @@ class MultiHeadLatentAttention(OpDef):
         from costspec.nn.mla import LatentAttention, MlaShape
 
         a, g = call.attrs, Geom.of(call)
-        if not is_zero(a.cache):
-            raise call.fail("the generated module has no key/value cache: validate, time and ncu run the model "
-                            "without one (prefill with no --context)", "cache", "cache: 0")
+        cached = ev(g.cached)
+        if cached and ev(g.s) != 1:
+            raise call.fail("the generated module's key/value cache serves one new token per sequence (--phase "
+                            "decode); a prefill after cached tokens is costed but not built", "cache",
+                            "cache: 0, or one new token")
         shape = MlaShape(ev(a.dim), ev(g.h), ev(g.rq), ev(g.r), ev(g.dn), ev(g.dr), ev(g.dv))
         scale = float(a.mscale) ** 2 / float(ev(g.dn + g.dr)) ** 0.5
         return LatentAttention(shape, ev(g.s), bool(a.bias), a.causal, bool(a.absorb), a.backend == Backend.EAGER,
-                               scale, a.backend == Backend.MATH)
+                               scale, a.backend == Backend.MATH, cache=(ev(g.b), cached) if cached else None)
