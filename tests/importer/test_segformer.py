@@ -12,7 +12,15 @@ from costspec.importer import import_hf
 
 transformers = pytest.importorskip("transformers")
 
-from tests.importer.check import BOOKKEEPING, assert_exact, assert_refused, hostile_sweep, import_and_check  # noqa: E402
+from costspec.model import loads  # noqa: E402
+from tests.importer.check import (  # noqa: E402
+    BOOKKEEPING,
+    assert_exact,
+    assert_refused,
+    hostile_sweep,
+    import_and_check,
+    write_config,
+)
 
 SMALL = dict(num_encoder_blocks=2, depths=[1, 2], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3],
              strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[4, 4], image_size=64)
@@ -53,6 +61,23 @@ def test_segformer_small_config_matches_transformers(tmp_path):
     text = import_hf(tmp_path / "config.json").text
     assert "--against hf:SegformerModel" in text and "kv: reduced" in text
     assert "precision: {dtype: bf16}  # the config names no dtype: bf16" in text
+
+
+def test_mit_b0_shaped_config_imports(tmp_path):
+    """A config as the published MiT-B0 checkpoint has it (an old key no class reads, float32, image_size 224): the
+    spec's grids, precision and parameters follow it (the parameters as counted by hand and by hf_coverage's
+    SegformerModel at these sizes)."""
+    data = segformer(num_encoder_blocks=4, depths=[2, 2, 2, 2], sr_ratios=[8, 4, 2, 1], hidden_sizes=[32, 64, 160, 256],
+                     patch_sizes=[7, 3, 3, 3], strides=[4, 2, 2, 2], num_attention_heads=[1, 2, 5, 8],
+                     mlp_ratios=[4, 4, 4, 4], image_size=224)
+    raw = data.to_dict() | {"downsampling_rates": [1, 4, 8, 16], "torch_dtype": "float32",
+                            "architectures": ["SegformerForImageClassification"]}
+    text = import_hf(write_config(raw, tmp_path)).text
+    assert "precision: {dtype: fp32}  # torch_dtype: float32" in text
+    values = {str(k): int(v) for k, v in loads(text).bind(1).items()}
+    assert [values[f"G{i}"] for i in range(1, 5)] == [56, 28, 14, 7]
+    _, params = by_hand(data, 1)
+    assert loads(text).evaluate("forward").params == params == 3_319_392
 
 
 @pytest.mark.slow

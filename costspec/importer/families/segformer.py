@@ -16,6 +16,7 @@ IGNORED = {
     "drop_path_rate": "stochastic depth: the identity in eval mode, as costspec counts",
     "decoder_hidden_size": "SegformerForSemanticSegmentation's decode head only (SegformerModel has none)",
     "semantic_loss_ignore_index": "the segmentation loss only",
+    "downsampling_rates": "in the published MiT configs; no transformers class reads it",
 }
 # (key, default) of the per-stage lists, one entry per stage (num_encoder_blocks of them)
 STAGE_LISTS = (("depths", [2, 2, 2, 2]), ("sr_ratios", [8, 4, 2, 1]), ("hidden_sizes", [32, 64, 160, 256]),
