@@ -15,7 +15,7 @@ TIMM = ("a timm backbone: DetrConvEncoder builds it with the timm library (TimmB
         "and a backbone_config of model_type resnet (transformers' ResNetBackbone)")
 DETR_GAPS = (
     "DetrModel does not run on meta: its encoder's attention mask (create_bidirectional_mask) tests "
-    "padding_mask.all(), a data-dependent value, so `validate --against` cannot count it",
+    "padding_mask.all(), a data-dependent value, so `validate --against` cannot count it on meta",
     "q and k project x + a position embedding while v projects x (the sine positions in the encoder, the object-query "
     "positions in the decoder, the spatial positions added to the encoder output for the cross-attention's keys): "
     "the attention op projects q, k and v from one input, or k and v from one `kv:` value",
