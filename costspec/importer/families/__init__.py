@@ -81,3 +81,5 @@ _register("yolos")  # yolos
 _register("beit")  # beit
 _register("bloom")  # bloom: BloomForCausalLM (ALiBi), LM head included
 _register("jamba")  # jamba: JambaForCausalLM (attention / Mamba, MoE / dense layers), LM head included
+_register("segformer")  # segformer: SegformerModel (the MiT encoder)
+_register("detr")  # detr: DetrModel, refused with the reasons (timm backbone; what is not modelled)
