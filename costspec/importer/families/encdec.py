@@ -1,8 +1,9 @@
-"""The encoder of T5 (T5EncoderModel); Whisper's whole encoder-decoder is whisper.py.
+"""The encoder of T5 (T5EncoderModel); Whisper's whole encoder-decoder is whisper.py, BART's bart.py.
 
-Only T5's encoder stack is imported: its decoder's embedding shares one table with the encoder's (`shared`),
-which a spec cannot write with two embedding layers; the config keys that describe the decoder are read as
-such and named in the spec's notes.
+Only T5's encoder stack is imported: the decoder's self-attention is causal with a relative-position bias of
+one-directional buckets, which the `attention` op refuses (causal or an additive bias, not both); the shared
+token table itself is writable (`embedding: {tied: true}`). The config keys that describe the decoder are
+read as such and named in the spec's notes.
 """
 from __future__ import annotations
 
