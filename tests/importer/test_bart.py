@@ -1,5 +1,5 @@
-"""Imported BART-like encoder-decoders against their transformers classes on meta: BartForConditionalGeneration
-and MBartForConditionalGeneration, whole (the encoder, the decoder over decoder_input_ids, one token table
+"""Imported BART-like encoder-decoders against their transformers classes on meta: Bart-, MBart- and
+PegasusForConditionalGeneration, whole (the encoder, the decoder over decoder_input_ids, one token table
 shared by both lookups and the LM head). Forward and train: no failing row, matmul FLOPs and parameters
 exactly equal. Refusals name the key; random valid configs (slow)."""
 from __future__ import annotations
@@ -36,6 +36,7 @@ CONFIGS = {
     "bart_scaled_relu": lambda: transformers.BartConfig(**{**SMALL, "decoder_layers": 1, "decoder_attention_heads": 2},
                                                         scale_embedding=True, activation_function="relu"),
     "mbart": lambda: transformers.MBartConfig(**SMALL),
+    "pegasus": lambda: transformers.PegasusConfig(**SMALL),  # frozen sinusoidal positions, no embedding norm
 }
 
 
@@ -93,11 +94,11 @@ def test_bart_default_config_keys_hostile(tmp_path):
 @given(heads=st.integers(1, 4), dheads=st.integers(1, 4), per_head=st.sampled_from([2, 4]),
        layers=st.integers(1, 2), dlayers=st.integers(1, 2), ffn=st.integers(4, 40), vocab=st.integers(8, 64),
        positions=st.integers(4, 12), scaled=st.booleans(), act=st.sampled_from(["gelu", "relu", "silu"]),
-       mbart=st.booleans(), batch=st.integers(1, 3))
-def test_random_bart_configs(heads, dheads, per_head, layers, dlayers, ffn, vocab, positions, scaled, act, mbart,
+       kind=st.sampled_from(["BartConfig", "MBartConfig", "PegasusConfig"]), batch=st.integers(1, 3))
+def test_random_bart_configs(heads, dheads, per_head, layers, dlayers, ffn, vocab, positions, scaled, act, kind,
                              batch):
     width = heads * dheads * per_head  # both head counts divide it
-    config = (transformers.MBartConfig if mbart else transformers.BartConfig)(
+    config = getattr(transformers, kind)(
         d_model=width, encoder_attention_heads=heads, decoder_attention_heads=dheads, encoder_layers=layers,
         decoder_layers=dlayers, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn + 1, vocab_size=vocab,
         max_position_embeddings=positions, scale_embedding=scaled, activation_function=act, **IDS)

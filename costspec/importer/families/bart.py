@@ -1,12 +1,13 @@
-"""BART-like encoder-decoders, whole (BartForConditionalGeneration, MBartForConditionalGeneration): one template
+"""BART-like encoder-decoders, whole (Bart-, MBart-, PegasusForConditionalGeneration): one template
 driven by a per-family table of switches (`Seq2Seq`).
 
 The encoder reads the token ids: the token embedding (a lookup of `model.shared`'s table, times embed_scale),
-learned positions (a (max_position_embeddings + 2) x d_model table: BART's offset of 2 rows), a LayerNorm of the
-embeddings (`layernorm_embedding`), post-LN (BART) or pre-LN (mBART, with a final LayerNorm) blocks, saved as
-`enc`. The decoder reads its token ids as a second model input (`decoder_input_ids`, T tokens): a second lookup
-of the same table (`embedding` with `tied: true`: its parameters counted once), positions, blocks of causal
-self-attention, cross-attention over `enc` and an MLP, and the LM head tied to the table.
+positions (BART's and mBART's learned (max_position_embeddings + 2) x d_model table, with BART's offset of 2
+rows; Pegasus's frozen sinusoidal table), a LayerNorm of the embeddings (`layernorm_embedding`; not Pegasus),
+post-LN (BART) or pre-LN (mBART, Pegasus: with a final LayerNorm) blocks, saved as `enc`. The decoder reads
+its token ids as a second model input (`decoder_input_ids`, T tokens): a second lookup of the same table
+(`embedding` with `tied: true`: its parameters counted once), positions, blocks of causal self-attention,
+cross-attention over `enc` and an MLP, and the LM head tied to the table.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ IGNORED = {
     "add_bias_logits": "a legacy key the transformers class ignores",
     "add_final_layer_norm": "a legacy key the transformers class ignores (the family fixes its final norms)",
     "normalize_embedding": "a legacy key the transformers class ignores (layernorm_embedding is always built)",
-    "static_position_embeddings": "a legacy key the transformers class ignores (positions are learned)",
+    "static_position_embeddings": "a legacy key the transformers class ignores (the family fixes its positions)",
     "extra_pos_embeddings": "a legacy key the transformers class ignores (the offset of 2 is fixed)",
 }
 REFUSED = ("tie_word_embeddings false: the untied model holds four tables (model.shared, which no forward reads, "
@@ -47,7 +48,10 @@ QSCALE = "the spec scales once, in the SDPA"
 class Seq2Seq:
     """What sets one BART-like family apart: `model_type`, its transformers class (`whole`) and class prefix;
     `pre_norm`: LayerNorm before each sub-layer (and a final LayerNorm per stack) instead of after it;
-    `scale_default`: the config class's scale_embedding default."""
+    `scale_default`: the config class's scale_embedding default; `sinusoidal`: a frozen sinusoidal table of
+    max_position_embeddings rows looked up with [S] ids (Pegasus) instead of BART's learned table with its
+    offset of 2 rows looked up with [B, S] ids; `embed_norm`: a LayerNorm of the embeddings
+    (layernorm_embedding)."""
 
     model_type: str
     whole: str
@@ -55,12 +59,17 @@ class Seq2Seq:
     pre_norm: bool
     scale_default: bool
     blurb: str
+    sinusoidal: bool = False
+    embed_norm: bool = True
 
 
 BART = Seq2Seq("bart", "BartForConditionalGeneration", "Bart", pre_norm=False, scale_default=False,
                blurb="post-LN blocks")
 MBART = Seq2Seq("mbart", "MBartForConditionalGeneration", "MBart", pre_norm=True, scale_default=False,
                 blurb="pre-LN blocks and a final LayerNorm per stack")
+PEGASUS = Seq2Seq("pegasus", "PegasusForConditionalGeneration", "Pegasus", pre_norm=True, scale_default=False,
+                  blurb="pre-LN blocks and a final LayerNorm per stack, no LayerNorm of the embeddings",
+                  sinusoidal=True, embed_norm=False)
 
 
 def _sub(t: Seq2Seq, norm: str, layer: str) -> str:
@@ -95,9 +104,12 @@ def _stack(t: Seq2Seq, which: str, cfg_scale: bool, ids: str, tied: bool, L: str
              f"- scale: {{by: {scale}}}  # embed_scale ({'sqrt(d_model)' if cfg_scale else 'scale_embedding false'}: "
              "transformers multiplies anyway)",
              f"  name: {which}_embed_scale",
-             "- position_embedding: {length: P + 2}  # learned positions; the first 2 rows are BART's offset",
+             ("- position_embedding: {length: P, trainable: false}  # a frozen sinusoidal table: counted, never "
+              "trained" if t.sinusoidal else
+              "- position_embedding: {length: P + 2}  # learned positions; the first 2 rows are BART's offset"),
              f"  name: {which}_positions", f"  source: model.{which}.embed_positions",
-             "- layernorm: {}", f"  name: {which}_layernorm_embedding", f"  source: model.{which}.layernorm_embedding",
+             *(["- layernorm: {}", f"  name: {which}_layernorm_embedding",
+                f"  source: model.{which}.layernorm_embedding"] if t.embed_norm else []),
              f"- repeat: {L}", f"  name: {which}", f"  body: {body}", f"  source: model.{which}.layers"]
     if t.pre_norm:
         lines += ["- layernorm: {}", f"  name: {which}_layer_norm", f"  source: model.{which}.layer_norm"]
@@ -107,7 +119,17 @@ def _stack(t: Seq2Seq, which: str, cfg_scale: bool, ids: str, tied: bool, L: str
 
 
 def _ignores(t: Seq2Seq) -> str:
-    return """\
+    head = """\
+- module: ""
+  extra: {add: "B*T*V"}
+  pass: forward
+  reason: >-
+    the model adds final_logits_bias, a (1, vocab) buffer of zeros (no parameter, no gradient), to the
+    B*T*V logits: one add per logit that the spec leaves out
+"""
+    if t.sinusoidal:  # looked up with [S] ids under no_grad: added as the spec adds it
+        return head
+    return head + """\
 - module: model.encoder.embed_positions
   extra: {bias_grad: "-B*S*C*min(1, B - 1)", scatter_add: "(B - 1)*S*C"}
   pass: backward
@@ -115,12 +137,6 @@ def _ignores(t: Seq2Seq) -> str:
     the encoder looks its positions up with ids expanded to [B, S] (the decoder's are [1, T]): the rows are
     added without a broadcast, so autograd sums no batch, and the lookup's backward scatter-adds all B*S*C
     gradient rows into the table (the spec's position table sums the batch, then scatter-adds S*C rows)
-- module: ""
-  extra: {add: "B*T*V"}
-  pass: forward
-  reason: >-
-    the model adds final_logits_bias, a (1, vocab) buffer of zeros (no parameter, no gradient), to the
-    B*T*V logits: one add per logit that the spec leaves out
 """
 
 
@@ -149,7 +165,8 @@ def build(t: Seq2Seq, cfg: HFConfig) -> str:
     spec.dim("S", P, f"encoder tokens (input_ids; at most max_position_embeddings = {P})", "max_position_embeddings")
     spec.dim("T", P, f"decoder tokens (decoder_input_ids; at most max_position_embeddings = {P})",
              "max_position_embeddings")
-    spec.dim("P", P, "position table length, less BART's offset of 2 rows", "max_position_embeddings")
+    spec.dim("P", P, "position table length" + ("" if t.sinusoidal else ", less BART's offset of 2 rows"),
+             "max_position_embeddings")
     spec.dim("C", C, "width", "d_model")
     spec.dim("heads", eheads, "encoder attention heads", "encoder_attention_heads")
     spec.dim("dheads", dheads, "decoder attention heads", "decoder_attention_heads")
@@ -166,8 +183,9 @@ def build(t: Seq2Seq, cfg: HFConfig) -> str:
         spec.precision(DEFAULT_DTYPE, "the config names no dtype: bf16, as these models are run (--dtype to change)")
     spec.input(["B", "S"], "the encoder's token ids (input_ids)")
     spec.further_input("decoder_input_ids", ["B", "T"], "the decoder's token ids (passed by name)")
+    positions = "frozen sinusoidal positions" if t.sinusoidal else "learned positions"
     spec.doc = (f"{t.prefix} encoder-decoder imported from a Hugging Face config: one token table shared by the "
-                f"encoder's and the decoder's lookups and the LM head, learned positions, {t.blurb}; the encoder "
+                f"encoder's and the decoder's lookups and the LM head, {positions}, {t.blurb}; the encoder "
                 f"({L} blocks of width {C}, {eheads} heads, {fn} MLP) and the decoder ({LD} blocks of causal "
                 f"self-attention, cross-attention over the encoder's states and {fn} MLP), then the tied LM head")
     spec.block("encoder_block", _block(t, "heads", "F", fn, cross=False))
@@ -195,4 +213,4 @@ def family(t: Seq2Seq) -> Family:
                   architectures=(t.whole, f"{t.prefix}Model"), refused=REFUSED, keys=KEYS)
 
 
-FAMILY_LIST = (family(BART), family(MBART))
+FAMILY_LIST = (family(BART), family(MBART), family(PEGASUS))
