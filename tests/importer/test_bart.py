@@ -1,5 +1,5 @@
-"""Imported BART-like encoder-decoders against their transformers classes on meta: Bart-, MBart- and
-PegasusForConditionalGeneration, whole (the encoder, the decoder over decoder_input_ids, one token table
+"""Imported BART-like encoder-decoders against their transformers classes on meta: Bart-, MBart-,
+PegasusForConditionalGeneration and MarianMTModel, whole (the encoder, the decoder over decoder_input_ids, one token table
 shared by both lookups and the LM head). Forward and train: no failing row, matmul FLOPs and parameters
 exactly equal. Refusals name the key; random valid configs (slow)."""
 from __future__ import annotations
@@ -37,6 +37,7 @@ CONFIGS = {
                                                         scale_embedding=True, activation_function="relu"),
     "mbart": lambda: transformers.MBartConfig(**SMALL),
     "pegasus": lambda: transformers.PegasusConfig(**SMALL),  # frozen sinusoidal positions, no embedding norm
+    "marian": lambda: transformers.MarianConfig(**SMALL, decoder_vocab_size=50),  # the same, post-LN
 }
 
 
@@ -80,10 +81,21 @@ def test_bart_refusals_name_the_key(tmp_path, capsys, key, value, message):
     assert_refused(tmp_path, capsys, {**transformers.BartConfig(**SMALL).to_dict(), key: value}, message, key)
 
 
-def test_bart_default_config_keys_hostile(tmp_path):
-    """Each key of transformers' default BartConfig, given hostile values in turn: a spec that loads, or an
+@pytest.mark.parametrize("key, value, message", [
+    ("share_encoder_decoder_embeddings", False, "false: the decoder then looks up a table of its own"),
+    ("decoder_vocab_size", 60, "decoder_vocab_size = 60 differs from vocab_size = 50"),
+])
+def test_marian_with_a_decoder_table_of_its_own_is_refused(tmp_path, capsys, key, value, message):
+    data = {**transformers.MarianConfig(**SMALL, decoder_vocab_size=50).to_dict(), key: value}
+    assert_refused(tmp_path, capsys, data, message, key)
+
+
+@pytest.mark.parametrize("kind", ["BartConfig"] + [pytest.param(k, marks=pytest.mark.slow)
+                                                   for k in ("MBartConfig", "PegasusConfig", "MarianConfig")])
+def test_default_config_keys_hostile(kind, tmp_path):
+    """Each key of the family's default config, given hostile values in turn: a spec that loads, or an
     ImportProblem naming the file (never another exception)."""
-    base = {**transformers.BartConfig().to_dict(), "encoder_layers": 2, "decoder_layers": 2}
+    base = {**getattr(transformers, kind)().to_dict(), "encoder_layers": 2, "decoder_layers": 2}
     keys = read_keys(base)
     refused, _ = hostile_sweep(base, tmp_path, keys, per_key=2)
     assert refused > len(keys) // 2
@@ -94,14 +106,15 @@ def test_bart_default_config_keys_hostile(tmp_path):
 @given(heads=st.integers(1, 4), dheads=st.integers(1, 4), per_head=st.sampled_from([2, 4]),
        layers=st.integers(1, 2), dlayers=st.integers(1, 2), ffn=st.integers(4, 40), vocab=st.integers(8, 64),
        positions=st.integers(4, 12), scaled=st.booleans(), act=st.sampled_from(["gelu", "relu", "silu"]),
-       kind=st.sampled_from(["BartConfig", "MBartConfig", "PegasusConfig"]), batch=st.integers(1, 3))
+       kind=st.sampled_from(["BartConfig", "MBartConfig", "PegasusConfig", "MarianConfig"]), batch=st.integers(1, 3))
 def test_random_bart_configs(heads, dheads, per_head, layers, dlayers, ffn, vocab, positions, scaled, act, kind,
                              batch):
     width = heads * dheads * per_head  # both head counts divide it
     config = getattr(transformers, kind)(
         d_model=width, encoder_attention_heads=heads, decoder_attention_heads=dheads, encoder_layers=layers,
         decoder_layers=dlayers, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn + 1, vocab_size=vocab,
-        max_position_embeddings=positions, scale_embedding=scaled, activation_function=act, **IDS)
+        max_position_embeddings=positions, scale_embedding=scaled, activation_function=act, **IDS,
+        **({"decoder_vocab_size": vocab} if kind == "MarianConfig" else {}))
     with tempfile.TemporaryDirectory() as folder:
         _, results = import_and_check(config, Path(folder), batch=batch)
         assert_exact(results)

@@ -1,10 +1,10 @@
-"""BART-like encoder-decoders, whole (Bart-, MBart-, PegasusForConditionalGeneration): one template
+"""BART-like encoder-decoders, whole (Bart-, MBart-, PegasusForConditionalGeneration, MarianMTModel): one template
 driven by a per-family table of switches (`Seq2Seq`).
 
 The encoder reads the token ids: the token embedding (a lookup of `model.shared`'s table, times embed_scale),
 positions (BART's and mBART's learned (max_position_embeddings + 2) x d_model table, with BART's offset of 2
-rows; Pegasus's frozen sinusoidal table), a LayerNorm of the embeddings (`layernorm_embedding`; not Pegasus),
-post-LN (BART) or pre-LN (mBART, Pegasus: with a final LayerNorm) blocks, saved as `enc`. The decoder reads
+rows; Pegasus's and Marian's frozen sinusoidal table), a LayerNorm of the embeddings (not Pegasus, Marian),
+post-LN (BART, Marian) or pre-LN (mBART, Pegasus: with a final LayerNorm) blocks, saved as `enc`. The decoder reads
 its token ids as a second model input (`decoder_input_ids`, T tokens): a second lookup of the same table
 (`embedding` with `tied: true`: its parameters counted once), positions, blocks of causal self-attention,
 cross-attention over `enc` and an MLP, and the LM head tied to the table.
@@ -51,7 +51,8 @@ class Seq2Seq:
     `scale_default`: the config class's scale_embedding default; `sinusoidal`: a frozen sinusoidal table of
     max_position_embeddings rows looked up with [S] ids (Pegasus) instead of BART's learned table with its
     offset of 2 rows looked up with [B, S] ids; `embed_norm`: a LayerNorm of the embeddings
-    (layernorm_embedding)."""
+    (layernorm_embedding); `separate_vocab`: the family can give the decoder its own table (Marian's
+    share_encoder_decoder_embeddings and decoder_vocab_size), which the template refuses."""
 
     model_type: str
     whole: str
@@ -61,6 +62,7 @@ class Seq2Seq:
     blurb: str
     sinusoidal: bool = False
     embed_norm: bool = True
+    separate_vocab: bool = False
 
 
 BART = Seq2Seq("bart", "BartForConditionalGeneration", "Bart", pre_norm=False, scale_default=False,
@@ -70,6 +72,9 @@ MBART = Seq2Seq("mbart", "MBartForConditionalGeneration", "MBart", pre_norm=True
 PEGASUS = Seq2Seq("pegasus", "PegasusForConditionalGeneration", "Pegasus", pre_norm=True, scale_default=False,
                   blurb="pre-LN blocks and a final LayerNorm per stack, no LayerNorm of the embeddings",
                   sinusoidal=True, embed_norm=False)
+MARIAN = Seq2Seq("marian", "MarianMTModel", "Marian", pre_norm=False, scale_default=False,
+                 blurb="post-LN blocks, no LayerNorm of the embeddings", sinusoidal=True, embed_norm=False,
+                 separate_vocab=True)
 
 
 def _sub(t: Seq2Seq, norm: str, layer: str) -> str:
@@ -160,6 +165,16 @@ def build(t: Seq2Seq, cfg: HFConfig) -> str:
                                                 "no forward reads, besides the encoder's, the decoder's and the "
                                                 "head's); a spec counts only layers that run (expected true)")
     scaled = cfg.get_bool("scale_embedding", t.scale_default)
+    V = cfg.get_int("vocab_size", 50265)
+    if t.separate_vocab:
+        if not cfg.get_bool("share_encoder_decoder_embeddings", True):
+            raise cfg.refuse("share_encoder_decoder_embeddings", "false: the decoder then looks up a table of its own "
+                                                                 "(decoder_vocab_size rows), which this template does "
+                                                                 "not write (expected true)")
+        if cfg.get_int("decoder_vocab_size", V) != V:
+            raise ImportProblem(f"{cfg.where('decoder_vocab_size')} = {cfg.get('decoder_vocab_size')!r} differs from "
+                                f"vocab_size = {V}: with share_encoder_decoder_embeddings the decoder looks up the "
+                                "shared table of vocab_size rows (expected them equal)")
     P = cfg.get_int("max_position_embeddings", 1024)
     spec.dim("B", 1, "batch size")
     spec.dim("S", P, f"encoder tokens (input_ids; at most max_position_embeddings = {P})", "max_position_embeddings")
@@ -174,7 +189,7 @@ def build(t: Seq2Seq, cfg: HFConfig) -> str:
     spec.dim("FD", cfg.get_int("decoder_ffn_dim", 4096), "decoder MLP hidden size", "decoder_ffn_dim")
     spec.dim("L", L, "encoder blocks", "encoder_layers")
     spec.dim("LD", LD, "decoder blocks", "decoder_layers")
-    spec.dim("V", cfg.get_int("vocab_size", 50265), "vocabulary size", "vocab_size")
+    spec.dim("V", V, "vocabulary size", "vocab_size")
     if cfg.get("activation_function") == "gelu_new":
         spec.note(GELU_NEW_NOTE.replace("hidden activation", "activation_function"))
     if cfg.dtype_source == "--dtype" or cfg.get("torch_dtype") is not None or cfg.get("dtype") is not None:
@@ -203,14 +218,16 @@ def build(t: Seq2Seq, cfg: HFConfig) -> str:
 KEYS = (layers("encoder_layers"), layers("decoder_layers"), layers("num_hidden_layers"),
         heads("encoder_attention_heads", "d_model"), heads("decoder_attention_heads", "d_model"),
         size("encoder_ffn_dim"), size("decoder_ffn_dim"), size("d_model"), size("max_position_embeddings"),
-        size("vocab_size"))
+        size("vocab_size"), size("decoder_vocab_size"))
 
 
 def family(t: Seq2Seq) -> Family:
+    refused = REFUSED + (("share_encoder_decoder_embeddings false (the decoder's own table)",
+                          "decoder_vocab_size other than vocab_size") if t.separate_vocab else ())
     return Family((t.model_type,), t.whole, lambda cfg: build(t, cfg),
                   f"{t.prefix} encoder-decoder with its LM head, one token table shared by the encoder, the decoder "
                   "and the head; the decoder's T tokens are a second input, decoder_input_ids",
-                  architectures=(t.whole, f"{t.prefix}Model"), refused=REFUSED, keys=KEYS)
+                  architectures=(t.whole, f"{t.prefix}Model"), refused=refused, keys=KEYS)
 
 
-FAMILY_LIST = (family(BART), family(MBART), family(PEGASUS))
+FAMILY_LIST = (family(BART), family(MBART), family(PEGASUS), family(MARIAN))
