@@ -70,6 +70,67 @@ def test_bart_is_the_whole_model_with_one_shared_table(tmp_path):
     assert back["decoder_embed"].cuda_flops == T * C + V * C  # its rows scattered, its table gradient added
 
 
+# facebook/bart-large's config.json on the hub (transformers 4.12): legacy keys its config class no longer reads
+BART_LARGE_HUB = {'_name_or_path': 'bart-large',
+ 'activation_dropout': 0.1,
+ 'activation_function': 'gelu',
+ 'add_bias_logits': False,
+ 'add_final_layer_norm': False,
+ 'architectures': ['BartModel'],
+ 'attention_dropout': 0.1,
+ 'bos_token_id': 0,
+ 'classif_dropout': 0.1,
+ 'classifier_dropout': 0.0,
+ 'd_model': 1024,
+ 'decoder_attention_heads': 16,
+ 'decoder_ffn_dim': 4096,
+ 'decoder_layerdrop': 0.0,
+ 'decoder_layers': 12,
+ 'decoder_start_token_id': 2,
+ 'dropout': 0.1,
+ 'early_stopping': True,
+ 'encoder_attention_heads': 16,
+ 'encoder_ffn_dim': 4096,
+ 'encoder_layerdrop': 0.0,
+ 'encoder_layers': 12,
+ 'eos_token_id': 2,
+ 'forced_eos_token_id': 2,
+ 'gradient_checkpointing': False,
+ 'id2label': {'0': 'LABEL_0', '1': 'LABEL_1', '2': 'LABEL_2'},
+ 'init_std': 0.02,
+ 'is_encoder_decoder': True,
+ 'label2id': {'LABEL_0': 0, 'LABEL_1': 1, 'LABEL_2': 2},
+ 'max_position_embeddings': 1024,
+ 'model_type': 'bart',
+ 'no_repeat_ngram_size': 3,
+ 'normalize_before': False,
+ 'num_beams': 4,
+ 'num_hidden_layers': 12,
+ 'output_past': False,
+ 'pad_token_id': 1,
+ 'scale_embedding': False,
+ 'task_specific_params': {'summarization': {'length_penalty': 1.0,
+                                            'max_length': 128,
+                                            'min_length': 12,
+                                            'num_beams': 4}},
+ 'torch_dtype': 'float32',
+ 'transformers_version': '4.12.0.dev0',
+ 'use_cache': True,
+ 'vocab_size': 50265}
+
+
+def test_bart_large_hub_config_imports_with_its_parameter_count(tmp_path):
+    """The hub config's legacy keys are understood; its torch_dtype is kept; the parameters are
+    BartForConditionalGeneration's 406,291,456 (the count transformers builds from this file on meta), which
+    the dims give: one V*C table, two (P+2)*C position tables, the two embedding LayerNorms, the blocks."""
+    model = loads(import_hf(write_config(BART_LARGE_HUB, tmp_path)).text)
+    assert model.precision.dtype == "fp32"
+    V, C, P, F, L = 50265, 1024, 1024, 4096, 12
+    attention, mlp, norm = 4 * (C * C + C), 2 * C * F + F + C, 2 * C
+    want = V * C + 2 * (P + 2) * C + 2 * norm + L * (attention + mlp + 2 * norm) + L * (2 * attention + mlp + 3 * norm)
+    assert model.evaluate().params == want == 406_291_456
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("tie_word_embeddings", False, "the untied BartForConditionalGeneration holds four tables"),
     ("activation_function", "mish", "activation_function"),

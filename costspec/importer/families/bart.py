@@ -22,7 +22,8 @@ NOT_IN_EVAL = "a training-time drop; costspec counts the model as it runs in eva
 HEADS = "a sequence-classification / question-answering head's setting, not the conditional-generation model's"
 IGNORED = {
     "encoder_layerdrop": NOT_IN_EVAL, "decoder_layerdrop": NOT_IN_EVAL,
-    "classifier_dropout": HEADS, "num_labels": HEADS,
+    "classifier_dropout": HEADS, "classif_dropout": HEADS, "num_labels": HEADS,
+    "output_past": "a legacy generation flag (use_cache)",
     "init_std": "initialisation only",
     "is_encoder_decoder": "the model is an encoder-decoder: the spec is both",
     "forced_eos_token_id": "a generation setting (which token ends the output): not the forward's cost",
