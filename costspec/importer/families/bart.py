@@ -17,6 +17,7 @@ from costspec.importer.config import HFConfig, ImportProblem, heads, layers, siz
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.families.encdec import seq2seq_block
 
 NOT_IN_EVAL = "a training-time drop; costspec counts the model as it runs in eval mode"
 HEADS = "a sequence-classification / question-answering head's setting, not the conditional-generation model's"
@@ -76,27 +77,6 @@ PEGASUS = Seq2Seq("pegasus", "PegasusForConditionalGeneration", "Pegasus", pre_n
 MARIAN = Seq2Seq("marian", "MarianMTModel", "Marian", pre_norm=False, scale_default=False,
                  blurb="post-LN blocks, no LayerNorm of the embeddings", sinusoidal=True, embed_norm=False,
                  separate_vocab=True)
-
-
-def _sub(t: Seq2Seq, norm: str, layer: str) -> str:
-    """One residual sub-layer with its LayerNorm before (pre-LN) or after (post-LN) the residual add."""
-    body = "\n".join("    " + line for line in layer.splitlines())
-    if t.pre_norm:
-        return f"- residual:\n    - layernorm: {{}}\n      source: {norm}\n{body}\n"
-    return f"- residual:\n{body}\n- layernorm: {{}}\n  source: {norm}\n"
-
-
-def _block(t: Seq2Seq, heads: str, hidden: str, fn: str, cross: bool) -> str:
-    """One encoder (or, `cross`, decoder) block: self-attention (causal in the decoder), cross-attention over
-    `enc`, MLP; q, k, v and out_proj with biases."""
-    causal = ", causal: true" if cross else ""
-    text = _sub(t, "self_attn_layer_norm", f"- attention: {{heads: {heads}, fused_qkv: false{causal}}}\n"
-                                          "  source: self_attn")
-    if cross:  # queries from the decoder's T tokens, keys and values from the encoder's S states
-        text += _sub(t, "encoder_attn_layer_norm", f"- attention: {{heads: {heads}, kv: enc, fused_qkv: false}}\n"
-                                                   "  source: encoder_attn")
-    return text + _sub(t, "final_layer_norm", f"- mlp: {{hidden: {hidden}, fn: {fn}}}  # fc1 -> activation -> fc2\n"
-                                              "  source: [fc1, fc2]")
 
 
 def _stack(t: Seq2Seq, which: str, cfg_scale: bool, ids: str, tied: bool, L: str, body: str, last: str) -> str:
@@ -204,8 +184,8 @@ def build(t: Seq2Seq, cfg: HFConfig) -> str:
                 f"encoder's and the decoder's lookups and the LM head, {positions}, {t.blurb}; the encoder "
                 f"({L} blocks of width {C}, {eheads} heads, {fn} MLP) and the decoder ({LD} blocks of causal "
                 f"self-attention, cross-attention over the encoder's states and {fn} MLP), then the tied LM head")
-    spec.block("encoder_block", _block(t, "heads", "F", fn, cross=False))
-    spec.block("decoder_block", _block(t, "dheads", "FD", fn, cross=True))
+    spec.block("encoder_block", seq2seq_block("heads", "F", fn, cross=False, pre_norm=t.pre_norm))
+    spec.block("decoder_block", seq2seq_block("dheads", "FD", fn, cross=True, pre_norm=t.pre_norm))
     spec.header.append(f"# `source:` and `ignore:` name modules of transformers' {t.whole}; validate --against "
                        "passes decoder_input_ids (the spec's second input) by name")
     spec.ignore(_ignores(t))
