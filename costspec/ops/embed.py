@@ -56,7 +56,7 @@ class Embedding(OpDef):
            "FLOPs; its backward scatter-adds the output gradient into the table rows. Optional segment "
            "(token type) table, looked up with the default all-zero segment ids and added (BERT). With tied: true "
            "it looks up the table of the spec's earlier untied embedding layer (an encoder-decoder's decoder "
-           "reading the encoder's table: T5, BART): the table's parameters counted once, its gradient from this "
+           "reading the encoder's table: BART, T5): the table's parameters counted once, its gradient from this "
            "lookup added into the table's.")
     default_name = "embed"
 
@@ -70,8 +70,8 @@ class Embedding(OpDef):
         Attr("dim", "size", "embedding dim"),
         Attr("segments", "count", "segment (token type) embeddings added, BERT's type_vocab_size; 0 (default): "
              "none. Costed with the default all-zero segment ids", default=0),
-        Attr("tied", "bool", "share the token table of the spec's earlier untied embedding layer (T5's and BART's "
-             "decoder read the encoder's table)", default=False),
+        Attr("tied", "bool", "share the token table of the spec's earlier untied embedding layer (BART's decoder "
+             "reads the encoder's table)", default=False),
     )
 
     def _has_segments(self, call: OpCall) -> bool:
@@ -278,7 +278,7 @@ class LmHead(OpDef):
     runtime = GEMM_RUNTIME
     attrs = (
         Attr("vocab", "size", "vocabulary size (output features)"),
-        Attr("tied", "bool", "share the weight of the spec's embedding layer (GPT-2)", default=False),
+        Attr("tied", "bool", "share the weight of the spec's untied embedding layer (GPT-2, BART)", default=False),
         Attr("bias", "bool", "add a learned bias", default=False),
     )
 

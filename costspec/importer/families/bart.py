@@ -43,8 +43,6 @@ REFUSED = ("tie_word_embeddings false: the untied model holds four tables (model
            "num_hidden_layers other than encoder_layers")
 DEFAULT_DTYPE = "bf16"
 
-QSCALE = "the spec scales once, in the SDPA"
-
 
 @dataclass(frozen=True)
 class Seq2Seq:
