@@ -54,7 +54,10 @@ class Embedding(OpDef):
     name = "embedding"
     doc = ("Token embedding (nn.Embedding): integer token ids [B, S] -> [B, S, dim], a table lookup with no "
            "FLOPs; its backward scatter-adds the output gradient into the table rows. Optional segment "
-           "(token type) table, looked up with the default all-zero segment ids and added (BERT).")
+           "(token type) table, looked up with the default all-zero segment ids and added (BERT). With tied: true "
+           "it looks up the table of the spec's earlier untied embedding layer (an encoder-decoder's decoder "
+           "reading the encoder's table: BART, T5): the table's parameters counted once, its gradient from this "
+           "lookup added into the table's.")
     default_name = "embed"
 
     def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
@@ -67,6 +70,8 @@ class Embedding(OpDef):
         Attr("dim", "size", "embedding dim"),
         Attr("segments", "count", "segment (token type) embeddings added, BERT's type_vocab_size; 0 (default): "
              "none. Costed with the default all-zero segment ids", default=0),
+        Attr("tied", "bool", "share the token table of the spec's earlier untied embedding layer (BART's decoder "
+             "reads the encoder's table)", default=False),
     )
 
     def _has_segments(self, call: OpCall) -> bool:
@@ -80,14 +85,31 @@ class Embedding(OpDef):
         a = call.attrs
         n = numel(call.in_shape) * a.dim
         work = pointwise("add", n) if self._has_segments(call) else Work()
-        return [Part("", work, a.vocab * a.dim + a.segments * a.dim)]
+        return [Part("", work, (ZERO if a.tied else a.vocab * a.dim) + a.segments * a.dim)]
 
     def backward(self, call: OpCall, input_grad: bool):
         """d(table) = the output gradient scatter-added into the looked-up rows (ids need no gradient);
-        the segment row's gradient sums the output gradient over all tokens."""
-        n = numel(call.in_shape) * call.attrs.dim
+        the segment row's gradient sums the output gradient over all tokens. Tied: this lookup's table
+        gradient is a second one, which autograd adds to the table's (one add per table element, charged here)."""
+        a = call.attrs
+        n = numel(call.in_shape) * a.dim
         work = pointwise("scatter_add", n)
-        return [Part("", work + pointwise("bias_grad", n) if self._has_segments(call) else work)]
+        if self._has_segments(call):
+            work = work + pointwise("bias_grad", n)
+        return [Part("", work + pointwise("add", a.vocab * a.dim) if a.tied else work)]
+
+    def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
+        """NB: autograd adds a shared table's gradients as they arrive, in backward order (the reverse of the
+        layers'): a tied lookup's gradient is added when the next one arrives, in the backward of the
+        embedding layer before it."""
+        a = call.attrs
+        if pass_ != Phase.BACKWARD or not a.tied:
+            return []
+        text = ("autograd sums the shared table's gradients (one add per table element, costspec charges it to the "
+                "tied lookup) when the next gradient arrives, in the backward of the embedding layer before it")
+        table = a.vocab * a.dim
+        return [Reconcile("tied-weight-grad-sum", "", pointwise("add", -table), text),
+                Reconcile("tied-weight-grad-sum", "", pointwise("add", table), text, measured_in="embedding")]
 
     def traffic(self, call: OpCall, pass_: Phase, input_grad: bool, fusion: Fusion):
         """Forward: reads the ids and the looked-up rows (and the segment row), writes the embeddings.
@@ -105,6 +127,12 @@ class Embedding(OpDef):
         import torch
 
         return torch.randint(0, ev(call.attrs.vocab), shape, device=device, dtype=torch.int64)
+
+    def tied_to(self, call: OpCall):
+        return "embedding" if call.attrs.tied else None
+
+    def tie(self, call: OpCall, module, source) -> None:
+        module.weight = source.weight  # the same Parameter: one table, two lookups
 
     def build(self, call: OpCall, ev):
         from costspec.nn.embed import TokenEmbedding
@@ -250,7 +278,7 @@ class LmHead(OpDef):
     runtime = GEMM_RUNTIME
     attrs = (
         Attr("vocab", "size", "vocabulary size (output features)"),
-        Attr("tied", "bool", "share the weight of the spec's embedding layer (GPT-2)", default=False),
+        Attr("tied", "bool", "share the weight of the spec's untied embedding layer (GPT-2, BART)", default=False),
         Attr("bias", "bool", "add a learned bias", default=False),
     )
 
@@ -275,13 +303,14 @@ class LmHead(OpDef):
         return [Part("", work + pointwise("add", k * n) if call.attrs.tied else work)]
 
     def reconcile(self, call: OpCall, pass_: Phase, input_grad: bool, runtime, ev):
-        """NB: the sum of the tied table's two gradients runs when the second one arrives, i.e. in the
-        embedding's backward (the last layer autograd reaches): the counters see it in that row."""
+        """NB: the sum of the tied table's two gradients runs when the next one arrives, i.e. in the backward
+        of the embedding layer before the head (the last one, where an encoder and a decoder share the
+        table): the counters see it in that row."""
         if pass_ != Phase.BACKWARD or not call.attrs.tied:
             return []
         m, k, n = self._mkn(call)
         text = ("autograd sums the tied table's two gradients (one add per table element, costspec charges it "
-                "to lm_head) when the embedding's gradient arrives, in the embedding's backward")
+                "to lm_head) when the embedding's gradient arrives, in the backward of the embedding before the head")
         return [Reconcile("tied-weight-grad-sum", "", pointwise("add", -k * n), text),
                 Reconcile("tied-weight-grad-sum", "", pointwise("add", k * n), text, measured_in="embedding")]
 

@@ -91,6 +91,9 @@ def ran_facts(regions, node_of: Callable[[str], OpNode | None]) -> dict[int, tup
     return out
 
 
+ORDER = ""  # the key of `by_kind` under which every layer is listed, in the layers' order
+
+
 def reconciliations(steps: list[Step], phases: tuple[Phase, ...], runtime, device: Device | str,
                      values) -> tuple[dict[str, dict[str, Amount]], list[Applied]]:
     """Every rule the ops declare, evaluated and summed per slot and phase."""
@@ -98,10 +101,11 @@ def reconciliations(steps: list[Step], phases: tuple[Phase, ...], runtime, devic
     ev = evaluator(values)
     deltas: dict[str, dict[str, Amount]] = {p: {} for p in phases}
     applied: list[Applied] = []
-    by_kind: dict[str, list[OpNode]] = {}
+    by_kind: dict[str, list[OpNode]] = {ORDER: []}
     for step in steps:
         if isinstance(step.node, OpNode):
             by_kind.setdefault(step.node.op.name, []).append(step.node)
+            by_kind[ORDER].append(step.node)
     for step in steps:
         node = step.node
         if not isinstance(node, OpNode):
@@ -141,7 +145,9 @@ def weight_rules(node: OpNode, phase: Phase, rg: bool) -> list[Reconcile]:
 
 def reconcile_node(node: OpNode, phase: Phase, mult, grad: GradState, facts: dict, values, ev, by_kind):
     """(slot, rule, text, amount) for each named rule the op declares, summed over its instances.
-    A rule `measured_in` another op kind lands in the slot of that kind's single layer."""
+    A rule `measured_in` an op kind lands in the slot of that kind's single layer, or, where the model has
+    several, of the last of them before this layer (a table shared by several lookups: autograd adds each
+    gradient when the next one arrives, in the backward of the use before it)."""
     count = ev(mult)
     if count == 0:  # e.g. an `others` group that the variants leave empty at these dims
         return []
@@ -156,6 +162,9 @@ def reconcile_node(node: OpNode, phase: Phase, mult, grad: GradState, facts: dic
             target = node
             if r.measured_in:
                 others = by_kind.get(r.measured_in, [])
+                if len(others) > 1:  # the last of them before this layer
+                    position = {id(o): i for i, o in enumerate(by_kind.get(ORDER, []))}
+                    others = [o for o in others if position.get(id(o), -1) < position.get(id(node), -1)][-1:]
                 if len(others) != 1:
                     raise AssertionError(f"{node.op.name} rule {r.rule} is measured in the {r.measured_in} layer, "
                                          f"but the model has {len(others)}")

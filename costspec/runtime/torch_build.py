@@ -87,18 +87,24 @@ def build_module(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer])
 
 
 def _tie(built: list) -> None:
-    """Share weights the ops ask for (`OpDef.tied_to`): each such layer uses the weight of the one
-    layer of the named op kind in the model (an lm_head tied to the embedding)."""
-    for node, module in built:
+    """Share weights the ops ask for (`OpDef.tied_to`): each such layer uses the weight of the one untied
+    layer of the named op kind in the model (an lm_head tied to the embedding; a decoder's embedding
+    tied to the encoder's), which must come before it (autograd adds the shared gradients in that order)."""
+    for index, (node, module) in enumerate(built):
         kind = node.op.tied_to(node.call)
         if kind is None:
             continue
-        instances = [(n, m) for n, m in built if n.op.name == kind]  # a layer in a repeat: one per instance
+        # a layer in a repeat: one per instance; a tied layer of the kind shares, it does not own
+        instances = [(i, n, m) for i, (n, m) in enumerate(built) if n.op.name == kind and n.op.tied_to(n.call) is None]
         if len(instances) != 1:
             found = "none" if not instances else f"{len(instances)} instances"
             raise SpecError(f"{node.op.name} '{node.name}' is tied to the model's {kind} layer, but the model has "
-                            f"{found}", node.call.attrs.where("tied"), f"exactly one {kind} layer (outside any repeat)")
-        (source_node, source), = instances
+                            f"{found}", node.call.attrs.where("tied"),
+                            f"exactly one untied {kind} layer (outside any repeat)")
+        (at, source_node, source), = instances
+        if at > index:
+            raise SpecError(f"{node.op.name} '{node.name}' is tied to {kind} '{source_node.name}', which comes after "
+                            "it", node.call.attrs.where("tied"), f"the untied {kind} layer before those tied to it")
         theirs, ours = tuple(source.weight.shape), tuple(module.weight.shape)
         if theirs != ours:
             raise SpecError(f"{node.op.name} '{node.name}' needs a weight of shape {list(ours)} to tie to "

@@ -109,6 +109,14 @@ def pointwise_diff(row: Row) -> list[tuple[str, int, int]]:
 # ----------------------------------------------------------------------------------------------
 # Validation
 # ----------------------------------------------------------------------------------------------
+def shares_a_table(model: Network) -> bool:
+    """Whether two lookups share one table (an embedding tied to another): torch's backward scope of a layer
+    whose input needs no gradient is left when its parameters' gradients are ready, which a shared table's
+    are only after its last lookup's backward; backward work is then attributed by autograd node
+    (`runtime.attribution.ScopeTracker`), as validate --against does."""
+    return any(node.op.tied_to(node.call) == node.op.name for node in model.op_nodes())
+
+
 def validate(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_: Pass | str = Pass.FORWARD,
              device: Device | str = Device.META, rtol: float = 0.0, force: bool = False,
              saved: bool = False) -> Validation:
@@ -134,7 +142,7 @@ def validate(model: Network, values: Mapping[sympy.Symbol, sympy.Integer], pass_
     torch.manual_seed(0)
     with torch.device(device.value):
         module, make_input = build_module(model, values)
-    measured = measure(module, make_input(device.value), train=pass_ is Pass.TRAIN)
+    measured = measure(module, make_input(device.value), train=pass_ is Pass.TRAIN, by_node=shares_a_table(model))
     path_slot, path_op = _path_slots(model, module, OUTSIDE)
     steps = list(walk(model.root))
     runtime = runtime_facts(measured, pass_.phases, path_op)

@@ -192,8 +192,10 @@ class OpNode(Node):
     def makes_grad(self) -> bool:
         """Whether this op's output needs a gradient whatever its running input: it has trainable parameters,
         or it reads another value that needs one (`with:`, `kv:`; a join of branches with parameters). An op
-        the running value passes through (`OpDef.pass_through`) leaves it as it was."""
-        return (self.trainable_params != 0 and not self.op.pass_through) or GRAD_YES in self.call.wiring.grads
+        the running value passes through (`OpDef.pass_through`) leaves it as it was. A layer that uses another
+        layer's weight (`OpDef.tied_to`: a tied embedding or LM head) trains it too."""
+        trains = self.trainable_params != 0 or self.op.tied_to(self.call) is not None
+        return (trains and not self.op.pass_through) or GRAD_YES in self.call.wiring.grads
 
     @property
     def holds_quantised_weight(self) -> bool:
@@ -207,8 +209,10 @@ class OpNode(Node):
 
     def runs_backward(self, in_rg: bool) -> bool:
         """False when nothing before this op needs a gradient and it has no trainable parameters of its own
-        (an op reading other values runs when one of them needs a gradient)."""
-        return in_rg or self.trainable_params != 0 or GRAD_YES in self.call.wiring.grads
+        (an op reading other values runs when one of them needs a gradient; a tied layer trains the weight it
+        shares)."""
+        return (in_rg or self.trainable_params != 0 or self.op.tied_to(self.call) is not None
+                or GRAD_YES in self.call.wiring.grads)
 
     def backward_parts(self, in_rg: bool) -> dict[str, Part]:
         if in_rg not in self._bwd_parts:

@@ -131,6 +131,8 @@ FRAGMENT_CONTEXTS = {
     "kv: mem, rope": "dims: {B: 1, S: 16, T: 8, C: 32, heads: 4}\n",
     "disentangled_attention": "dims: {B: 1, S: 16, C: 32, heads: 4, K: 8, L: 2}\ninput: [B, S, C]\n",
     "local_window: local": "dims: {B: 1, S: 32, C: 32, heads: 4, F: 48, L: 22, LW: 8}\ninput: [B, S, C]\n",
+    "C, tied: true}   # the decoder's lookup": "dims: {B: 2, S: 8, T: 6, C: 32, V: 50}\ninput: [B, S]\n"
+                                                 "inputs:\n  dec: [B, T]\n",
     "learned_tokens: {count: det, at: end}": "dims: {B: 2, img: 32, C: 16, det: 5}\ninput: [B, 3, img, img]\n",
     "native: skip": "dims: {B: 2, img: 42, C: 16}\ninput: [B, 3, img, img]\n",
     "tables: L - 1": "dims: {B: 2, C: 16, gh: 2, gw: 3, h: 3, w: 4, det: 5, L: 3}\ninput: [B, 1 + h*w + det, C]\n",

@@ -64,6 +64,7 @@ _register("modernbert")  # modernbert: global and local layers
 _register("decoders")  # gpt2, llama
 _register("encdec")  # t5: the encoder of the encoder-decoder
 _register("whisper")  # whisper: the whole encoder-decoder with its LM head
+_register("bart")  # bart, mbart, pegasus, marian: whole encoder-decoders, one token table shared
 _register("resnet")  # resnet
 _register("neox")  # gpt_neox, phi
 _register("llm")  # mistral, qwen2, gemma

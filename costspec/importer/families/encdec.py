@@ -1,8 +1,10 @@
-"""The encoder of T5 (T5EncoderModel); Whisper's whole encoder-decoder is whisper.py.
+"""The block template of the encoder-decoders (`seq2seq_block`: Whisper's and the BART-like families' encoder
+and decoder blocks), and the encoder of T5 (T5EncoderModel); Whisper's whole model is whisper.py, BART's bart.py.
 
-Only T5's encoder stack is imported: its decoder's embedding shares one table with the encoder's (`shared`),
-which a spec cannot write with two embedding layers; the config keys that describe the decoder are read as
-such and named in the spec's notes.
+Only T5's encoder stack is imported: the decoder's self-attention is causal with a relative-position bias of
+one-directional buckets, which the `attention` op refuses (causal or an additive bias, not both); the shared
+token table itself is writable (`embedding: {tied: true}`). The config keys that describe the decoder are
+read as such and named in the spec's notes.
 """
 from __future__ import annotations
 
@@ -10,6 +12,38 @@ from costspec.importer.config import HFConfig, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import ACTIVATIONS, GELU_NEW_NOTE
+
+# ----------------------------------------------------------------------------------------------
+# The block of Whisper and the BART-like families
+# ----------------------------------------------------------------------------------------------
+CROSS_NOTE = "queries from the decoder's T tokens, keys and values from the encoder's S states"
+
+
+def _sub(pre_norm: bool, norm: str, layer: str) -> str:
+    """One residual sub-layer with its LayerNorm (`source: norm`) before (pre-LN) or after (post-LN) the add."""
+    body = "\n".join("    " + line for line in layer.splitlines())
+    if pre_norm:
+        return f"- residual:\n    - layernorm: {{}}\n      source: {norm}\n{body}\n"
+    return f"- residual:\n{body}\n- layernorm: {{}}\n  source: {norm}\n"
+
+
+def seq2seq_block(heads: str, hidden: str, fn: str, cross: bool, pre_norm: bool, k_bias: bool = True,
+                  self_note: str = "") -> str:
+    """One encoder (or, `cross`, decoder) block as transformers' Whisper / BART layers name it: self-attention
+    (causal in the decoder; `self_note` a comment above it), cross-attention over the saved `enc`, an MLP
+    fc1 -> activation -> fc2; each sub-layer a residual with its LayerNorm before it (`pre_norm`) or after
+    the add; q, v and out_proj with biases, k_proj too unless not `k_bias` (Whisper)."""
+    bias = "" if k_bias else ", k_bias: false"
+    note = f"# {self_note}\n" if self_note else ""
+    text = _sub(pre_norm, "self_attn_layer_norm",
+                f"{note}- attention: {{heads: {heads}, fused_qkv: false{bias}{', causal: true' if cross else ''}}}\n"
+                "  source: self_attn")
+    if cross:
+        text += _sub(pre_norm, "encoder_attn_layer_norm", f"# {CROSS_NOTE}\n- attention: {{heads: {heads}, kv: enc, "
+                                                          f"fused_qkv: false{bias}}}\n  source: encoder_attn")
+    return text + _sub(pre_norm, "final_layer_norm", f"- mlp: {{hidden: {hidden}, fn: {fn}}}  # fc1 -> activation "
+                                                     "-> fc2\n  source: [fc1, fc2]")
+
 
 DECODER_ONLY = "describes the decoder, which this importer leaves out (the spec is the encoder)"
 

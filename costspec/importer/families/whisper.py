@@ -10,6 +10,7 @@ from costspec.importer.config import HFConfig, ImportProblem, heads, layers, siz
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
+from costspec.importer.families.encdec import seq2seq_block
 
 NOT_IN_EVAL = "a training-time augmentation or drop; costspec counts the model as it runs in eval mode"
 CLASSIFIER = "WhisperForAudioClassification's head only"
@@ -29,36 +30,6 @@ WHISPER_IGNORED = {
 WHISPER_REFUSED = ("activation_function the importer does not price",
                    "num_hidden_layers other than encoder_layers")
 DEFAULT_DTYPE = "bf16"
-
-
-def _block(heads: str, hidden: str, fn: str, cross: bool) -> str:
-    """One pre-LN block: self-attention (causal in the decoder), cross-attention over `enc`, MLP."""
-    causal = ", causal: true" if cross else ""
-    text = f"""\
-- residual:
-    - layernorm: {{}}
-      source: self_attn_layer_norm
-    # q_proj, v_proj and out_proj have a bias, k_proj none{"; no mask: causal SDPA" if cross else
-                                                            " (no attention mask: Whisper ignores it)"}
-    - attention: {{heads: {heads}, fused_qkv: false, k_bias: false{causal}}}
-      source: self_attn
-"""
-    if cross:
-        text += f"""\
-- residual:
-    - layernorm: {{}}
-      source: encoder_attn_layer_norm
-    # queries from the decoder's T tokens, keys and values from the encoder's S states
-    - attention: {{heads: {heads}, kv: enc, fused_qkv: false, k_bias: false}}
-      source: encoder_attn
-"""
-    return text + f"""\
-- residual:
-    - layernorm: {{}}
-      source: final_layer_norm
-    - mlp: {{hidden: {hidden}, fn: {fn}}}  # fc1 -> activation_function -> fc2
-      source: [fc1, fc2]
-"""
 
 
 def build_whisper(cfg: HFConfig) -> str:
@@ -107,8 +78,12 @@ def build_whisper(cfg: HFConfig) -> str:
                 f"learned positions, {cfg.get('decoder_layers', 4)} pre-LN blocks of causal self-attention, "
                 f"cross-attention over the encoder's states and {fn} MLP, final LayerNorm) with the LM head proj_out"
                 + (" tied to the token embedding" if tied else " (its own weight)"))
-    spec.block("encoder_block", _block("heads", "F", fn, cross=False))
-    spec.block("decoder_block", _block("dheads", "FD", fn, cross=True))
+    spec.block("encoder_block", seq2seq_block("heads", "F", fn, cross=False, pre_norm=True, k_bias=False,
+                                              self_note="q_proj, v_proj and out_proj have a bias, k_proj none (no "
+                                                        "attention mask: Whisper ignores it)"))
+    spec.block("decoder_block", seq2seq_block("dheads", "FD", fn, cross=True, pre_norm=True, k_bias=False,
+                                              self_note="q_proj, v_proj and out_proj have a bias, k_proj none; no "
+                                                        "mask: causal SDPA"))
     spec.header.append("# `source:` and `ignore:` name modules of transformers' WhisperForConditionalGeneration; "
                        "validate --against passes decoder_input_ids (the spec's second input) by name")
     spec.ignore("""\
