@@ -33,7 +33,7 @@ from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import Pass, Word
 from costspec.tree.network import Network
 from costspec.tree.nodes import OpNode
-from costspec.tree.saved import saved_bytes, saved_total
+from costspec.tree.saved import recomputed_bytes, saved_bytes, saved_total
 from costspec.tree.weights import weight_elements
 
 FP32_BYTES = 4
@@ -92,6 +92,11 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
             kinds.append(Kind(ACTIVATIONS, saved_total(saved_activations(model)),
                               "every tensor autograd keeps for backward, once (inputs, outputs, probabilities, "
                               "statistics), at its dtype"))
+            recomputed = recomputed_bytes(model.root)
+            if recomputed != 0:
+                kinds.append(Kind(RECOMPUTED, recomputed, "the most one checkpointed part saves again while its "
+                                  "forward re-runs in backward (its input already held): with the forward's saved "
+                                  "activations, an upper bound of the step's activation peak"))
     if cache:
         kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
         kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
@@ -111,6 +116,7 @@ def _weight_bytes(node: OpNode) -> sympy.Expr:
 
 
 ACTIVATIONS = "activations saved for backward"
+RECOMPUTED = "activations recomputed in backward (largest checkpointed part)"
 
 
 def saved_activations(model: Network) -> dict[str, sympy.Expr]:
@@ -235,5 +241,5 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
     return Result(header, tables, {}, notes, meta)
 
 
-__all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "Optimizer", "STATES", "exact_bytes", "largest_fitting", "memory_kinds",
-           "memory_result", "saved_activations", "saved_by_kind", "unmodelled_activations"]
+__all__ = ["ACTIVATIONS", "COLUMNS", "RECOMPUTED", "Kind", "Optimizer", "STATES", "exact_bytes", "largest_fitting",
+           "memory_kinds", "memory_result", "saved_activations", "saved_by_kind", "unmodelled_activations"]

@@ -27,7 +27,7 @@ import sympy
 from costspec.core.errors import UsageError
 from costspec.ops.opdef import OUTPUT, Saved, input_tensor
 from costspec.ops.work import numel
-from costspec.tree.nodes import Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
+from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 
 _ids = count()
 
@@ -67,10 +67,10 @@ def saved_bytes(root: ScopeNode) -> dict[str, sympy.Expr]:
 
 def subtree(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
     """Walk `node` from the running value `x`; its saved bytes go into `walk.rows`; return its output."""
-    if node.checkpoint and node.runs_recompute(x.rg):
-        raise UsageError(f"layer '{node.name}' is activation-checkpointed: what a checkpointed part keeps for "
-                         "backward (its inputs) is not modelled yet, so the activations a training step saves "
-                         "cannot be counted")
+    if node.checkpoint and isinstance(node, RepeatNode):
+        return _checkpointed_repeat(walk, node, x, values)
+    if node.checkpoint:
+        return _checkpointed(walk, node, x, values)
     if isinstance(node, OpNode):
         return _op(walk, node, x, [values[r] for r in node.reads])
     if isinstance(node, ResidualNode):
@@ -113,6 +113,118 @@ def _repeat(walk: _Walk, node: RepeatNode, x: Value, values: dict) -> Value:
         else:
             out = _scaled(walk, group, _fresh(out.rg or node.makes_grad, out.storage), values, n)
     return out
+
+
+def entry_op(node: Node) -> OpNode:
+    """The first op a part runs on its input: the row a checkpointed part's saved input is charged to."""
+    op = next(node.op_nodes(), None)
+    if op is None:
+        raise UsageError(f"layer '{node.name}' is activation-checkpointed but holds no layer")
+    return op
+
+
+def input_bytes(node: Node, x: Value) -> sympy.Expr:
+    """The storage bytes of `x`, the input of part `node` (its entry op's input at that op's precision)."""
+    if x.storage is not None:
+        return x.storage
+    op = entry_op(node)
+    return op.canonical(numel(op.call.in_shape) * op.precision.bytes_per_element)
+
+
+def _keep_input(walk: _Walk, node: Node, x: Value) -> None:
+    """A checkpointed instance keeps its input (torch.utils.checkpoint saves its arguments, whatever their
+    grad state), charged to its entry op unless already counted."""
+    op = entry_op(node)
+    walk.charge(op.name, _charge(walk, op, Saved(OUTPUT, numel(op.call.in_shape), op.precision.bytes_per_element), x))
+
+
+def _checkpointed(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
+    """A checkpointed block use: its input only; its own saves happen in the recompute, in backward."""
+    _keep_input(walk, node, x)
+    inner = _Walk(counted=dict(walk.counted))
+    out = _plain(inner, node, x, values)
+    return out if out.key != x.key else _fresh(out.rg, out.storage)
+
+
+def _plain(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
+    """`node` walked as if not checkpointed (the recompute: what it saves in backward)."""
+    if isinstance(node, RepeatNode):
+        return _repeat(walk, node, x, values)
+    assert not isinstance(node, (OpNode, ResidualNode, ParallelNode))  # (a block use's scope)
+    return _sequence(walk, node.children, x, values)
+
+
+def _checkpointed_repeat(walk: _Walk, node: RepeatNode, x: Value, values: dict) -> Value:
+    """Instances 0, N, 2N, ... checkpointed (each keeps its input), the others walked as usual. Instance 0 is
+    always checkpointed. An instance's input is the previous one's output: counted already only when that
+    one is plain and saves its own output (a relu at the end); then the next instance saves nothing new for
+    it. Variant groups with such an output under every:N (N > 1) are refused."""
+    first = node.first_group()
+    rg = x.rg or node.makes_grad
+    for group in node.children:
+        assert isinstance(group, GroupNode)
+        kept, plain = node.checkpointed(group), group.count - node.checkpointed(group)
+        op = entry_op(group)
+        if group is first:
+            _keep_input(walk, group, x)
+            kept = kept - 1
+        probe = _Walk(counted=dict(walk.counted))
+        inside = _sequence(probe, group.children, _fresh(rg), dict(values))
+        # instances whose input the instance before (plain, saving its own output) counted already
+        warm_kept, warm_plain = sympy.Integer(0), sympy.Integer(0)
+        counts_output = inside.key in probe.counted and plain != 0
+        if counts_output:
+            if node.grouped:
+                raise UsageError(f"layer '{node.name}': every {node.checkpoint_every}-th instance is checkpointed "
+                                 "and an instance of a variant group saves its own output, whose sharing with the "
+                                 "next instance is not modelled, so the activations a training step saves cannot "
+                                 "be counted")
+            every, times = node.checkpoint_every, node.times
+            warm_kept = sympy.ceiling(times / every) - 1  # every checkpointed instance but the first follows a plain
+            warm_plain = plain - sympy.ceiling((times - 1) / every)  # a plain one after a plain one (i % N >= 2)
+        size = input_bytes(group, _fresh(rg))
+        if kept != 0:
+            walk.charge(op.name, (kept - warm_kept) * size)
+            if warm_kept != 0:
+                walk.charge(op.name, warm_kept * sympy.Piecewise((0, probe.counted[inside.key]), (size, True)))
+        for row, amount in probe.rows.items():
+            walk.charge(row, (plain - warm_plain) * amount)
+        if warm_plain != 0:
+            warm = _fresh(rg)
+            again = _Walk(counted={**walk.counted, warm.key: probe.counted[inside.key]})
+            _sequence(again, group.children, warm, dict(values))
+            for row, amount in again.rows.items():
+                walk.charge(row, warm_plain * amount)
+    return _fresh(rg)
+
+
+def recomputed_bytes(root: ScopeNode) -> sympy.Expr:
+    """The most bytes one checkpointed instance saves again while its forward is re-run in backward (its
+    internals; its input is already held): 0 without checkpointing. memory adds it to the forward's saved
+    bytes, an upper bound of a checkpointed step's activation peak (the bytes the backward freed before
+    that recompute are not subtracted)."""
+    found: list[sympy.Expr] = []
+    for node in _nodes(root):
+        if not node.checkpoint:
+            continue
+        parts = node.children if isinstance(node, RepeatNode) else [node]
+        for part in parts:
+            if isinstance(node, RepeatNode) and node.checkpointed(part) == 0:
+                continue
+            x = _fresh(True)  # (the recompute's input, already held: the checkpoint saved it)
+            inner = _Walk(counted={x.key: sympy.true})
+            if isinstance(node, RepeatNode):
+                _sequence(inner, part.children, x, {})
+            else:
+                _plain(inner, node, x, {})
+            found.append(saved_total(inner.rows))
+    return sympy.Max(*found) if found else sympy.Integer(0)
+
+
+def _nodes(node: Node):
+    yield node
+    for child in node.children:
+        yield from _nodes(child)
 
 
 def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr) -> Value:
@@ -179,4 +291,4 @@ def saved_total(rows: Mapping[str, sympy.Expr]) -> sympy.Expr:
     return sympy.expand(sum(rows.values(), sympy.Integer(0)))
 
 
-__all__ = ["Value", "saved_bytes", "saved_total", "subtree"]
+__all__ = ["Value", "entry_op", "input_bytes", "recomputed_bytes", "saved_bytes", "saved_total", "subtree"]
