@@ -209,7 +209,7 @@ def recomputed_bytes(root: ScopeNode) -> sympy.Expr:
             continue
         parts = node.children if isinstance(node, RepeatNode) else [node]
         for part in parts:
-            if isinstance(node, RepeatNode) and node.checkpointed(part) == 0:
+            if isinstance(node, RepeatNode) and isinstance(part, GroupNode) and node.checkpointed(part) == 0:
                 continue
             x = _fresh(True)  # (the recompute's input, already held: the checkpoint saved it)
             inner = _Walk(counted={x.key: sympy.true})
