@@ -17,7 +17,7 @@ from costspec.model import load  # noqa: E402
 from costspec.runtime.saved_bytes import compare_saved, measure_saved  # noqa: E402
 from costspec.tree.saved import recomputed_bytes, saved_bytes, saved_total  # noqa: E402
 from costspec.tree.walk import MODEL_SLOT  # noqa: E402
-from tests.common import ROOT, run_cli  # noqa: E402
+from tests.common import ROOT, invoke  # noqa: E402
 
 SPEC = """
 costspec: 1
@@ -112,7 +112,7 @@ def test_vit_b_per_layer(setting, backend):
 
 
 def test_validate_saved_bytes_with_checkpoint_blocks_on_the_cli():
-    r = run_cli("validate", str(ROOT / "specs" / "vit_b.yaml"), "--pass", "train", "--saved-bytes",
+    r = invoke("validate", str(ROOT / "specs" / "vit_b.yaml"), "--pass", "train", "--saved-bytes",
                 "--checkpoint", "blocks", "--format", "json", *[f"--set={k}={v}" for k, v in VIT.items()])
     assert r.returncode == 0, r.stdout + r.stderr
     saved = json.loads(r.stdout)["saved_for_backward"]
@@ -137,7 +137,7 @@ def test_memory_shows_the_reduced_activations_and_the_recompute():
     one_at = one.bind(sets={"B": 8, "L": 1})
     inner = sum(a for row, a in evaluated(saved_bytes(one.root), one_at).items() if row.startswith("blocks."))
     assert kinds[RECOMPUTED] == inner - B * S * C * 2
-    r = run_cli("memory", str(ROOT / "specs" / "vit_b.yaml"), "--pass", "train", "--checkpoint", "blocks",
+    r = invoke("memory", str(ROOT / "specs" / "vit_b.yaml"), "--pass", "train", "--checkpoint", "blocks",
                 "--batch", "8", "--format", "json")
     assert r.returncode == 0, r.stderr
     shown = json.loads(r.stdout)["kinds"]
