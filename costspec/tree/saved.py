@@ -25,7 +25,7 @@ from typing import Mapping
 import sympy
 
 from costspec.core.errors import UsageError
-from costspec.ops.opdef import OUTPUT, Saved, input_tensor
+from costspec.ops.opdef import INPUT, OUTPUT, Saved, input_tensor
 from costspec.ops.work import numel
 from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 
@@ -239,9 +239,6 @@ def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr)
 
 
 def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_grad: bool | None = None) -> Value:
-    if node.weight_gemms:  # quantised or LoRA-adapted weights: frozen matrices need no input saved for a dW
-        raise UsageError(f"layer '{node.name}' has frozen (quantised or LoRA-adapted) weight matrices, whose saved "
-                         "tensors are not modelled yet, so the activations a training step saves cannot be counted")
     try:
         return _op_saves(walk, node, x, extra, x.rg if input_grad is None else input_grad)
     except NotImplementedError as e:
@@ -265,11 +262,42 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_gra
     tensors = {input_tensor(i): v for i, v in enumerate(inputs)}
     tensors[OUTPUT] = out
     own: set[str] = set()  # a tensor of its own kept by two of its aten ops is one tensor too
-    for item in op.saved(call, input_grad):
+    items = op.saved(call, input_grad)
+    for item in frozen_saved(node, items) if node.weight_gemms else items:
         if item.tensor in tensors or item.tensor not in own:
             own.add(item.tensor)
             walk.charge(node.name, _charge(walk, node, item, tensors.get(item.tensor)))
     return out
+
+
+# per op: which of its saved tensors only a weight GEMM's dW needs (by position in `OpDef.saved`'s list, or by
+# name): the input of each weight GEMM, unless another of its aten ops keeps it too
+_DW_ONLY = {
+    "linear": lambda items: [0],
+    # autograd's convolution keeps its input whatever needs a gradient (one backward for input, weight, bias)
+    "conv1d": lambda items: [], "conv2d": lambda items: [], "conv3d": lambda items: [],
+    "patch_embed": lambda items: [],
+    "mlp": lambda items: [0, len(items) - 1],  # the input (fc1 / gate and up) and down's input (the last)
+    "attention": lambda items: [i for i, item in enumerate(items) if item.tensor in (INPUT, "proj_input")],
+}
+
+
+def frozen_saved(node: OpNode, items: list[Saved]) -> list[Saved]:
+    """What an op with frozen weight matrices (quantised, or under LoRA adapters) keeps: autograd saves a
+    GEMM's input for the weight gradient only when the weight needs one, so a frozen matrix's dW input goes
+    (`_DW_ONLY`); a LoRA adapter (x A^T B^T, PEFT's lora.Linear) keeps that input again for dA, one tensor
+    with it, and its own x A^T (m x r at the layer's dtype) for dB, per weight GEMM."""
+    if node.op.name not in _DW_ONLY:
+        raise UsageError(f"layer '{node.name}': what {node.op.name} keeps for backward with frozen (quantised or "
+                         "LoRA-adapted) weight matrices is not modelled, so the activations a training step saves "
+                         "cannot be counted")
+    r = node.precision.lora
+    if r:
+        b = node.precision.bytes_per_element
+        return items + [Saved(f"lora.{part}.{i}", g.count * g.m * r, b)
+                        for part, gemms in node.weight_gemms.items() for i, g in enumerate(gemms)]
+    drop = set(_DW_ONLY[node.op.name](items))
+    return [item for i, item in enumerate(items) if i not in drop]
 
 
 def _charge(walk: _Walk, node: OpNode, item: Saved, value: Value | None) -> sympy.Expr:
