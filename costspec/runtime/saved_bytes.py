@@ -7,7 +7,9 @@ It runs under `FakeTensorMode` on the cpu device, so no memory is allocated and 
 SDPA takes the path `backend` names (`sdpa_kernel`: flash -> the fused flash kernel, which saves q,
 k, v, the output and the logsumexp; math -> the decomposed composite, which saves the probabilities).
 Each storage is charged, with its whole size, to the layer that saved it first (the innermost op
-module open in the forward when the pack hook ran), or to `MODEL_SLOT` outside every op.
+module open in the forward when the pack hook ran), or to `MODEL_SLOT` outside every op. A checkpointed
+scope (torch.utils.checkpoint, non-reentrant) saves its arguments before its modules open, and keeps its
+internals to itself: those arguments are charged to the scope's entry op, as `costspec.tree.saved` charges them.
 """
 from __future__ import annotations
 

@@ -13,8 +13,13 @@ ONCE, by identity, as autograd's storage does:
 * an op records nothing unless some input or parameter needs a gradient (autograd builds no node).
 
 A repeat's first instance is walked from the value before it, the later ones from the value an instance
-leaves: its rows hold first + (n - 1) x later. `subtree` walks one node from a value, so a caller can
-replace a subtree's bytes (an activation-checkpointed block keeps only its input).
+leaves: its rows hold first + (n - 1) x later. `subtree` walks one node from a value.
+
+An activation-checkpointed part (a block use, or the instances 0, N, 2N, ... of a repeat) runs under
+torch.utils.checkpoint: it keeps its input only (saved whatever its gradient state), charged to its entry op;
+its internals are saved again while backward re-runs it (`recomputed_bytes`, for memory's peak). Frozen weight
+matrices (quantised, or under LoRA adapters) keep no input for a weight gradient; an adapter keeps its own
+(`frozen_saved`).
 """
 from __future__ import annotations
 
@@ -319,4 +324,5 @@ def saved_total(rows: Mapping[str, sympy.Expr]) -> sympy.Expr:
     return sympy.expand(sum(rows.values(), sympy.Integer(0)))
 
 
-__all__ = ["Value", "entry_op", "input_bytes", "recomputed_bytes", "saved_bytes", "saved_total", "subtree"]
+__all__ = ["Value", "entry_op", "frozen_saved", "input_bytes", "recomputed_bytes", "saved_bytes", "saved_total",
+           "subtree"]
