@@ -25,7 +25,6 @@ from costspec.ops.work import numel
 from costspec.tree.nodes import Node, OpNode
 
 if TYPE_CHECKING:
-    from costspec.against.check import AgainstResult
     from costspec.against.target import Target
     from costspec.tree.network import Network
 
@@ -242,30 +241,31 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
     return SavedAgainst([row for row in rows if row[0] != MODEL_ROW] + model_row, uses, tensors, described)
 
 
-def saved_against(result: "AgainstResult", model: "Network", values: Mapping[sympy.Symbol, sympy.Integer],
-                  target: "Target", kernel_model: Callable[[], "Network"]) -> None:
-    """Fill `result.saved` (or `result.saved_notes`: why not) after `validate_against` ran `target`;
-    `kernel_model` loads the spec with backend math (what meta runs) when an attention layer names another."""
+def saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], target: "Target", rowmap: RowMap,
+                  pass_: str, device: str,
+                  kernel_model: Callable[[], "Network"]) -> tuple[SavedAgainst | None, list[str]]:
+    """The comparison after `validate_against` ran `target` (its `rowmap`, `pass_`, `device`), or the notes
+    saying why it is not made; `kernel_model` loads the spec with backend math (what meta runs) when an
+    attention layer names another."""
     from costspec.core.errors import UsageError
     from costspec.core.vocab import Backend, Pass
 
     why = None
-    if result.pass_ != Pass.TRAIN:
+    if pass_ != Pass.TRAIN:
         why = "compared with --pass train only (what a training forward keeps for backward)"
-    elif result.device != "meta":
+    elif device != "meta":
         why = "compared on meta only (the real model's training forward would allocate its activations)"
     elif any(node.checkpoint for node in _preorder(model.root)):
         why = ("not compared under activation checkpointing: the real model runs in eval mode, where transformers "
                "turns its gradient checkpointing off")
     if why is not None:
-        result.saved_notes.append(f"saved activations not compared: {why}")
-        return
+        return None, [f"saved activations not compared: {why}"]
     kernels = {str(n.call.attrs.backend) for n in model.op_nodes() if any(a.name == "backend" for a in n.op.attrs)}
     try:
         other = kernel_model() if kernels - {str(Backend.MATH)} else None
-        result.saved = compare_saved_against(model, values, target, result.rowmap, other)
+        return compare_saved_against(model, values, target, rowmap, other), []
     except UsageError as e:  # a layer whose saved tensors are not modelled: the FLOPs are still checked
-        result.saved_notes.append(f"saved activations not compared: {e}")
+        return None, [f"saved activations not compared: {e}"]
 
 
 def _merged(found: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:

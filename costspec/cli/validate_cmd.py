@@ -118,7 +118,8 @@ def validate_command(spec: str, dims: Bindings, counting: Counting, display: Dis
         if counting.saved:
             from costspec.against.saved import saved_against
 
-            saved_against(outcome, model, values, real,
-                          lambda: load(spec, backend="math", checkpoint=counting.checkpoint))
+            outcome.saved, outcome.saved_notes = saved_against(
+                model, values, real, outcome.rowmap, outcome.pass_, outcome.device,
+                lambda: load(spec, backend="math", checkpoint=counting.checkpoint))
     click.echo(render(against_result(outcome), display.fmt))
     check_against(outcome)

@@ -110,3 +110,14 @@ def test_the_cli_compares_with_saved_bytes_and_pass_train():
     forward = invoke(*[a if a != "train" else "forward" for a in args])
     assert forward.returncode == 0
     assert "saved_for_backward" not in json.loads(forward.stdout)
+
+
+@pytest.mark.parametrize("pass_, device, checkpoint, why", [
+    ("forward", "meta", None, "--pass train only"), ("train", "cpu", None, "on meta only"),
+    ("train", "meta", "blocks", "activation checkpointing")])
+def test_when_the_real_model_is_not_compared_a_note_says_why(pass_, device, checkpoint, why):
+    from costspec.against.saved import saved_against
+
+    model = load(ROOT / "specs" / "vit_b.yaml", checkpoint=checkpoint)
+    compared_, notes = saved_against(model, model.bind(), None, None, pass_, device, lambda: model)
+    assert compared_ is None and len(notes) == 1 and why in notes[0]
