@@ -26,6 +26,7 @@ from costspec.runtime.reconcile import Amount, Applied, ran_facts
 from costspec.tree.nodes import OpNode
 
 if TYPE_CHECKING:
+    from costspec.against.saved import SavedAgainst
     from costspec.tree.network import Network
 
 OUTSIDE_ROW = MODEL_ROW  # the loss and its gradient seed: only in the total, as in plain validate
@@ -66,6 +67,8 @@ class AgainstResult:
     constants: dict[str, tuple[int, int]]  # aten op -> (calls, elements) run on constants, not counted
     problems: list[str]
     attribution: list[str] = field(default_factory=list)  # scope ambiguities inside agreeing rows
+    saved: "SavedAgainst | None" = None  # --saved-bytes (train): saved-for-backward bytes against the real model's
+    saved_notes: list[str] = field(default_factory=list)  # why they were not compared
 
     def failures(self) -> list[str]:
         out = [f"{p}: {row}: {what_ran(kind, a, b)}"
@@ -73,7 +76,8 @@ class AgainstResult:
         out += [f"{p}: {row}: {overdrawn(kind, ran, taken)}"
                 for p, ph in self.phases.items() for row, kind, ran, taken in ph.inconsistent]
         # unknown aten ops fail as their own kind ("unknown:aten.neg") in a row
-        return out + self.problems + self.rowmap.ambiguous()
+        saved = self.saved.failures() if self.saved is not None else []
+        return out + self.problems + self.rowmap.ambiguous() + saved
 
     @property
     def ok(self) -> bool:

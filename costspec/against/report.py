@@ -112,6 +112,16 @@ def to_result(result: AgainstResult) -> Result:
     sections["attribution notes"] = \
         result.attribution[:4] + ([f"and {len(result.attribution) - 4} more"] if len(result.attribution) > 4 else [])
     sections["problems"] = result.problems
+    if result.saved is not None:
+        tables.append(result.saved.table())
+        by_rule: dict[str, list] = {}
+        for u in result.saved.rules:
+            by_rule.setdefault(u.rule, []).append(u)
+        sections["saved for backward"] = result.saved.described + [
+            f"[{rule}] " + ", ".join(f"{u.row or '(model)'} {u.bytes:+,}" + ("" if u.used else " (not seen in the real "
+                                                                               "model)") for u in uses)
+            + f" bytes -- {uses[0].text}" for rule, uses in by_rule.items()]
+    sections["saved for backward"] = sections.get("saved for backward", []) + result.saved_notes
     sections["ambiguous matches"] = result.rowmap.ambiguous()
     failures = result.failures()
     found = verdict(result)
@@ -125,5 +135,12 @@ def to_result(result: AgainstResult) -> Result:
             "pointwise": {phase: {r.name or "total": {"spec": r.spec_pointwise, "real": r.real_pointwise,
                                                      "rules": r.rules}
                                   for r in ph.rows if r.matched} for phase, ph in result.phases.items()}}
+    if result.saved is not None:
+        spec, real, rules = result.saved.totals
+        meta["saved_for_backward"] = {
+            "rows": [{"row": r or "(model)", "spec": s, "real": m, "rules": d} for r, s, m, d in result.saved.rows],
+            "total": {"spec": spec, "real": real, "rules": rules},
+            "rules": [{"rule": u.rule, "row": u.row or "(model)", "bytes": u.bytes, "used": u.used, "text": u.text}
+                      for u in result.saved.rules]}
     sections = {k: v for k, v in sections.items() if v or k in ALWAYS}
     return Result(header, tables, sections, found.lines + [outcome] + [f"FAIL: {f}" for f in failures], meta)

@@ -38,7 +38,7 @@ from costspec.core.results import Column, Result, Row, Table
 from costspec.core.vocab import Pass, Word
 from costspec.tree.network import Network
 from costspec.tree.nodes import OpNode
-from costspec.tree.saved import saved_bytes, saved_total
+from costspec.tree.saved import recomputed_bytes, saved_bytes, saved_total
 from costspec.tree.weights import weight_elements
 
 FP32_BYTES = 4
@@ -65,7 +65,7 @@ class Kind:
     name: str
     bytes: sympy.Expr
     how: str
-    transient: bool = False  # held only during the optimizer's step (not part of the state summed by kind)
+    transient: bool = False  # held during one moment of the step only (not part of the state held throughout)
 
 
 def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str = Optimizer.ADAMW,
@@ -115,6 +115,11 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
             kinds.append(Kind(ACTIVATIONS, saved_total(saved_activations(model)),
                               "every tensor autograd keeps for backward, once (inputs, outputs, probabilities, "
                               "statistics), at its dtype"))
+            recomputed = recomputed_bytes(model.root)
+            if recomputed != 0:
+                kinds.append(Kind(RECOMPUTED, recomputed, "the most one checkpointed part saves again while its "
+                                  "forward re-runs in backward (its input already held): with the forward's saved "
+                                  "activations, an upper bound of the step's activation peak", transient=True))
     if cache:
         kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
         kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
@@ -135,6 +140,7 @@ def _weight_bytes(node: OpNode) -> sympy.Expr:
 
 ACTIVATIONS = "activations saved for backward"
 OPT_BUFFER = "optimizer-step buffer"
+RECOMPUTED = "activations recomputed in backward (largest checkpointed part)"
 
 
 def saved_activations(model: Network) -> dict[str, sympy.Expr]:
@@ -166,7 +172,8 @@ def training_moments(model: Network, kinds: list[Kind]) -> list[Moment]:
     activations are modelled)."""
     by_name = {k.name: k.bytes for k in kinds}
     state = {_category(k.name): k.bytes for k in kinds if not k.transient and k.name != ACTIVATIONS}
-    return step_moments(model, state, by_name[ACTIVATIONS], by_name.get(OPT_BUFFER, sympy.Integer(0)))
+    return step_moments(model, state, by_name[ACTIVATIONS], by_name.get(OPT_BUFFER, sympy.Integer(0)),
+                        by_name.get(RECOMPUTED, sympy.Integer(0)))
 
 
 def _category(name: str) -> Category:
@@ -283,6 +290,6 @@ def memory_result(model: Network, kinds: list[Kind], values: Mapping[sympy.Symbo
     return Result(header, tables, {}, notes, meta)
 
 
-__all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "OPT_BUFFER", "Optimizer", "STATES", "exact_bytes", "largest_fitting",
-           "memory_kinds", "memory_result", "saved_activations", "saved_by_kind", "training_moments",
-           "unmodelled_activations"]
+__all__ = ["ACTIVATIONS", "COLUMNS", "Kind", "OPT_BUFFER", "Optimizer", "RECOMPUTED", "STATES", "exact_bytes",
+           "largest_fitting", "memory_kinds", "memory_result", "saved_activations", "saved_by_kind",
+           "training_moments", "unmodelled_activations"]

@@ -45,6 +45,7 @@ class Category(Word):
     OUTPUT = "output and loss"
     OPT_BUFFER = "optimizer-step buffer"
     TIED_GRADIENTS = "tied-weight gradients"
+    RECOMPUTED = "activations recomputed in backward"
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,18 @@ def _trained_bytes(node: OpNode) -> sympy.Expr:
 
 
 def step_moments(model: Network, state: dict[Category, sympy.Expr], activations: sympy.Expr,
-                 optimizer_buffer: sympy.Expr) -> list[Moment]:
+                 optimizer_buffer: sympy.Expr, recomputed: sympy.Expr = sympy.Integer(0)) -> list[Moment]:
     """The moments of a training step (see the module docstring); `state`: the bytes held throughout
     (weights, gradients, master weights, optimizer state), `activations`: the saved bytes,
-    `optimizer_buffer`: the optimizer's transient during its step."""
+    `optimizer_buffer`: the optimizer's transient during its step, `recomputed`: the most one checkpointed
+    part saves again while its forward re-runs in backward (an upper bound: the activations the backward
+    freed before it are still counted)."""
     out, loss = output_bytes(model)
     moments = [Moment("forward end", {**state, Category.ACTIVATIONS: activations, Category.OUTPUT: out + loss})]
+    if recomputed != 0:
+        moments.append(Moment("checkpointed recompute (upper bound)",
+                              {**state, Category.ACTIVATIONS: activations, Category.RECOMPUTED: recomputed,
+                               Category.OUTPUT: 2 * loss}))
     tied = tied_table_bytes(model)
     if tied != 0:
         moments.append(Moment("tied-weight gradients", {**state, Category.OUTPUT: 2 * loss,

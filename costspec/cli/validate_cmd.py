@@ -54,7 +54,8 @@ counting_options = options.option_group(
     "counting", Counting, options.runnable_pass, options.device, options.rtol, options.checkpoint,
     click.option("--saved-bytes", "saved", is_flag=True,
                  help="With --pass train: also compare the bytes each layer saves for backward with what autograd "
-                      "saves on the generated module (saved_tensors_hooks, deduplicated by storage)."))
+                      "saves on the generated module (saved_tensors_hooks, deduplicated by storage), or with "
+                      "--against (on meta) on the real model, per matched layer, differences as named rules."))
 against_options = options.option_group(
     "target", Against,
     click.option("--against", "against", metavar="TARGET", default=None,
@@ -117,5 +118,11 @@ def validate_command(spec: str, dims: Bindings, counting: Counting, display: Dis
         real = load_target(target.against, model, values, device, target.config, target.config_sets,
                            target.output_field, force)
         outcome = validate_against(model, values, real, pass_, device, counting.rtol)
+        if counting.saved:
+            from costspec.against.saved import saved_against
+
+            outcome.saved, outcome.saved_notes = saved_against(
+                model, values, real, outcome.rowmap, outcome.pass_, outcome.device,
+                lambda: load(spec, backend="math", checkpoint=counting.checkpoint))
     click.echo(render(against_result(outcome), display.fmt))
     check_against(outcome)

@@ -44,7 +44,7 @@ TRACKED = ("sgd", "adam", "adamw")
 # costspec's categories -> MemTracker's reference types (their values in `_MemRefType`)
 REFTYPE = {Category.WEIGHTS: "Parameter", Category.GRADIENTS: "Gradient", Category.OPTIMIZER: "Optstate",
            Category.OPT_BUFFER: "Optstate", Category.ACTIVATIONS: "Activation", Category.OUTPUT: "Activation",
-           Category.TIED_GRADIENTS: "Temp"}
+           Category.TIED_GRADIENTS: "Temp", Category.RECOMPUTED: "Activation"}
 REFTYPES = ("Parameter", "Buffer", "Gradient", "Activation", "Temp", "Optstate", "Other")
 
 

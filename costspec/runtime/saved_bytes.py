@@ -7,7 +7,9 @@ It runs under `FakeTensorMode` on the cpu device, so no memory is allocated and 
 SDPA takes the path `backend` names (`sdpa_kernel`: flash -> the fused flash kernel, which saves q,
 k, v, the output and the logsumexp; math -> the decomposed composite, which saves the probabilities).
 Each storage is charged, with its whole size, to the layer that saved it first (the innermost op
-module open in the forward when the pack hook ran), or to `MODEL_SLOT` outside every op.
+module open in the forward when the pack hook ran), or to `MODEL_SLOT` outside every op. A checkpointed
+scope (torch.utils.checkpoint, non-reentrant) saves its arguments before its modules open, and keeps its
+internals to itself: those arguments are charged to the scope's entry op, as `costspec.tree.saved` charges them.
 """
 from __future__ import annotations
 
@@ -98,6 +100,32 @@ def _forks_as_views(clones: dict[int, tuple[int, int]], kept: list):
         Fork.forward = staticmethod(original)  # type: ignore[method-assign]
 
 
+@contextmanager
+def _checkpoints_charged(model: "Network", module, listener: "_OpenLayers"):
+    """A checkpointed scope's saved input (torch.utils.checkpoint saves its arguments before the scope's
+    forward opens) is charged to the scope's entry op, as `costspec.tree.saved` charges it."""
+    from costspec.runtime.containers import Scope
+    from costspec.tree.saved import entry_op
+
+    paths = {id(m): path for path, m in module.named_modules()}
+    original = Scope._checkpointed
+
+    def checkpointed(self, x, values):
+        marker = f"(checkpoint) {paths[id(self)]}"
+        listener.rows[marker] = entry_op(node_of(model.root, paths[id(self)])).name
+        listener.stack.append(marker)
+        try:
+            return original(self, x, values)
+        finally:
+            listener.stack.pop()
+
+    Scope._checkpointed = checkpointed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Scope._checkpointed = original  # type: ignore[method-assign]
+
+
 def measure_saved(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]) -> SavedMeasurement:
     """Build `model`'s module at `values` in the spec's dtype and run one training forward under a
     pack hook (see the module docstring)."""
@@ -143,14 +171,14 @@ def _measure(model: "Network", module, x, backend: Backend) -> SavedMeasurement:
         kept.append(t)
         storage = t.untyped_storage()
         key, nbytes = clones.get(storage._cdata, (storage._cdata, int(storage.nbytes())))
-        if key not in state and key not in seen:
+        if key not in state and key not in seen and nbytes:
             seen.add(key)
             result.tensors.append(SavedTensor(listener.current(), nbytes, tuple(t.shape),
                                               str(t.dtype).removeprefix("torch.")))
         return t
 
     with LayerHooks(model, module, listener, paths), _sdpa_kernels(backend), _forks_as_views(clones, kept), \
-            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            _checkpoints_charged(model, module, listener), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         module(x)  # (the graph, and every tensor `kept`, live until the measurement is returned)
     return result
 

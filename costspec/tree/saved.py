@@ -13,8 +13,13 @@ ONCE, by identity, as autograd's storage does:
 * an op records nothing unless some input or parameter needs a gradient (autograd builds no node).
 
 A repeat's first instance is walked from the value before it, the later ones from the value an instance
-leaves: its rows hold first + (n - 1) x later. `subtree` walks one node from a value, so a caller can
-replace a subtree's bytes (an activation-checkpointed block keeps only its input).
+leaves: its rows hold first + (n - 1) x later. `subtree` walks one node from a value.
+
+An activation-checkpointed part (a block use, or the instances 0, N, 2N, ... of a repeat) runs under
+torch.utils.checkpoint: it keeps its input only (saved whatever its gradient state), charged to its entry op;
+its internals are saved again while backward re-runs it (`recomputed_bytes`, for memory's peak). Frozen weight
+matrices (quantised, or under LoRA adapters) keep no input for a weight gradient; an adapter keeps its own
+(`frozen_saved`).
 """
 from __future__ import annotations
 
@@ -25,9 +30,9 @@ from typing import Mapping
 import sympy
 
 from costspec.core.errors import UsageError
-from costspec.ops.opdef import OUTPUT, Saved, input_tensor
+from costspec.ops.opdef import INPUT, OUTPUT, Saved, input_tensor
 from costspec.ops.work import numel
-from costspec.tree.nodes import Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
+from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 
 _ids = count()
 
@@ -67,10 +72,10 @@ def saved_bytes(root: ScopeNode) -> dict[str, sympy.Expr]:
 
 def subtree(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
     """Walk `node` from the running value `x`; its saved bytes go into `walk.rows`; return its output."""
-    if node.checkpoint and node.runs_recompute(x.rg):
-        raise UsageError(f"layer '{node.name}' is activation-checkpointed: what a checkpointed part keeps for "
-                         "backward (its inputs) is not modelled yet, so the activations a training step saves "
-                         "cannot be counted")
+    if node.checkpoint and isinstance(node, RepeatNode):
+        return _checkpointed_repeat(walk, node, x, values)
+    if node.checkpoint:
+        return _checkpointed(walk, node, x, values)
     if isinstance(node, OpNode):
         return _op(walk, node, x, [values[r] for r in node.reads])
     if isinstance(node, ResidualNode):
@@ -115,6 +120,118 @@ def _repeat(walk: _Walk, node: RepeatNode, x: Value, values: dict) -> Value:
     return out
 
 
+def entry_op(node: Node) -> OpNode:
+    """The first op a part runs on its input: the row a checkpointed part's saved input is charged to."""
+    op = next(node.op_nodes(), None)
+    if op is None:
+        raise UsageError(f"layer '{node.name}' is activation-checkpointed but holds no layer")
+    return op
+
+
+def input_bytes(node: Node, x: Value) -> sympy.Expr:
+    """The storage bytes of `x`, the input of part `node` (its entry op's input at that op's precision)."""
+    if x.storage is not None:
+        return x.storage
+    op = entry_op(node)
+    return op.canonical(numel(op.call.in_shape) * op.precision.bytes_per_element)
+
+
+def _keep_input(walk: _Walk, node: Node, x: Value) -> None:
+    """A checkpointed instance keeps its input (torch.utils.checkpoint saves its arguments, whatever their
+    grad state), charged to its entry op unless already counted."""
+    op = entry_op(node)
+    walk.charge(op.name, _charge(walk, op, Saved(OUTPUT, numel(op.call.in_shape), op.precision.bytes_per_element), x))
+
+
+def _checkpointed(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
+    """A checkpointed block use: its input only; its own saves happen in the recompute, in backward."""
+    _keep_input(walk, node, x)
+    inner = _Walk(counted=dict(walk.counted))
+    out = _plain(inner, node, x, values)
+    return out if out.key != x.key else _fresh(out.rg, out.storage)
+
+
+def _plain(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
+    """`node` walked as if not checkpointed (the recompute: what it saves in backward)."""
+    if isinstance(node, RepeatNode):
+        return _repeat(walk, node, x, values)
+    assert not isinstance(node, (OpNode, ResidualNode, ParallelNode))  # (a block use's scope)
+    return _sequence(walk, node.children, x, values)
+
+
+def _checkpointed_repeat(walk: _Walk, node: RepeatNode, x: Value, values: dict) -> Value:
+    """Instances 0, N, 2N, ... checkpointed (each keeps its input), the others walked as usual. Instance 0 is
+    always checkpointed. An instance's input is the previous one's output: counted already only when that
+    one is plain and saves its own output (a relu at the end); then the next instance saves nothing new for
+    it. Variant groups with such an output under every:N (N > 1) are refused."""
+    first = node.first_group()
+    rg = x.rg or node.makes_grad
+    for group in node.children:
+        assert isinstance(group, GroupNode)
+        kept, plain = node.checkpointed(group), group.count - node.checkpointed(group)
+        op = entry_op(group)
+        if group is first:
+            _keep_input(walk, group, x)
+            kept = kept - 1
+        probe = _Walk(counted=dict(walk.counted))
+        inside = _sequence(probe, group.children, _fresh(rg), dict(values))
+        # instances whose input the instance before (plain, saving its own output) counted already
+        warm_kept, warm_plain = sympy.Integer(0), sympy.Integer(0)
+        counts_output = inside.key in probe.counted and plain != 0
+        if counts_output:
+            if node.grouped:
+                raise UsageError(f"layer '{node.name}': every {node.checkpoint_every}-th instance is checkpointed "
+                                 "and an instance of a variant group saves its own output, whose sharing with the "
+                                 "next instance is not modelled, so the activations a training step saves cannot "
+                                 "be counted")
+            every, times = node.checkpoint_every, node.times
+            warm_kept = sympy.ceiling(times / every) - 1  # every checkpointed instance but the first follows a plain
+            warm_plain = plain - sympy.ceiling((times - 1) / every)  # a plain one after a plain one (i % N >= 2)
+        size = input_bytes(group, _fresh(rg))
+        if kept != 0:
+            walk.charge(op.name, (kept - warm_kept) * size)
+            if warm_kept != 0:
+                walk.charge(op.name, warm_kept * sympy.Piecewise((0, probe.counted[inside.key]), (size, True)))
+        for row, amount in probe.rows.items():
+            walk.charge(row, (plain - warm_plain) * amount)
+        if warm_plain != 0:
+            warm = _fresh(rg)
+            again = _Walk(counted={**walk.counted, warm.key: probe.counted[inside.key]})
+            _sequence(again, group.children, warm, dict(values))
+            for row, amount in again.rows.items():
+                walk.charge(row, warm_plain * amount)
+    return _fresh(rg)
+
+
+def recomputed_bytes(root: ScopeNode) -> sympy.Expr:
+    """The most bytes one checkpointed instance saves again while its forward is re-run in backward (its
+    internals; its input is already held): 0 without checkpointing. memory adds it to the forward's saved
+    bytes, an upper bound of a checkpointed step's activation peak (the bytes the backward freed before
+    that recompute are not subtracted)."""
+    found: list[sympy.Expr] = []
+    for node in _nodes(root):
+        if not node.checkpoint:
+            continue
+        parts = node.children if isinstance(node, RepeatNode) else [node]
+        for part in parts:
+            if isinstance(node, RepeatNode) and isinstance(part, GroupNode) and node.checkpointed(part) == 0:
+                continue
+            x = _fresh(True)  # (the recompute's input, already held: the checkpoint saved it)
+            inner = _Walk(counted={x.key: sympy.true})
+            if isinstance(node, RepeatNode):
+                _sequence(inner, part.children, x, {})
+            else:
+                _plain(inner, node, x, {})
+            found.append(saved_total(inner.rows))
+    return sympy.Max(*found) if found else sympy.Integer(0)
+
+
+def _nodes(node: Node):
+    yield node
+    for child in node.children:
+        yield from _nodes(child)
+
+
 def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr) -> Value:
     inner = _Walk(counted=dict(walk.counted))
     out = _sequence(inner, group.children, x, dict(values))
@@ -127,9 +244,6 @@ def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr)
 
 
 def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_grad: bool | None = None) -> Value:
-    if node.weight_gemms:  # quantised or LoRA-adapted weights: frozen matrices need no input saved for a dW
-        raise UsageError(f"layer '{node.name}' has frozen (quantised or LoRA-adapted) weight matrices, whose saved "
-                         "tensors are not modelled yet, so the activations a training step saves cannot be counted")
     try:
         return _op_saves(walk, node, x, extra, x.rg if input_grad is None else input_grad)
     except NotImplementedError as e:
@@ -153,11 +267,42 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_gra
     tensors = {input_tensor(i): v for i, v in enumerate(inputs)}
     tensors[OUTPUT] = out
     own: set[str] = set()  # a tensor of its own kept by two of its aten ops is one tensor too
-    for item in op.saved(call, input_grad):
+    items = op.saved(call, input_grad)
+    for item in frozen_saved(node, items) if node.weight_gemms else items:
         if item.tensor in tensors or item.tensor not in own:
             own.add(item.tensor)
             walk.charge(node.name, _charge(walk, node, item, tensors.get(item.tensor)))
     return out
+
+
+# per op: which of its saved tensors only a weight GEMM's dW needs (by position in `OpDef.saved`'s list, or by
+# name): the input of each weight GEMM, unless another of its aten ops keeps it too
+_DW_ONLY = {
+    "linear": lambda items: [0],
+    # autograd's convolution keeps its input whatever needs a gradient (one backward for input, weight, bias)
+    "conv1d": lambda items: [], "conv2d": lambda items: [], "conv3d": lambda items: [],
+    "patch_embed": lambda items: [],
+    "mlp": lambda items: [0, len(items) - 1],  # the input (fc1 / gate and up) and down's input (the last)
+    "attention": lambda items: [i for i, item in enumerate(items) if item.tensor in (INPUT, "proj_input")],
+}
+
+
+def frozen_saved(node: OpNode, items: list[Saved]) -> list[Saved]:
+    """What an op with frozen weight matrices (quantised, or under LoRA adapters) keeps: autograd saves a
+    GEMM's input for the weight gradient only when the weight needs one, so a frozen matrix's dW input goes
+    (`_DW_ONLY`); a LoRA adapter (x A^T B^T, PEFT's lora.Linear) keeps that input again for dA, one tensor
+    with it, and its own x A^T (m x r at the layer's dtype) for dB, per weight GEMM."""
+    if node.op.name not in _DW_ONLY:
+        raise UsageError(f"layer '{node.name}': what {node.op.name} keeps for backward with frozen (quantised or "
+                         "LoRA-adapted) weight matrices is not modelled, so the activations a training step saves "
+                         "cannot be counted")
+    r = node.precision.lora
+    if r:
+        b = node.precision.bytes_per_element
+        return items + [Saved(f"lora.{part}.{i}", g.count * g.m * r, b)
+                        for part, gemms in node.weight_gemms.items() for i, g in enumerate(gemms)]
+    drop = set(_DW_ONLY[node.op.name](items))
+    return [item for i, item in enumerate(items) if i not in drop]
 
 
 def _charge(walk: _Walk, node: OpNode, item: Saved, value: Value | None) -> sympy.Expr:
@@ -179,4 +324,5 @@ def saved_total(rows: Mapping[str, sympy.Expr]) -> sympy.Expr:
     return sympy.expand(sum(rows.values(), sympy.Integer(0)))
 
 
-__all__ = ["Value", "saved_bytes", "saved_total", "subtree"]
+__all__ = ["Value", "entry_op", "frozen_saved", "input_bytes", "recomputed_bytes", "saved_bytes", "saved_total",
+           "subtree"]

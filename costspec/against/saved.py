@@ -1,0 +1,312 @@
+"""`validate --against --saved-bytes`: the activations the real model keeps for backward against the spec's.
+
+The real module runs one more training forward on `meta`, cast to the spec's dtype (as a model trained in it
+is), in eval mode as the FLOP comparison runs it (dropout is identity: no masks), under a
+`saved_tensors_hooks` pack hook: every saved storage once, parameters and buffers left out, charged to the
+innermost real module open when it was saved, and that module to its matched spec row (`mapping`). The
+spec's bytes (`costspec.tree.saved`) go to the deepest matched row holding each op row.
+
+Differences that are conventions of how the real model runs are named rules with their formulas
+(`RULES`), real = spec + rule, candidates per row: as in the FLOP comparison, a row uses the largest set of
+its candidate rules under which it agrees (all of them when none does), and the others are listed as not
+seen. What remains is a failure with both numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import TYPE_CHECKING, Callable, Mapping
+
+import sympy
+
+from costspec.against.mapping import MODEL_ROW, RowMap
+from costspec.core.results import Column, Row, Table
+from costspec.ops.work import numel
+from costspec.tree.nodes import Node, OpNode
+
+if TYPE_CHECKING:
+    from costspec.against.target import Target
+    from costspec.tree.network import Network
+
+FP32 = 4
+INT64 = 8
+
+
+@dataclass(frozen=True)
+class SavedRule:
+    """A named difference: the real model keeps `bytes(node)` more per instance of `node` (an expression of
+    the dims; `once`: in the first such layer only), for the reason `text`."""
+
+    name: str
+    applies: Callable[[OpNode], bool]
+    bytes: Callable[[OpNode], sympy.Expr]
+    text: str
+    once: bool = False
+
+
+def _rows_cols(node: OpNode) -> tuple[sympy.Expr, sympy.Expr]:
+    shape = node.call.in_shape
+    return numel(shape[:-1]), shape[-1]
+
+
+def _bytes(node: OpNode) -> sympy.Expr:
+    return node.precision.bytes_per_element
+
+
+def _rope_dims(node: OpNode) -> sympy.Expr:
+    from costspec.ops.attention.geometry import geometry
+
+    a = node.call.attrs
+    return a.rope_dims if getattr(a, "rope_dims", None) else geometry(node.call).d
+
+
+def _seq(node: OpNode) -> sympy.Expr:
+    return node.call.in_shape[-2] if node.op.name == "position_embedding" else node.call.in_shape[-1]
+
+
+RULES: tuple[SavedRule, ...] = (
+    SavedRule("layernorm-fp32-statistics", lambda n: n.op.name == "layernorm" and _bytes(n) != FP32,
+              lambda n: 2 * _rows_cols(n)[0] * (FP32 - _bytes(n)),
+              "torch's layer_norm keeps its mean and rstd in fp32 for 16-bit inputs on CUDA and meta (the spec counts "
+              "them at the layer's dtype, as cpu keeps them): 2*T*(4 - b) bytes a layer, T rows, b bytes per element"),
+    SavedRule("rmsnorm-written-out", lambda n: n.op.name == "rmsnorm",
+              lambda n: _rows_cols(n)[0] * (FP32 * _rows_cols(n)[1] + FP32 + _bytes(n) * _rows_cols(n)[1]),
+              "transformers' RMSNorm classes upcast to fp32 and write the norm out (pow, mean, rsqrt, mul, cast, "
+              "mul by the weight): they keep x in fp32 (4*T*C), rstd (4*T) and the normalised x at the dtype "
+              "(b*T*C) in place of what the spec's RMSNorm keeps (the rule replaces the spec's bytes of the layer)"),
+    SavedRule("rope-tables-per-forward", lambda n: n.op.name == "attention" and bool(getattr(n.call.attrs, "rope", 0)),
+              lambda n: 2 * n.call.in_shape[-2] * _rope_dims(n) * _bytes(n),
+              "transformers computes the rotary cos and sin per forward (1 x S x d at the dtype, shared by every "
+              "layer), kept by the first layer's rotation: 2*S*d*b bytes once (the spec's tables are buffers)",
+              once=True),
+    SavedRule("index-tensors", lambda n: n.op.name == "position_embedding" or (
+        n.op.name == "embedding" and bool(getattr(n.call.attrs, "segments", 0))),
+              lambda n: INT64 * _seq(n),
+              "the real model looks this table up with int64 ids it makes itself (position ids, or the all-zero "
+              "segment ids of a single-segment input), one sequence broadcast over the batch: 8*S bytes"),
+)
+
+
+@dataclass(frozen=True)
+class RuleUse:
+    """A rule at one row: its bytes there (real = spec + bytes) and whether the row needed it."""
+
+    rule: str
+    row: str
+    bytes: int
+    text: str
+    used: bool
+
+
+@dataclass
+class SavedAgainst:
+    """Spec and real saved bytes per matched row, the rules, and the real saved tensors."""
+
+    rows: list[tuple[str, int, int, int]]  # (row, spec, real, rules) in walk order; the model row last
+    rules: list[RuleUse]
+    tensors: list[tuple[str, str, int, tuple[int, ...], str]]  # (real module, row, bytes, shape, dtype)
+    described: list[str] = field(default_factory=list)
+
+    @property
+    def totals(self) -> tuple[int, int, int]:
+        return (sum(r[1] for r in self.rows), sum(r[2] for r in self.rows), sum(r[3] for r in self.rows))
+
+    def failures(self) -> list[str]:
+        return [f"saved for backward: {row or 'model'}: spec {s:,} bytes, real {r:,} ({r - s:+,}; named rules "
+                f"{d:+,})" for row, s, r, d in self.rows if s + d != r]
+
+    def table(self) -> Table:
+        def row(name: str, label: str, s: int, r: int, d: int) -> Row:
+            return Row(name, label, 0, {"spec": s, "real": r, "rules": d, "diff": r - s,
+                                        "saved": "PASS" if s + d == r else "FAIL"})
+
+        spec, real, rules = self.totals
+        return Table(list(COLUMNS), [row(n, n or "(model)", s, r, d) for n, s, r, d in self.rows],
+                     row("", "activations saved for backward", spec, real, rules), title="saved for backward",
+                     label_title="saved for backward (train)")
+
+
+COLUMNS = (Column("spec", "spec bytes", "count"), Column("real", "real bytes", "count"),
+           Column("rules", "named rules", "count"), Column("diff", "real - spec", "count"),
+           Column("saved", "saved", "text"))
+
+
+def measure_real_saved(target: "Target", dtype: str) -> list[tuple[str, int, tuple[int, ...], str]]:
+    """One training forward of the real module under the pack hook: (module path, bytes, shape, dtype) of
+    every storage it saves, once, parameters and buffers left out (see the module docstring)."""
+    import torch
+
+    from costspec.runtime.torch_build import TORCH_DTYPES
+
+    module = target.module
+    cast = getattr(torch, TORCH_DTYPES.get(dtype, "float32"))
+    module.to(cast)
+
+    def as_dtype(x):
+        return x.to(cast) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    args = tuple(as_dtype(a) for a in target.args)
+    kwargs = {k: as_dtype(v) for k, v in target.kwargs.items()}
+    names = {id(m): p for p, m in module.named_modules()}
+    stack: list[str] = []
+
+    def enter(m, _args):
+        if id(m) in names:
+            stack.append(names[id(m)])
+
+    def leave(m, _args, _out):
+        if id(m) in names and stack and stack[-1] == names[id(m)]:
+            stack.pop()
+
+    state = {t.untyped_storage()._cdata for t in [*module.parameters(), *module.buffers()]}
+    seen: set[int] = set()
+    kept: list = []  # alive, so that no later storage reuses an address
+    out: list[tuple[str, int, tuple[int, ...], str]] = []
+
+    def pack(t):
+        kept.append(t)
+        storage = t.untyped_storage()
+        key, nbytes = storage._cdata, int(storage.nbytes())
+        if key not in state and key not in seen and nbytes:
+            seen.add(key)
+            out.append((stack[-1] if stack else MODEL_ROW, nbytes, tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+        return t
+
+    hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
+             torch.nn.modules.module.register_module_forward_hook(leave)]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            module(*args, **kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return out
+
+
+def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], target: "Target",
+                          rowmap: RowMap, kernel_model: "Network | None" = None) -> SavedAgainst:
+    """The real model's saved bytes (`measure_real_saved`) against the spec's, per matched row. `kernel_model`:
+    the spec with the attention kernel the real model ran (meta decomposes SDPA: backend math), when
+    `model` names another; the difference is the rule `sdpa-kernel-on-meta`."""
+    from costspec.tree.saved import saved_bytes
+
+    def ev(e) -> int:
+        return int(sympy.ceiling(sympy.sympify(e).xreplace(values)))
+
+    holder = _holders(model.root, set(rowmap.matches))
+    spec_rows = {r: ev(e) for r, e in saved_bytes(model.root).items()}
+    spec: dict[str, int] = {}
+    for r, n in spec_rows.items():
+        spec[holder.get(r, MODEL_ROW)] = spec.get(holder.get(r, MODEL_ROW), 0) + n
+    tensors = [(path, rowmap.row_of(path), n, shape, dt) for path, n, shape, dt in
+               measure_real_saved(target, str(model.precision.dtype))]
+    real: dict[str, int] = {}
+    for _, row, n, _, _ in tensors:
+        real[row] = real.get(row, 0) + n
+    candidates: dict[str, list[tuple[str, int, str]]] = {}
+    if kernel_model is not None:
+        other = {r: ev(e) for r, e in saved_bytes(kernel_model.root).items()}
+        for r in sorted(set(other) | set(spec_rows)):
+            delta = other.get(r, 0) - spec_rows.get(r, 0)
+            if delta:
+                candidates.setdefault(holder.get(r, MODEL_ROW), []).append((
+                    "sdpa-kernel-on-meta", delta, "on meta, SDPA runs PyTorch's math decomposition, which keeps q and "
+                    "k scaled, the probabilities and v (upcast to fp32 from 16 bits) where the spec's flash kernel "
+                    "keeps q, k, v, the output and the logsumexp: the spec's bytes at backend math minus its own"))
+    seen_once: set[str] = set()
+    for step in model.walk():
+        node = step.node
+        if not isinstance(node, OpNode):
+            continue
+        for rule in RULES:
+            if rule.name in seen_once or not rule.applies(node):
+                continue
+            if rule.once:
+                seen_once.add(rule.name)
+            amount = ev(rule.bytes(node)) * (1 if rule.once else ev(step.instances))
+            if rule.name == "rmsnorm-written-out":  # in place of the spec's bytes of this layer
+                amount -= spec_rows.get(node.name, 0)
+            candidates.setdefault(holder.get(node.name, MODEL_ROW), []).append((rule.name, amount, rule.text))
+    order = [MODEL_ROW] + [n.name for n in _preorder(model.root)]
+    names = sorted(set(spec) | set(real) | set(candidates), key=lambda r: order.index(r) if r in order else len(order))
+    rows, uses = [], []
+    for r in names:
+        s, m = spec.get(r, 0), real.get(r, 0)
+        chosen = _fit(s, m, _merged(candidates.get(r, [])))
+        rows.append((r, s, m, sum(d for name, d, _ in _merged(candidates.get(r, [])) if name in chosen)))
+        uses += [RuleUse(name, r, d, text, name in chosen) for name, d, text in _merged(candidates.get(r, []))]
+    model_row = [row for row in rows if row[0] == MODEL_ROW]
+    described = [f"the real model cast to the spec's dtype ({model.precision.dtype}), one training forward on meta in "
+                 "eval mode (dropout identity), saved_tensors_hooks, each storage once, parameters and buffers out"]
+    return SavedAgainst([row for row in rows if row[0] != MODEL_ROW] + model_row, uses, tensors, described)
+
+
+def saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], target: "Target", rowmap: RowMap,
+                  pass_: str, device: str,
+                  kernel_model: Callable[[], "Network"]) -> tuple[SavedAgainst | None, list[str]]:
+    """The comparison after `validate_against` ran `target` (its `rowmap`, `pass_`, `device`), or the notes
+    saying why it is not made; `kernel_model` loads the spec with backend math (what meta runs) when an
+    attention layer names another."""
+    from costspec.core.errors import UsageError
+    from costspec.core.vocab import Backend, Pass
+
+    why = None
+    if pass_ != Pass.TRAIN:
+        why = "compared with --pass train only (what a training forward keeps for backward)"
+    elif device != "meta":
+        why = "compared on meta only (the real model's training forward would allocate its activations)"
+    elif any(node.checkpoint for node in _preorder(model.root)):
+        why = ("not compared under activation checkpointing: the real model runs in eval mode, where transformers "
+               "turns its gradient checkpointing off")
+    if why is not None:
+        return None, [f"saved activations not compared: {why}"]
+    kernels = {str(n.call.attrs.backend) for n in model.op_nodes() if any(a.name == "backend" for a in n.op.attrs)}
+    try:
+        other = kernel_model() if kernels - {str(Backend.MATH)} else None
+        return compare_saved_against(model, values, target, rowmap, other), []
+    except UsageError as e:  # a layer whose saved tensors are not modelled: the FLOPs are still checked
+        return None, [f"saved activations not compared: {e}"]
+
+
+def _merged(found: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
+    """One entry per rule name (its bytes summed over the row's layers and instances)."""
+    out: dict[str, tuple[int, str]] = {}
+    for name, amount, text in found:
+        out[name] = (out.get(name, (0, text))[0] + amount, text)
+    return [(name, amount, text) for name, (amount, text) in out.items()]
+
+
+def _fit(spec: int, real: int, rules: list[tuple[str, int, str]]) -> set[str]:
+    """The largest set of the row's rules under which it agrees; all of them when none does."""
+    names = [name for name, _, _ in rules]
+    amount = {name: d for name, d, _ in rules}
+    for size in range(len(names), -1, -1):
+        for subset in combinations(names, size):
+            if spec + sum(amount[n] for n in subset) == real:
+                return set(subset)
+    return set(names)
+
+
+def _preorder(node: Node):
+    for child in node.children:
+        yield child
+        yield from _preorder(child)
+
+
+def _holders(root: Node, matched: set[str]) -> dict[str, str]:
+    """op row -> the deepest matched row holding it (itself when matched), MODEL_ROW when none does."""
+    out: dict[str, str] = {}
+
+    def visit(node: Node, holder: str) -> None:
+        for child in node.children:
+            here = child.name if child.name in matched else holder
+            if isinstance(child, OpNode):
+                out[child.name] = here
+            visit(child, here)
+
+    visit(root, MODEL_ROW)
+    return out
+
+
+__all__ = ["RULES", "RuleUse", "SavedAgainst", "SavedRule", "compare_saved_against", "measure_real_saved",
+           "saved_against"]

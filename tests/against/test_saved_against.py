@@ -1,0 +1,123 @@
+"""`validate --against --saved-bytes`: the bytes the real transformers model keeps for backward (saved_tensors_hooks
+on meta, in the spec's dtype) against the spec's, per matched row and in total, every difference a named rule
+whose bytes are checked here against the dims. Two layers, short sequences."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from costspec.against import saved as saved_module  # noqa: E402
+from costspec.against.check import validate_against  # noqa: E402
+from costspec.against.saved import compare_saved_against  # noqa: E402
+from costspec.against.target import load_target  # noqa: E402
+from costspec.model import load  # noqa: E402
+from tests.common import ROOT, invoke  # noqa: E402
+
+CONFIGS = ROOT / "tests/data/hf_configs"
+CASES = {  # spec -> (target, config file, config sets, dims)
+    "vit_b": ("hf:ViTModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2"}, {"L": 2, "B": 2}),
+    "bert_base": ("hf:BertModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2"},
+                  {"L": 2, "B": 2, "S": 16}),
+    "gpt2_small": ("hf:GPT2LMHeadModel", None, {"activation_function": "gelu_pytorch_tanh", "n_layer": "2"},
+                   {"L": 2, "B": 2, "S": 16}),
+    "llama_1b": ("hf:LlamaForCausalLM", str(CONFIGS / "llama_1b.json"), {"num_hidden_layers": "2"},
+                 {"L": 2, "B": 2, "S": 16}),
+}
+
+
+def compared(name: str):
+    target, config, sets, dims = CASES[name]
+    model = load(ROOT / "specs" / f"{name}.yaml")
+    values = model.bind(sets=dims)
+    real = load_target(target, model, values, "meta", config, sets)
+    result = validate_against(model, values, real, "forward")  # (the row mapping)
+    return model, values, compare_saved_against(model, values, real, result.rowmap,
+                                                load(ROOT / "specs" / f"{name}.yaml", backend="math"))
+
+
+def used(comparison) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for u in comparison.rules:
+        if u.used:
+            out[u.rule] = out.get(u.rule, 0) + u.bytes
+    return out
+
+
+def expected_rules(name: str, model, values) -> dict[str, int]:
+    """Each named difference from the dims: layer norms' fp32 statistics (16-bit dtypes), the index tensors the
+    real model makes, the rotary tables, transformers' written-out RMSNorm (x in fp32, rstd, x normalised)."""
+    d = {k: int(values[v.symbol]) for k, v in model.dims.dims.items() if v.symbol in values}
+    b = model.precision.bytes_per_element
+    L, B = d["L"], d["B"]
+    S = d.get("S", 197)
+    T = B * S
+    if name == "llama_1b":
+        C, head = d["C"], d["C"] // d["heads"]
+        return {"rmsnorm-written-out": (2 * L + 1) * T * (4 * C + 4 + b * C), "rope-tables-per-forward": 2 * S * head * b}
+    out = {"layernorm-fp32-statistics": (2 * L + 1) * 2 * T * (4 - b)}
+    if name in ("bert_base", "gpt2_small"):
+        out["index-tensors"] = 8 * S
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_saved_bytes_match_the_real_model_per_row(name):
+    model, values, comparison = compared(name)
+    assert not comparison.failures(), comparison.failures()
+    spec, real, rules = comparison.totals
+    assert spec + rules == real and len(comparison.rows) >= 5
+    found = used(comparison)
+    kernel = found.pop("sdpa-kernel-on-meta")  # meta runs the math SDPA: the spec at backend math
+    assert kernel > 0
+    expected = expected_rules(name, model, values)
+    written_out = 0
+    if name == "llama_1b":  # the rule replaces the spec's own bytes of the RMSNorm rows
+        norms = sum(s for row, s, _, _ in comparison.rows if "norm" in row)
+        written_out = found.pop("rmsnorm-written-out")
+        assert written_out == expected.pop("rmsnorm-written-out") - norms
+    assert found == expected
+    # within 1% of the real model, the spec taken at the kernel the real model ran (and, for Llama, with
+    # transformers' written-out RMSNorm in place of torch's: a 7% difference without it)
+    assert abs(real - (spec + kernel + written_out)) / real < 0.01
+
+
+def test_a_difference_no_rule_names_fails(monkeypatch):
+    monkeypatch.setattr(saved_module, "RULES", tuple(r for r in saved_module.RULES
+                                                     if r.name != "layernorm-fp32-statistics"))
+    _, _, comparison = compared("vit_b")
+    failures = comparison.failures()
+    assert failures and all("saved for backward" in f and "norm" in f for f in failures)
+
+
+def test_the_cli_compares_with_saved_bytes_and_pass_train():
+    target = "hf:ViTModel"
+    sets = {"add_pooling_layer": "false", "num_hidden_layers": "2", "image_size": "32", "hidden_size": "64",
+            "num_attention_heads": "2", "intermediate_size": "256"}
+    dims = {"L": 2, "img": 32, "C": 64, "heads": 2}
+    args = ["validate", str(ROOT / "specs/vit_b.yaml"), "--against", target, "--pass", "train", "--saved-bytes",
+            "--format", "json", *[f"--set={k}={v}" for k, v in dims.items()],
+            *[a for k, v in sets.items() for a in ("--config-set", f"{k}={v}")]]
+    r = invoke(*args)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    saved = json.loads(r.stdout)["saved_for_backward"]
+    total = saved["total"]
+    assert total["spec"] + total["rules"] == total["real"]
+    assert {u["rule"] for u in saved["rules"] if u["used"]} == {"layernorm-fp32-statistics", "sdpa-kernel-on-meta"}
+    forward = invoke(*[a if a != "train" else "forward" for a in args])
+    assert forward.returncode == 0
+    assert "saved_for_backward" not in json.loads(forward.stdout)
+
+
+@pytest.mark.parametrize("pass_, device, checkpoint, why", [
+    ("forward", "meta", None, "--pass train only"), ("train", "cpu", None, "on meta only"),
+    ("train", "meta", "blocks", "activation checkpointing")])
+def test_when_the_real_model_is_not_compared_a_note_says_why(pass_, device, checkpoint, why):
+    from costspec.against.saved import saved_against
+
+    model = load(ROOT / "specs" / "vit_b.yaml", checkpoint=checkpoint)
+    compared_, notes = saved_against(model, model.bind(), None, None, pass_, device, lambda: model)
+    assert compared_ is None and len(notes) == 1 and why in notes[0]
