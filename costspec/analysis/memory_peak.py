@@ -82,7 +82,7 @@ def _trained_bytes(node: OpNode) -> sympy.Expr:
 
 
 def step_moments(model: Network, state: dict[Category, sympy.Expr], activations: sympy.Expr,
-                 optimizer_buffer: sympy.Expr, recomputed: sympy.Expr = sympy.Integer(0)) -> list[Moment]:
+                 optimizer_buffer: sympy.Expr, recomputed: sympy.Expr = sympy.S.Zero) -> list[Moment]:
     """The moments of a training step (see the module docstring); `state`: the bytes held throughout
     (weights, gradients, master weights, optimizer state), `activations`: the saved bytes,
     `optimizer_buffer`: the optimizer's transient during its step, `recomputed`: the most one checkpointed
