@@ -144,6 +144,9 @@ class Saved:
     elements: Expr
     bytes_per_element: Expr
     folded: bool = False  # the input folded to rows (a linear's): a strided view is saved as a copy of its elements
+    # an input saved through a reshape of the op's own (windows of a token grid): the dims at which that is a
+    # view of the input; elsewhere a copy of `elements` (its own tensor)
+    view: Any = sympy.true
 
     @property
     def bytes(self) -> Expr:

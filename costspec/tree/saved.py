@@ -162,10 +162,11 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_gra
 
 def _charge(walk: _Walk, node: OpNode, item: Saved, value: Value | None) -> sympy.Expr:
     own = node.canonical(sympy.sympify(item.bytes))
-    if value is None or (item.folded and value.contiguous is sympy.false):  # its own (a strided input folded:
-        return own  # a copy)
+    # where the saved tensor is the value itself (a strided input folded, or a reshape that copies: its own)
+    shared = sympy.And(value.contiguous if value is not None and item.folded else sympy.true, item.view)
+    if value is None or shared is sympy.false:
+        return own
     storage = node.canonical(sympy.sympify(value.storage if value.storage is not None else item.bytes))
-    shared = value.contiguous if item.folded else sympy.true  # where the saved tensor is the value itself
     counted = walk.counted.get(value.key, sympy.false)
     walk.counted[value.key] = sympy.Or(counted, shared)
     first = storage if counted is sympy.false else sympy.Piecewise((0, counted), (storage, True))
