@@ -27,6 +27,7 @@ SMALL = {
     "llama_1b": dict(B=2, S=8, C=32, heads=4, KV=2, F=64, L=2, V=50),
     "llama3_8b": dict(B=2, S=8, C=32, heads=4, KV=2, F=64, L=2, V=50),
     "mistral_7b": dict(B=2, S=8, C=32, heads=4, KV=2, F=64, L=2, V=50, W=4),
+    "mixtral_8x7b": dict(B=2, S=8, C=16, heads=4, KV=2, F=24, L=2, V=50, E=4, K=2),
     "mobilenet_v2": dict(B=2, img=32),
     "pythia_160m": dict(B=2, S=8, C=32, heads=2, F=64, L=2, V=50),
     "resnet50": dict(B=2, img=64, E=8, W1=8, W2=8, W3=16, W4=16, D1=2, D2=2, D3=2, D4=2),
@@ -45,7 +46,7 @@ SMALL = {
 BACKENDS = {"gemma2_2b": ("flash", "eager")}  # soft-capping: PyTorch's SDPA (math) has none
 SLOW = {"deepencoder", "swin_tiny", "gemma2_2b"}  # 12-26 layers (sam_vit_b is their fast variant, with tests/ops)
 UNMODELLED = {  # spec -> the layer option whose saved tensors are not modelled yet
-    "deepseek_v3": "mla", "mamba_130m": "mamba", "mixtral_8x7b": "moe",
+    "deepseek_v3": "mla", "mamba_130m": "mamba",
 }
 
 
