@@ -20,6 +20,8 @@ SMALL = {
     "clip_vit_l14": dict(B=2, img=28, C=32, heads=2, L=2, E=16),
     "convnext_tiny": dict(B=2, img=64, C1=8, C2=16, C3=16, C4=32, D1=2, D2=2, D3=2, D4=2),
     "deepencoder": dict(SAM, D=32, Dh=2, Lc=2),
+    "deepseek_v3": dict(B=2, S=8, C=16, heads=2, RQ=6, R=10, DN=4, DR=2, DV=3, F=24, E=4, K=2, FE=8, SH=1, G=2, TG=1,
+                        Ld=1, Lm=1, V=50),
     "efficientnet_b0": dict(B=2, img=64, C0=8, C1=8, C2=8, C3=16, C4=16, C5=16, C6=24, C7=24, H=32, R2=2, R3=2,
                             R4=2, R5=2, R6=2),
     "gemma2_2b": dict(B=2, S=8, C=32, heads=4, KV=2, D=8, F=64, L=26, V=50, W=4),  # (26: the global layers' indices)
@@ -46,7 +48,7 @@ SMALL = {
 BACKENDS = {"gemma2_2b": ("flash", "eager")}  # soft-capping: PyTorch's SDPA (math) has none
 SLOW = {"deepencoder", "swin_tiny", "gemma2_2b"}  # 12-26 layers (sam_vit_b is their fast variant, with tests/ops)
 UNMODELLED = {  # spec -> the layer option whose saved tensors are not modelled yet
-    "deepseek_v3": "mla", "mamba_130m": "mamba",
+    "mamba_130m": "mamba",
 }
 
 
