@@ -248,6 +248,11 @@ class OpDef:
         (a reshape of a strided view). Default: the input's layout."""
         return contiguous if self.aliases(call) else None
 
+    def copies(self, call: OpCall, contiguous: Any) -> Any:
+        """For an op whose `view` is not None: the condition (of the dims) under which its module copies instead
+        (a reshape of an input strided at those dims), given its input's layout. Default: never."""
+        return sympy.false
+
     def aliases(self, call: OpCall) -> bool:
         """True when this use's module returns a view of its input (one storage: a later layer saving the
         output keeps the input alive). Default: `output_view`."""

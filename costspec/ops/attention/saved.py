@@ -1,22 +1,26 @@
 """What an attention layer's module keeps for backward (`OpDef.saved`), by SDPA kernel family.
 
-Self-attention over one token sequence, fused or separate q/k/v projections, grouped-query heads, RoPE,
-causal or sliding-window masks:
+Self-attention over one token sequence or within windows of a token grid, fused or separate q/k/v
+projections, grouped-query heads, RoPE, masks (causal, sliding or local windows, ALiBi, shifted windows),
+learned queries, SAM's relative positions, T5's and Swin's bias tables:
 
-* the input (the q/k/v projections' weight gradient), the output projection's input;
+* the input (the q/k/v projections' weight gradient), or with windows its partition (a copy unless the grid
+  splits into whole windows by views); learned queries expanded over the batch (a copy unless a view);
+  SAM's relative positions: q folded for each of its two products and the gathered tables;
 * flash (the fused kernel): q, k, v, the output and the fp32 logsumexp per query row. q, k and v are views:
   of the fused projection's output (one tensor of B x S x (h + 2 kv) x d), of RoPE's rotated q-and-k, of
   the separate projections' outputs; the output projection reads a view of the kernel's (B, S, h, d) output;
 * math (torch's composite `_scaled_dot_product_attention_math`): q and k, each scaled by sqrt(scale) (new
   tensors; k repeated to h heads with grouped queries), the probabilities, v, all in fp32 when the layer
   runs in 16 bits (the composite upcasts them), and the output projection's input, the (B, S, h, d) copy of
-  the output.
+  the output. A mask that needs a gradient (a learned bias) is not taken by the cpu flash kernel: math;
+* eager (and soft-capping, sinks): `costspec.ops.attention.saved_eager`.
 
-These are torch's cpu kernels, which `validate` runs (the flash kernel takes masks there; its output has q's
-layout; CUDA's is always (B, S, h, d)).
+These are torch's cpu kernels, which `validate` runs (the flash kernel takes constant masks there; its output
+has q's layout; CUDA's is always (B, S, h, d)).
 
-Other layouts (windows, relative positions and biases, cross-attention, learned queries, q/k norms, the
-eager path with soft-capping or sinks, a served cache) raise: their saved tensors are not modelled yet.
+q/k norms, cross-attention, a served cache, and SAM's relative positions with RoPE raise: their saved tensors
+are not modelled yet.
 """
 from __future__ import annotations
 
@@ -125,13 +129,16 @@ def merged(items: list[Saved]) -> list[Saved]:
     """One item per tensor of the op's own: a storage two parts may keep (each either all of it or none) is kept
     once, at the larger."""
     out: dict[str, Saved] = {}
+    inputs = [item for item in items if item.tensor.startswith(INPUT)]  # (the walk dedups those by identity)
     for item in items:
-        if item.tensor in out and not item.tensor.startswith(INPUT):
+        if item.tensor.startswith(INPUT):
+            continue
+        if item.tensor in out:
             first = out[item.tensor]
             out[item.tensor] = Saved(item.tensor, sympy.Max(first.elements, item.elements), first.bytes_per_element)
         else:
-            out.setdefault(item.tensor, item)
-    return list(out.values())
+            out[item.tensor] = item
+    return inputs + list(out.values())
 
 
 def mask_needs_grad(call: OpCall) -> bool:
