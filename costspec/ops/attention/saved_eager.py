@@ -36,15 +36,19 @@ def _repeated(call: OpCall, which: str, b) -> list[Saved]:
     """k or v repeated to the h query heads and folded: a view of its storage with one key/value head in one
     problem (the repeat is a stride-0 view), else a copy of B*h*S*d."""
     g = geometry(call)
-    source = _folded(call, which, b)[0]  # (the storage it views)
-    if which != "v" and call.attrs.rope and call.attrs.rope_dims is not None \
-            and sympy.sympify(call.attrs.rope_dims - call.attrs.head_dim) != 0:
-        source = Saved(f"{which}_rotated", g.nb * g.kv * g.t * g.d, b)
-    else:
-        source = Saved(source.tensor, _source(call, which, b)[0].elements, b)
+    source = _partial_rotation(call, which, b) or _source(call, which, b)[0]
     view = sympy.And(sympy.Eq(g.nb, 1), sympy.Eq(g.kv, 1))
     return [Saved(source.tensor, sympy.Piecewise((source.elements, view), (0, True)), b),
             Saved(f"{which}_repeated", sympy.Piecewise((0, view), (g.nb * g.h * g.t * g.d, True)), b)]
+
+
+def _partial_rotation(call: OpCall, which: str, b) -> Saved | None:
+    """q or k after a partial RoPE (rope_dims < head_dim): concatenated anew, contiguous; None otherwise."""
+    a, g = call.attrs, geometry(call)
+    if which == "v" or not a.rope or a.rope_dims is None or sympy.sympify(a.rope_dims - a.head_dim) == 0:
+        return None
+    heads, tokens = (g.h, g.tq) if which == "q" else (g.kv, g.t)
+    return Saved(f"{which}_rotated", g.nb * heads * tokens * g.d, b)
 
 
 def _folded(call: OpCall, which: str, b) -> list[Saved]:
@@ -54,8 +58,9 @@ def _folded(call: OpCall, which: str, b) -> list[Saved]:
     heads, tokens = (g.h, g.tq) if which == "q" else (g.kv, g.t)
     elements = g.nb * heads * tokens * g.d
     rope = a.rope and which != "v"
-    if rope and a.rope_dims is not None and sympy.sympify(a.rope_dims - a.head_dim) != 0:
-        return [Saved(f"{which}_rotated", elements, b)]  # a partial rotation's cat: contiguous
+    rotated = _partial_rotation(call, which, b)
+    if rotated is not None:  # a partial rotation's cat: contiguous, folds as a view
+        return [rotated]
     source, own_rows = _source(call, which, b)
     one = sympy.Or(sympy.Eq(g.nb, 1), sympy.Eq(heads, 1))
     folds = sympy.Or(one, sympy.Eq(tokens, 1)) if own_rows and not rope else one
