@@ -21,6 +21,16 @@ def leading_ones(call: OpCall, axis: int | None = None):
     return sympy.And(*(sympy.Eq(d, 1) for d in map(sympy.sympify, call.in_shape[:axis])))
 
 
+def piece_view(op, call: OpCall, contiguous):
+    """A piece along the axis is a view that any reshape folds without a copy (contiguous, size-1 dims aside)
+    where the input is: every dim before the axis is 1, the piece is the whole axis, or it is one position with
+    only dims of 1 after it."""
+    axis = axis_index(call, "axis")
+    length, whole = sympy.sympify(op.output_shape(call)[axis]), sympy.sympify(call.in_shape[axis])
+    after = sympy.And(*(sympy.Eq(d, 1) for d in map(sympy.sympify, call.in_shape[axis + 1:])))
+    return sympy.And(contiguous, leading_ones(call, axis) | sympy.Eq(length, whole) | (sympy.Eq(length, 1) & after))
+
+
 @register_op
 class Permute(FreeOp):
     """Reorder all axes."""
@@ -55,7 +65,7 @@ class Slice(FreeOp):
     """x[..., start:end, ...] along one axis."""
 
     def view(self, call: OpCall, contiguous):
-        return sympy.And(contiguous, leading_ones(call))
+        return piece_view(self, call, contiguous)
 
     name = "slice"
     doc = "Keep positions start..end-1 along one axis (x[:, start:end]); no FLOPs."
@@ -98,7 +108,7 @@ class _Piece(FreeOp):
     """One piece of a split along an axis (see the module doc: the others are dropped)."""
 
     def view(self, call: OpCall, contiguous):
-        return sympy.And(contiguous, leading_ones(call))
+        return piece_view(self, call, contiguous)
 
     def sizes(self, call: OpCall) -> tuple:
         raise NotImplementedError

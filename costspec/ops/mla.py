@@ -32,6 +32,7 @@ from costspec.core.vocab import Backend, Fusion, Phase
 from costspec.ops.attention.reconcile import attention_rules
 from costspec.ops.attention.sdpa import Sdpa, sdpa_backward, sdpa_forward
 from costspec.ops.attrs import Attr
+from costspec.ops.mla_saved import mla_saved
 from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, requires, same_size_constraint
 from costspec.ops.registry import register_op
 from costspec.ops.work import (
@@ -181,7 +182,6 @@ class MultiHeadLatentAttention(OpDef):
            "(d_v), RoPE on the rope dims only, SDPA, output projection. `absorb: true`: the weight-absorbed "
            "inference form (attention over the latent).")
     default_name = "attn"
-    saved_unmodelled = "the latent projections, their norms and the decoupled rope keys"
     attrs = ATTRS
     runtime = Runtime(
         # transformers' interleaved RoPE (DeepSeek-V3) rotates with x1*cos - x2*sin: a subtraction is an add
@@ -189,6 +189,11 @@ class MultiHeadLatentAttention(OpDef):
         fused={"sdpa": ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")},
         kernels={"gemm": "gemm", "sdpa": "attention"},
     )
+
+    def saved(self, call: OpCall, input_grad: bool):
+        """The input, the norms' inputs and statistics, the SDPA's tensors, the output projection's input
+        (`costspec.ops.mla_saved`)."""
+        return mla_saved(call, Geom.of(call))
 
     def output_shape(self, call: OpCall):
         requires(self, call, 3, "tokens [B, S, C]")

@@ -24,6 +24,7 @@ from costspec.core.vocab import Fusion, Phase
 from costspec.ops import routing
 from costspec.ops.activations import ACT_ATTR, activation_work, build_activation
 from costspec.ops.attrs import Attr
+from costspec.ops.moe_saved import moe_saved
 from costspec.ops.opdef import GEMM_RUNTIME, Constraint, OpCall, OpDef, requires
 from costspec.ops.registry import register_op
 from costspec.ops.work import (
@@ -127,7 +128,6 @@ class Moe(OpDef):
            "tokens, capped by a capacity factor), parameters for all experts, the active parameters per token in "
            "the notes.")
     default_name = "moe"
-    saved_unmodelled = "the router, the tokens copied per slot and each expert's rows"
     runtime = GEMM_RUNTIME
     attrs = (
         Attr("experts", "size", "number of routed experts E"),
@@ -196,6 +196,11 @@ class Moe(OpDef):
     def _shared(self, call: OpCall) -> Expert:
         a = call.attrs
         return Expert(a.gated, a.bias, a.fn)
+
+    def saved(self, call: OpCall, input_grad: bool):
+        """The input, the router's scores, indices and weights, the routed rows and each expert's, the weighted
+        sum's two sides, the shared MLP (`costspec.ops.moe_saved`)."""
+        return moe_saved(call, self.rows(call))
 
     def capacity(self, call: OpCall):
         """Rows one expert may take: ceil(cf * T*k/E), or None without a limit."""

@@ -239,7 +239,6 @@ class GRN(OpDef):
            "norm over H and W divided by its mean over the channels (+ eps), then gamma * (x * N) + beta + x "
            "(the residual is part of the layer); 2C parameters (gamma, beta).")
     default_name = "grn"
-    saved_unmodelled = "the channel norms, their mean and the normalised values of its separate operations"
     # transformers' ConvNextV2GRN (and costspec's module of the same name) runs vector_norm, mean, add, div,
     # mul, mul, add, add (and their backward ops): one grn element per input element each way
     runtime = Runtime(decomposed=("ConvNextV2GRN", "grn", "grn_backward"))
@@ -249,6 +248,18 @@ class GRN(OpDef):
     def output_shape(self, call: OpCall):
         requires(self, call, 4, "a channels-last input [B, H, W, C]")
         return call.in_shape
+
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """Its separate operations' tensors: x * N for gamma's gradient; with an input gradient also x and the
+        channel norms (the norm's backward), the mean + eps per sample and N (the division's and the product's
+        other sides)."""
+        b, c, n = call.precision.bytes_per_element, call.in_shape[-1], numel(call.in_shape)
+        scaled = [Saved("x_normed", n, b)]
+        if not input_grad:
+            return scaled
+        batch = call.in_shape[0]
+        return [Saved(INPUT, n, b), Saved("norms", batch * c, b), Saved("denominator", batch, b),
+                Saved("normed", batch * c, b)] + scaled
 
     def forward(self, call: OpCall):
         return [Part("", pointwise("grn", numel(call.in_shape)), 2 * call.in_shape[-1])]

@@ -144,6 +144,9 @@ class Saved:
     elements: Expr
     bytes_per_element: Expr
     folded: bool = False  # the input folded to rows (a linear's): a strided view is saved as a copy of its elements
+    # an input saved through a reshape of the op's own (windows of a token grid): the dims at which that is a
+    # view of the input; elsewhere a copy of `elements` (its own tensor)
+    view: Any = sympy.true
 
     @property
     def bytes(self) -> Expr:
@@ -244,6 +247,11 @@ class OpDef:
         the dims) under which that view is contiguous, given its input's; None when the module copies instead
         (a reshape of a strided view). Default: the input's layout."""
         return contiguous if self.aliases(call) else None
+
+    def copies(self, call: OpCall, contiguous: Any) -> Any:
+        """For an op whose `view` is not None: the condition (of the dims) under which its module copies instead
+        (a reshape of an input strided at those dims), given its input's layout. Default: never."""
+        return sympy.false
 
     def aliases(self, call: OpCall) -> bool:
         """True when this use's module returns a view of its input (one storage: a later layer saving the

@@ -25,9 +25,14 @@ class FreeOp(OpDef):
     output_view = True
 
     def view(self, call: OpCall, contiguous):
-        """A reshape or flatten views a contiguous input and copies a strided one (a pad always copies); an
-        input that is contiguous at some dims only is counted as strided."""
-        return sympy.true if contiguous is sympy.true and self.aliases(call) else None
+        """A reshape or flatten views a contiguous input (a contiguous view) and copies a strided one (`copies`; a
+        pad always copies)."""
+        return sympy.true if contiguous is not sympy.false and self.aliases(call) else None
+
+    def copies(self, call: OpCall, contiguous):
+        """A reshape or flatten: where the input is strided (a slice on a later axis, a transpose); an op with a
+        view() of its own (a slice, a transpose) never copies."""
+        return sympy.Not(contiguous) if type(self).view is FreeOp.view else sympy.false
 
     def forward(self, call: OpCall):
         return [Part("", Work())]

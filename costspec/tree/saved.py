@@ -46,6 +46,8 @@ class Value:
     storage: sympy.Expr | None
     rg: bool
     contiguous: sympy.Basic = sympy.true  # the dims at which it is a contiguous tensor (a view may be strided)
+    alias: sympy.Basic = sympy.true  # the dims at which it is `key`'s tensor; elsewhere a copy (`copy_key`)
+    copy_key: int = -1
 
 
 def _fresh(rg: bool, storage: sympy.Expr | None = None) -> Value:
@@ -237,7 +239,7 @@ def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr)
     out = _sequence(inner, group.children, x, dict(values))
     for row, amount in inner.rows.items():
         walk.charge(row, times * amount)
-    for key in (x.key, out.key):
+    for key in (x.key, out.key, x.copy_key, out.copy_key):
         if key in inner.counted:
             walk.counted[key] = inner.counted[key]
     return out
@@ -257,11 +259,13 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_gra
     needs = any(v.rg for v in inputs) or node.makes_grad
     out_rg = x.rg if op.pass_through else any(v.rg for v in inputs) or node.makes_grad
     layout = op.view(call, x.contiguous)
-    if layout is not None:
-        storage = x.storage if x.storage is not None else numel(call.in_shape) * node.precision.bytes_per_element
-        out = Value(x.key, storage, out_rg, layout)
-    else:
+    copies = sympy.sympify(op.copies(call, x.contiguous)) if layout is not None else sympy.true
+    if copies is sympy.true or (copies is not sympy.false and x.alias is not sympy.true):
         out = _fresh(out_rg)
+    else:  # a view of its input, or one only at some dims (a reshape of a view strided elsewhere: a copy there)
+        storage = x.storage if x.storage is not None else numel(call.in_shape) * node.precision.bytes_per_element
+        out = Value(x.key, storage, out_rg, layout, x.alias, x.copy_key) if copies is sympy.false else \
+            Value(x.key, storage, out_rg, layout, sympy.Not(copies), next(_ids))
     if not needs:
         return out
     tensors = {input_tensor(i): v for i, v in enumerate(inputs)}
@@ -307,12 +311,26 @@ def frozen_saved(node: OpNode, items: list[Saved]) -> list[Saved]:
 
 def _charge(walk: _Walk, node: OpNode, item: Saved, value: Value | None) -> sympy.Expr:
     own = node.canonical(sympy.sympify(item.bytes))
-    if value is None or (item.folded and value.contiguous is sympy.false):  # its own (a strided input folded:
-        return own  # a copy)
-    storage = node.canonical(sympy.sympify(value.storage if value.storage is not None else item.bytes))
-    shared = value.contiguous if item.folded else sympy.true  # where the saved tensor is the value itself
-    counted = walk.counted.get(value.key, sympy.false)
-    walk.counted[value.key] = sympy.Or(counted, shared)
+    if value is None:
+        return own
+    if value.alias is sympy.true:
+        return _charge_tensor(walk, node, item, value.key, value.storage, value.contiguous, sympy.true)
+    view = _charge_tensor(walk, node, item, value.key, value.storage, value.contiguous, value.alias)
+    copy = _charge_tensor(walk, node, item, value.copy_key, None, sympy.true, sympy.Not(value.alias))
+    return sympy.Piecewise((view, value.alias), (copy, True))
+
+
+def _charge_tensor(walk: _Walk, node: OpNode, item: Saved, key: int, storage, contiguous, where) -> sympy.Expr:
+    """`item` saved from the tensor `key` (of `storage` bytes, None: the saver's size) at the dims `where` it
+    is that tensor."""
+    own = node.canonical(sympy.sympify(item.bytes))
+    # where the saved tensor is the value itself (a strided input folded, or a reshape that copies: its own)
+    shared = sympy.And(contiguous if item.folded else sympy.true, item.view)
+    if shared is sympy.false:
+        return own
+    storage = node.canonical(sympy.sympify(storage if storage is not None else item.bytes))
+    counted = walk.counted.get(key, sympy.false)
+    walk.counted[key] = sympy.Or(counted, sympy.And(shared, where))
     first = storage if counted is sympy.false else sympy.Piecewise((0, counted), (storage, True))
     if shared is sympy.true:
         return first

@@ -74,8 +74,9 @@ def test_moe_router_variants_match_torch(data, dtype):
     layers = ([{"layernorm": {}}] if data.draw(st.booleans()) else []) + [{"moe": attrs}]
     text = spec_text(shape, layers, dtype)
     model = costspec.loads(text)
-    result = validate(model, model.bind(), "train", "meta")
+    result = validate(model, model.bind(), "train", "meta", saved=True)  # and the bytes saved for backward
     assert result.ok, text + "\n" + render_table(result)
+    assert result.saved is not None or attrs.get("swiglu_limit") or attrs.get("interleaved_gate_up"), result.notes
     for phase in ("forward", "backward"):
         total = result.total(phase)
         assert total.matmul_reconciled == total.matmul_analytic

@@ -1,34 +1,38 @@
 """What an attention layer's module keeps for backward (`OpDef.saved`), by SDPA kernel family.
 
-Self-attention over one token sequence, fused or separate q/k/v projections, grouped-query heads, RoPE,
-causal or sliding-window masks:
+Self-attention over one token sequence or within windows of a token grid, fused or separate q/k/v
+projections, grouped-query heads, RoPE, masks (causal, sliding or local windows, ALiBi, shifted windows),
+learned queries, SAM's relative positions, T5's and Swin's bias tables:
 
-* the input (the q/k/v projections' weight gradient), the output projection's input;
+* the input (the q/k/v projections' weight gradient), or with windows its partition (a copy unless the grid
+  splits into whole windows by views); learned queries expanded over the batch (a copy unless a view);
+  SAM's relative positions: q folded for each of its two products and the gathered tables;
 * flash (the fused kernel): q, k, v, the output and the fp32 logsumexp per query row. q, k and v are views:
   of the fused projection's output (one tensor of B x S x (h + 2 kv) x d), of RoPE's rotated q-and-k, of
   the separate projections' outputs; the output projection reads a view of the kernel's (B, S, h, d) output;
 * math (torch's composite `_scaled_dot_product_attention_math`): q and k, each scaled by sqrt(scale) (new
   tensors; k repeated to h heads with grouped queries), the probabilities, v, all in fp32 when the layer
   runs in 16 bits (the composite upcasts them), and the output projection's input, the (B, S, h, d) copy of
-  the output.
+  the output. A mask that needs a gradient (a learned bias) is not taken by the cpu flash kernel: math;
+* eager (and soft-capping, sinks): `costspec.ops.attention.saved_eager`.
 
-These are torch's cpu kernels, which `validate` runs (the flash kernel takes masks there; its output has q's
-layout; CUDA's is always (B, S, h, d)).
+These are torch's cpu kernels, which `validate` runs (the flash kernel takes constant masks there; its output
+has q's layout; CUDA's is always (B, S, h, d)).
 
-Other layouts (windows, relative positions and biases, cross-attention, learned queries, q/k norms, the
-eager path with soft-capping or sinks, a served cache) raise: their saved tensors are not modelled yet.
+q/k norms, cross-attention, a served cache, and SAM's relative positions with RoPE raise: their saved tensors
+are not modelled yet.
 """
 from __future__ import annotations
 
 import sympy
 
 from costspec.core.vocab import Backend
-from costspec.ops.attention.geometry import geometry, gqa, projections, windowed
+from costspec.ops.attention.geometry import eager, geometry, gqa, learned_queries, pair, projections, windowed
+from costspec.ops.attention.saved_eager import eager_saved
 from costspec.ops.opdef import INPUT, STAT_BYTES, OpCall, Saved
 from costspec.ops.work import is_zero
 
-UNMODELLED = ("rel_pos", "queries", "rel_bias", "shift", "local_window", "softcap", "sinks", "qk_norm", "kv",
-              "alibi")
+UNMODELLED = ("qk_norm", "kv")
 
 
 def unmodelled(call: OpCall) -> list[str]:
@@ -36,10 +40,6 @@ def unmodelled(call: OpCall) -> list[str]:
     a = call.attrs
     found = [name for name in UNMODELLED
              if getattr(a, name, None) not in (None, False, "none", 0) and not is_zero(getattr(a, name, 0) or 0)]
-    if windowed(call):
-        found.append("window")
-    if a.backend == Backend.EAGER:
-        found.append("backend: eager")
     if not is_zero(geometry(call).cached):
         found.append("a key/value cache")
     return found
@@ -52,27 +52,99 @@ def attention_saved(call: OpCall, backend: Backend) -> list[Saved]:
         raise NotImplementedError(f"attention's saved tensors with {', '.join(missing)} are not modelled")
     g = geometry(call)
     b = call.precision.bytes_per_element
-    saved = [Saved(INPUT, g.b * g.s * g.c, b, folded=True)]
-    if backend == Backend.FLASH:
-        return saved + _flash(call, b)
+    saved = [_projection_input(call, b)] + _rel_pos(call, b)
+    if learned_queries(call):  # the queries expanded over the batch, folded to rows: a copy unless that is a view
+        view = sympy.Or(sympy.Eq(g.b, 1), sympy.Eq(g.tq, 1))  # (of the parameter: one sample or one query)
+        saved.append(Saved("queries", sympy.Piecewise((0, view), (g.mq * g.c, True)), b))
+    if eager(call):
+        return merged(saved + eager_saved(call, b) + [Saved("proj_input", g.nq, b)])
+    if backend == Backend.FLASH and not mask_needs_grad(call):
+        return merged(saved + _flash(call, b))
     acc = max(b, STAT_BYTES) if isinstance(b, int) else STAT_BYTES
     keys = g.nb * g.h * g.t * g.d  # k and v as the composite multiplies them: at the h query heads
-    return saved + [
+    return merged(saved + [
         Saved("q_scaled", g.nq, acc), Saved("k_scaled", keys, acc),
-        Saved("probabilities", g.nb * g.h * g.tq * g.t, acc), _math_v(call, b), Saved("proj_input", g.nq, b)]
+        Saved("probabilities", g.nb * g.h * g.tq * g.t, acc), *_math_v(call, b), Saved("proj_input", g.nq, b)])
 
 
-def _math_v(call: OpCall, b) -> Saved:
+def _math_v(call: OpCall, b) -> list[Saved]:
     """v as the composite's second product keeps it: repeated to h heads with grouped queries, upcast from 16
     bits, or else (fp32, all heads) a view of its projection's output -- whose whole storage it then keeps
     (the fused qkv output) -- where (B, kv, S, d) folds to (B * kv, S, d) without a copy, a copy otherwise."""
     g = geometry(call)
     keys = g.nb * g.h * g.t * g.d
     if gqa(call) or b < STAT_BYTES:
-        return Saved("v", keys, max(b, STAT_BYTES))
-    source = Saved("qkv", g.b * g.s * projections(call)[0][0].n, b) if call.attrs.fused_qkv else Saved("v", g.nk, b)
-    folds = sympy.Or(sympy.Eq(g.nb, 1), sympy.Eq(g.kv, 1), sympy.Eq(g.t, 1))
-    return Saved(source.tensor, sympy.Piecewise((source.elements, folds), (keys, True)), b)
+        return [Saved("v_copy", keys, max(b, STAT_BYTES))]
+    qkv = projections(call)[0]
+    source = Saved(qkv[-1].name, g.m * qkv[-1].n, b) if call.attrs.fused_qkv else Saved("v", g.nk, b)
+    # (a fused projection's rows are wider than v's kv x d: one token does not make them fold)
+    folds = sympy.Or(sympy.Eq(g.nb, 1), sympy.Eq(g.kv, 1), sympy.Eq(g.t, 1) & sympy.S(not call.attrs.fused_qkv))
+    return [Saved(source.tensor, sympy.Piecewise((source.elements, folds), (0, True)), b),
+            Saved("v_copy", sympy.Piecewise((0, folds), (keys, True)), b)]
+
+
+def _projection_input(call: OpCall, b) -> Saved:
+    """The rows the q/k/v projections read: the input, or with windows its partition into w x w windows (a
+    copy where the grid is padded or rolled, or where a row of the grid holds more than one window of w > 1)."""
+    g = geometry(call)
+    if not windowed(call):
+        return Saved(INPUT, g.b * g.s * g.c, b, folded=True)
+    a = call.attrs
+    gh, gw = pair(a.grid)
+    w = a.window
+    whole = sympy.And(sympy.Eq(sympy.Mod(gh, w), 0), sympy.Eq(sympy.Mod(gw, w), 0), sympy.S(is_zero(a.shift)))
+    return Saved(INPUT, g.m * g.c, b, folded=True, view=whole & sympy.Or(sympy.Eq(w, 1), sympy.Eq(gw, w)))
+
+
+def _rel_pos(call: OpCall, b) -> list[Saved]:
+    """SAM's decomposed relative positions: the tables gathered per (query, key) row, and q folded to the rows of
+    each product, (q_h, B*h*q_w, d) and (q_w, B*h*q_h, d): copies of q, one shared or views of q's storage (the
+    fused projection's output, or q's) where sizes of 1 let torch fold by views."""
+    if not call.attrs.rel_pos:
+        return []
+    g = geometry(call)
+    if call.attrs.rope:
+        raise NotImplementedError("attention's saved tensors with rel_pos and rope together are not modelled")
+    heads, problems, rows, cols = (sympy.Gt(n, 1) for n in (g.h, g.nb, g.qh, g.qw))
+    one_copy = problems & heads & ~(rows & cols)
+    if not call.attrs.fused_qkv:  # q's own (B, S, h*d): one token folds without a copy
+        one_copy &= rows | cols
+    with_source = (~problems & heads & sympy.Xor(rows, cols)) | (problems & ~heads & rows & cols)
+    copies = sympy.Piecewise((2, heads & rows & cols), (1, one_copy | with_source), (0, True))
+    source = _q_source(call, b)
+    return [Saved("rel_h", g.qh * g.qh * g.d, b), Saved("rel_w", g.qw * g.qw * g.d, b),
+            Saved("q_rows", copies * g.nq, b),
+            Saved(source.tensor, sympy.Piecewise((0, (heads & rows & cols) | one_copy), (source.elements, True)), b)]
+
+
+def _q_source(call: OpCall, b) -> Saved:
+    """The storage q views before the SDPA (no rope): the fused projection's output, or q's own."""
+    g = geometry(call)
+    if call.attrs.fused_qkv and not learned_queries(call):
+        return Saved("qkv", g.m * projections(call)[0][0].n, b)
+    return Saved("q", g.nq, b)
+
+
+def merged(items: list[Saved]) -> list[Saved]:
+    """One item per tensor of the op's own: a storage two parts may keep (each either all of it or none) is kept
+    once, at the larger."""
+    out: dict[str, Saved] = {}
+    inputs = [item for item in items if item.tensor.startswith(INPUT)]  # (the walk dedups those by identity)
+    for item in items:
+        if item.tensor.startswith(INPUT):
+            continue
+        if item.tensor in out:
+            first = out[item.tensor]
+            out[item.tensor] = Saved(item.tensor, sympy.Max(first.elements, item.elements), first.bytes_per_element)
+        else:
+            out[item.tensor] = item
+    return inputs + list(out.values())
+
+
+def mask_needs_grad(call: OpCall) -> bool:
+    """A learned bias (rel_pos, rel_bias) is a mask that needs a gradient: torch's cpu flash kernel does not take
+    one, the SDPA runs the math composite whatever the backend."""
+    return bool(call.attrs.rel_pos) or call.attrs.rel_bias != "none"
 
 
 def copied(elements, call: OpCall):
@@ -86,13 +158,16 @@ def _flash(call: OpCall, b) -> list[Saved]:
     the logsumexp."""
     a, g = call.attrs, geometry(call)
     qkv, _ = projections(call)
-    rows = g.b * g.s
+    rows = g.m
     if a.rope:  # q and k: views of the rotated pair; v of its projection's output
         out = [Saved("rotated_qk", g.nq + g.nk, b)]
         if a.fused_qkv:
             out.append(Saved("qkv", rows * qkv[0].n, b))
         else:
             out.append(Saved("v", g.nk, b))
+    elif learned_queries(call):  # q from the queries' projection, k and v from the input's
+        out = [Saved("q", g.nq, b)] + ([Saved("kv", rows * qkv[1].n, b)] if a.fused_qkv
+                                       else [Saved("k", g.nk, b), Saved("v", g.nk, b)])
     elif a.fused_qkv:
         out = [Saved("qkv", rows * qkv[0].n, b)]
     else:

@@ -28,6 +28,7 @@ from costspec.ops.attrs import Attr
 from costspec.ops.opdef import OpCall, OpDef, requires
 from costspec.ops.registry import register_op
 from costspec.ops.ssm.common import MAMBA_RUNTIME, CausalConv, state_note
+from costspec.ops.ssm.mamba_saved import mamba_saved
 from costspec.ops.work import (
     Gemm,
     Part,
@@ -61,7 +62,6 @@ class Mamba(OpDef):
            "the selective scan (a sequential loop over S: elementwise recurrence on CUDA cores, the state "
            "contraction as S batched matmuls), D skip, SiLU gate, out_proj E -> C; E = expand * C.")
     default_name = "mixer"
-    saved_unmodelled = "the causal conv, the projections and every step of the selective scan"
     runtime = MAMBA_RUNTIME
     attrs = (
         Attr("d_state", "size", "state size N per channel (transformers' state_size)", default=16),
@@ -79,6 +79,10 @@ class Mamba(OpDef):
     def output_shape(self, call: OpCall):
         requires(self, call, 3, "tokens [B, S, C]")
         return call.in_shape
+
+    def saved(self, call: OpCall, input_grad: bool):
+        """The projections' inputs and outputs, the conv's, every step of the scan (`costspec.ops.ssm.mamba_saved`)."""
+        return mamba_saved(call, self._sizes(call))
 
     # -- sizes ----------------------------------------------------------------------------------
     def _sizes(self, call: OpCall):
