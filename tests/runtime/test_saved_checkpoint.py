@@ -18,7 +18,7 @@ from costspec.runtime.saved_bytes import compare_saved, measure_saved  # noqa: E
 from costspec.tree.saved import recomputed_bytes, saved_bytes, saved_total  # noqa: E402
 from costspec.tree.walk import MODEL_SLOT  # noqa: E402
 from tests.common import ROOT, invoke  # noqa: E402
-from tests.runtime.test_saved_bytes import SMALL  # noqa: E402
+from tests.zoo.test_saved_bytes import BACKENDS, DTYPES, SMALL  # noqa: E402
 
 SPEC = """
 costspec: 1
@@ -150,7 +150,7 @@ def test_memory_shows_the_reduced_activations_and_the_recompute():
 @pytest.mark.parametrize("spec", sorted(SMALL))
 def test_every_modelled_zoo_spec_checkpointed(spec, setting):
     """The zoo at small dims (vit_b's fast variant above), both kernels."""
-    for backend in ("flash", "math"):
-        model = load(ROOT / "specs" / f"{spec}.yaml", backend=backend, checkpoint=setting)
+    for backend in BACKENDS.get(spec, ("flash", "math")):
+        model = load(ROOT / "specs" / f"{spec}.yaml", dtype=DTYPES.get(spec), backend=backend, checkpoint=setting)
         comparison = compare_saved(model, model.bind(sets=SMALL[spec]))
         assert not comparison.failures(), (backend, comparison.failures())
