@@ -144,7 +144,7 @@ def test_window_longer_than_s_is_full_attention_with_a_note(tmp_path):
 @pytest.mark.parametrize("model_type, key, value, message", [
     ("mistral", "num_experts", 8, "key num_experts not understood by the mistral importer"),
     ("mixtral", "rope_parameters", {"rope_type": "ntk", "factor": 4.0}, "RoPE 'ntk' is not a rope_type transformers 5 has"),
-    ("gemma", "use_bidirectional_attention", True, "bidirectional Gemma is not supported"),
+    ("gemma", "use_bidirectional_attention", True, "not supported by the Gemma importer (the spec is a causal decoder)"),
     ("qwen2_moe", "mlp_only_layers", [7], "expected a list of layer indices below 3"),
     ("qwen2", "layer_types", ["full_attention"], "expected 3 entries (num_hidden_layers)"),
     ("mixtral", "num_experts_per_tok", 5, "num_experts_per_tok = 5 is more than num_local_experts = 4"),

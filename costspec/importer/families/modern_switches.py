@@ -46,7 +46,10 @@ class Template:
     fused_gate_up: bool = False  # one gate_up_proj (Phi-3)
     act_keys: tuple[str, ...] = ("hidden_act",)
     act_default: str = "silu"
-    sliding: str = "none"  # none | all (sliding_window on every layer) | layer_types | qwen (use_sliding_window)
+    legacy_gelu: bool = False  # the activation key's "gelu" read as the tanh GELU (Gemma's legacy configs)
+    # none | all (sliding_window on every layer) | layer_types | qwen (use_sliding_window, layers from
+    # max_window_layers on) | qwen2_moe (use_sliding_window, even layers below max_window_layers)
+    sliding: str = "none"
     attn_softcap_key: str = ""
     final_softcap_key: str = ""
     partial_rotary: bool = False  # rope_parameters.partial_rotary_factor (q and k always sliced, as Phi-3)
@@ -64,5 +67,6 @@ class Template:
     moe: MoE | None = None  # the MoE switches (modern_moe.py)
     mla: str = ""  # "" | v2 | v3: DeepSeek's multi-head latent attention
     ignored: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # written into every spec of the family (what it prices the same way)
     refused: tuple[str, ...] = ()  # what else the family refuses, for docs/import.md
     blurb: str = ""  # what the family is, for docs/import.md

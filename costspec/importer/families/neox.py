@@ -1,6 +1,7 @@
 """Decoders with a parallel residual and partial rotary embeddings: GPT-NeoX / Pythia
 (transformers' GPTNeoXModel: x + attn(ln1(x)) + mlp(ln2(x)), or sequential) and Phi (PhiModel: one
-LayerNorm feeding attention and MLP side by side, x + attn(ln(x)) + mlp(ln(x)))."""
+LayerNorm feeding attention and MLP side by side, x + attn(ln(x)) + mlp(ln(x))), with the decoder template's
+defaults (modern_template.py): bf16 when the config names no dtype, S = min(4096, max_position_embeddings)."""
 from __future__ import annotations
 
 import textwrap
@@ -9,9 +10,11 @@ from costspec.importer.config import HFConfig, ImportProblem, heads, layers, siz
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
-from costspec.importer.families.decoders import ROPE_CONSTANTS
+from costspec.importer.families.modern_template import precision, sequence_dim
 from costspec.importer.head import CausalLM
 
+ROPE_CONSTANTS = ("the rotary frequencies (theta, scaling type and factor) are constants: RoPE costs 2 mul + 1 add "
+                  "per element of q and k whatever they are")
 # rope_parameters keys (default, linear and dynamic scaling) that shape the cos/sin tables only:
 # computed from a buffer and the positions (constants, outside the counted work), never a cost
 ROPE_TABLE_KEYS = ("rope_theta", "rope_type", "type", "factor", "original_max_position_embeddings")
@@ -73,7 +76,7 @@ def _decoder_dims(spec: SpecText, cfg: HFConfig, heads: int) -> tuple[int, int]:
     C = cfg.get_int("hidden_size")
     check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
     spec.dim("B", 1, "batch size")
-    spec.dim("S", cfg.get_int("max_position_embeddings", 2048), "sequence length (tokens)", "max_position_embeddings")
+    sequence_dim(spec, cfg, 2048)
     spec.dim("C", C, "hidden size", "hidden_size")
     spec.dim("heads", heads, "attention heads", "num_attention_heads")
     return C, C // heads
@@ -109,7 +112,7 @@ def build_gpt_neox(cfg: HFConfig) -> str:
     fn = _fn(spec, cfg, "gelu")
     bias = "" if cfg.get_bool("attention_bias", True) else ", qkv_bias: false, proj_bias: false"
     parallel = cfg.get_bool("use_parallel_residual", True)
-    spec.precision(cfg.dtype, cfg.dtype_source)
+    precision(spec, cfg)
     spec.input(["B", "S"], "token ids")
     spec.doc = (f"GPT-NeoX decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} "
                 + ("parallel-residual blocks x + attn(ln1(x)) + mlp(ln2(x))" if parallel
@@ -198,7 +201,7 @@ def build_phi(cfg: HFConfig) -> str:
     spec.dim("R", rotary, f"rotary dims per head (int(head_dim {d} * partial_rotary_factor))",
              "partial_rotary_factor")
     fn = _fn(spec, cfg, "gelu_new")
-    spec.precision(cfg.dtype, cfg.dtype_source)
+    precision(spec, cfg)
     spec.input(["B", "S"], "token ids")
     spec.doc = (f"Phi decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} blocks "
                 f"x + attn(ln(x)) + mlp(ln(x)) (one LayerNorm feeds attention and MLP side by side; hidden {C}, "
