@@ -43,6 +43,12 @@ TEMPLATES = (
              refused=("num_experts 0 (import it as qwen2)", "mlp_only_layers naming a layer beyond the model"),
              blurb="Qwen2's attention (qkv_bias), routed SwiGLU experts plus a sigmoid-gated shared expert, dense "
                    "layers by mlp_only_layers / decoder_sparse_step"),
+    Template("phi", "PhiForCausalLM", "Phi", norm="layernorm", layout="parallel", bias_key="", bias_default=True,
+             mlp="plain", mlp_bias_default=True, act_default="gelu_new", partial_rotary=True, rotary_default=0.5,
+             qk_norm="layernorm", qk_norm_key="qk_layernorm", qk_norm_bias=True, final_norm="final_layernorm",
+             head_bias=True, positions_default=2048,
+             blurb="one LayerNorm feeding attention and MLP side by side, q/k/v and dense biases, partial rotary, "
+                   "optional q/k LayerNorm (qk_layernorm), a plain MLP, LM head with a bias"),
     Template("qwen3", "Qwen3ForCausalLM", "Qwen3", qk_norm="rmsnorm", sliding="qwen", positions_default=32768,
              blurb="q/k RMSNorm per head, optional q/k/v/o biases, sliding layers by layer_types"),
     Template("gemma2", "Gemma2ForCausalLM", "Gemma 2", layout="sandwich", act_keys=("hidden_activation",),
@@ -141,7 +147,8 @@ def family(t: Template) -> Family:
     backbone = t.hf_class.replace("ForCausalLM", "Model")
     return Family((t.model_type,), t.hf_class, partial(build, t), f"{t.title} causal LM with its LM head: {t.blurb}",
                   hf_kwargs=BATCHED_MM if t.moe else {}, architectures=(t.hf_class, backbone), keys=keys(t),
-                  lm=CausalLM(t.hf_class, backbone, "model", writes="whole", tied_default=t.tied_default),
+                  lm=CausalLM(t.hf_class, backbone, "model", writes="whole", tied_default=t.tied_default,
+                              bias=t.head_bias),
                   refused=(ROPE_REFUSED, *(f"{k}: true" for k in t.refuse_true), *(f"{k} set" for k in t.refuse_set),
                            *(f"{k} missing" for k in t.needs), *t.refused))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from costspec.importer import rope as rope_tables
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText, wrap_comment
-from costspec.importer.families.common import activation, check_divides
+from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
 from costspec.importer.families.modern_moe import MLA_IGNORED, gather_rule, mla_op, moe_op
 from costspec.importer.families.modern_moe import layer_kinds as moe_layers
 from costspec.importer.families.modern_rules import rules
@@ -39,10 +39,10 @@ BASE_IGNORED = {
 # ----------------------------------------------------------------------------------------------
 # reading
 # ----------------------------------------------------------------------------------------------
-def rope(cfg: HFConfig, partial: bool) -> float:
+def rope(cfg: HFConfig, partial: bool, default: float = 1.0) -> float:
     """RoPE's settings (rope_parameters, rope_scaling, per layer kind in Gemma 3): a fraction of the head
-    rotated (partial_rotary_factor); a rope_type that runs data-dependent code is refused."""
-    fraction = 1.0
+    rotated (partial_rotary_factor, `default` when the config names none); every rope_type is read."""
+    fraction = default
     for table in rope_tables.read(cfg, frozenset({"partial_rotary_factor"})):
         if "partial_rotary_factor" in table:
             if not partial:
@@ -179,6 +179,10 @@ def attention_text(spec: SpecText, cfg: HFConfig, t: Template, dims: Dims, windo
     parts += [f"{n}_bias: {'true' if on else 'false'}" for n, on in flags.items()]
     if fraction < 1:
         rotary = int(dims.head_dim * fraction)
+        if rotary < 2 or rotary % 2:
+            raise ImportProblem(f"{cfg.where('partial_rotary_factor')} = {fraction!r}: int(head_dim {dims.head_dim} "
+                                f"* {fraction!r}) = {rotary} rotary dims; expected an even number >= 2 (rotate_half "
+                                "pairs the dims)")
         dims.extra["R"] = rotary
         parts.append("rope_dims: R")
     if window:
@@ -190,6 +194,8 @@ def attention_text(spec: SpecText, cfg: HFConfig, t: Template, dims: Dims, windo
             parts.append(f"qk_norm_over: {t.qk_norm_over}")
         if t.qk_norm_weight != "shared":
             parts.append(f"qk_norm_weight: {t.qk_norm_weight}")
+        if t.qk_norm_bias:
+            parts.append("qk_norm_bias: true")
     if t.sinks:
         parts.append("sinks: true")
         dims.eager = True
@@ -206,7 +212,7 @@ def attention_text(spec: SpecText, cfg: HFConfig, t: Template, dims: Dims, windo
 
 
 def mlp_text(cfg: HFConfig, t: Template, fn: str) -> str:
-    bias = cfg.get_bool(t.mlp_bias_key, False) if t.mlp_bias_key else False
+    bias = cfg.get_bool(t.mlp_bias_key, t.mlp_bias_default) if t.mlp_bias_key else t.mlp_bias_default
     gated = "gated: true, " if t.mlp == "gated" else ""
     return f"mlp: {{hidden: F, {gated}fn: {fn}, bias: {'true' if bias else 'false'}}}"
 
@@ -235,6 +241,8 @@ def activation_fn(spec: SpecText, cfg: HFConfig, t: Template) -> str:
         spec.note(f"{key} gelu: transformers' {t.title} config reads the legacy 'gelu' as gelu_pytorch_tanh (the "
                   "tanh GELU: gelu_tanh)")
         return "gelu_tanh"
+    if cfg.get(key, t.act_default) == "gelu_new":
+        spec.note(GELU_NEW_NOTE)
     return activation(cfg, key, t.act_default)
 
 
@@ -299,7 +307,8 @@ def with_params(params: str, lines: list[str]) -> str:
 def head_lines(cfg: HFConfig, t: Template) -> tuple[list[str], bool]:
     """The LM head and what transformers runs after it (logit scale, final soft-cap)."""
     tied = cfg.get_bool("tie_word_embeddings", t.tied_default)
-    lines = [f"- lm_head: {{vocab: V{', tied: true' if tied else ''}}}  # tie_word_embeddings: "
+    attrs = "vocab: V" + (", tied: true" if tied else "") + (", bias: true" if t.head_bias else "")
+    lines = [f"- lm_head: {{{attrs}}}  # tie_word_embeddings: "
              f"{'true (shares embed_tokens)' if tied else 'false'}", "  source: lm_head"]
     if t.logits:
         how, key = t.logits.split(":")
@@ -355,7 +364,7 @@ def build(t: Template, cfg: HFConfig) -> str:
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {t.model_type}, transformers' "
                     f"{t.hf_class})")
     check_refused(cfg, t)
-    fraction = rope(cfg, t.partial_rotary)
+    fraction = rope(cfg, t.partial_rotary, t.rotary_default)
     dims = read_dims(spec, cfg, t)
     fn = activation_fn(spec, cfg, t)
     for note in t.notes:
@@ -412,7 +421,7 @@ def build(t: Template, cfg: HFConfig) -> str:
     else:
         body = ["- repeat: L", "  name: layers", "  body: decoder_block", "  source: model.layers"]
         body += ["  " + line for line in at.splitlines()]
-    norm = [f"- {NORMS[t.norm]}", "  name: norm", "  source: model.norm"]
+    norm = [f"- {NORMS[t.norm]}", f"  name: {t.final_norm}", f"  source: model.{t.final_norm}"]
     spec.layers("\n".join(embed_lines(cfg, t) + body + norm + head) + "\n")
     text = spec.render()
     unused = ({"intermediate_size": "the width of dense MLPs: every layer here is MoE"}

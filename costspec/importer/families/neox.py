@@ -1,7 +1,7 @@
-"""Decoders with a parallel residual and partial rotary embeddings: GPT-NeoX / Pythia
-(transformers' GPTNeoXModel: x + attn(ln1(x)) + mlp(ln2(x)), or sequential) and Phi (PhiModel: one
-LayerNorm feeding attention and MLP side by side, x + attn(ln(x)) + mlp(ln(x))), with the decoder template's
-defaults (modern_template.py): bf16 when the config names no dtype, S = min(4096, max_position_embeddings)."""
+"""GPT-NeoX / Pythia (transformers' GPTNeoXModel: x + attn(ln1(x)) + mlp(ln2(x)), or sequential), a parallel
+residual with two LayerNorms and partial rotary embeddings, under its own module names (embed_in, attention,
+final_layer_norm, embed_out), with the decoder template's defaults (modern_template.py): bf16 when the config
+names no dtype, S = min(4096, max_position_embeddings). Phi is an entry of the template (modern.py)."""
 from __future__ import annotations
 
 import textwrap
@@ -172,73 +172,6 @@ def spec_layers(cfg: HFConfig) -> int:
     return cfg.get_int("num_hidden_layers")
 
 
-# ----------------------------------------------------------------------------------------------
-# Phi
-# ----------------------------------------------------------------------------------------------
-PHI_IGNORED = {"tie_word_embeddings": NO_LM_HEAD, **ROPE_IGNORED}
-
-
-def build_phi(cfg: HFConfig) -> str:
-    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
-                    "PhiModel)")
-    heads = cfg.get_int("num_attention_heads")
-    C, d = _decoder_dims(spec, cfg, heads)
-    kv = cfg.get_int("num_key_value_heads", heads)
-    if heads % kv:
-        raise ImportProblem(f"{cfg.where('num_key_value_heads')} = {kv} does not divide num_attention_heads = {heads}")
-    if cfg.get("head_dim", d) != d:
-        raise cfg.refuse("head_dim", f"PhiModel's rotary tables assume head_dim = hidden_size / num_attention_heads "
-                         f"= {d}")
-    if cfg.get_bool("qk_layernorm", False):
-        raise cfg.refuse("qk_layernorm", "LayerNorm on q and k per head is not an option of costspec's attention "
-                         "(not supported by this importer)")
-    spec.dim("KV", kv, "key/value heads" + (" (grouped-query attention)" if kv < heads else ""),
-             "num_key_value_heads")
-    spec.dim("F", cfg.get_int("intermediate_size"), "MLP intermediate size", "intermediate_size")
-    spec.dim("L", cfg.get_int("num_hidden_layers"), "layers", "num_hidden_layers")
-    spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
-    rotary = rotary_dims(cfg, d, "partial_rotary_factor")
-    spec.dim("R", rotary, f"rotary dims per head (int(head_dim {d} * partial_rotary_factor))",
-             "partial_rotary_factor")
-    fn = _fn(spec, cfg, "gelu_new")
-    precision(spec, cfg)
-    spec.input(["B", "S"], "token ids")
-    spec.doc = (f"Phi decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} blocks "
-                f"x + attn(ln(x)) + mlp(ln(x)) (one LayerNorm feeds attention and MLP side by side; hidden {C}, "
-                f"{heads} heads" + (f", {kv} key/value heads" if kv < heads else "") + f" of dim {d}, q/k/v and "
-                f"dense with bias, rotary on {rotary} of {d} dims, {fn} MLP), final LayerNorm")
-    kv_attr = ", kv_heads: KV" if kv < heads else ""
-    spec.block("phi_block", f"""\
-# x + attention(ln(x)) + mlp(ln(x)): the residual adds x to the parallel join of the two branches
-- residual:
-    - layernorm: {{}}
-      source: input_layernorm
-    - parallel:
-        join: add
-        branches:
-          - - attention: {{heads: heads{kv_attr}, fused_qkv: false, {_rope_attrs(rotary, d)}, causal: true}}
-              source: self_attn
-          - - mlp: {{hidden: F, fn: {fn}}}  # fc1 -> hidden_act -> fc2
-              source: mlp
-""")
-    spec.header.append("# `source:` and `ignore:` name modules of transformers' PhiModel")
-    spec.ignore(rope_ignores("layers.*.self_attn", "heads", "KV"))
-    spec.layers("""\
-- embedding: {vocab: V, dim: C}
-  name: embed_tokens
-  source: embed_tokens
-- repeat: L
-  name: layers
-  body: phi_block
-  source: layers
-- layernorm: {}
-  name: final_layernorm
-  source: final_layernorm
-""")
-    cfg.check_understood(PHI_IGNORED)
-    return spec.render()
-
-
 # rotary dims (a fraction of the head dim) are checked by the family: they need not be all of it
 NEOX_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
              heads("num_attention_heads", "hidden_size"), heads("num_key_value_heads", "num_attention_heads"),
@@ -248,10 +181,5 @@ GPT_NEOX = Family(("gpt_neox",), "GPTNeoXForCausalLM", build_gpt_neox,
                   architectures=("GPTNeoXModel",),
                   lm=CausalLM("GPTNeoXForCausalLM", "GPTNeoXModel", "gpt_neox"),
                   refused=("an odd number of rotary dims",), keys=NEOX_KEYS)
-PHI = Family(("phi",), "PhiForCausalLM", build_phi,
-             "Phi-1/1.5/2 causal LM: one LayerNorm, attention and MLP in parallel, partial rotary, LM head with a bias",
-             architectures=("PhiModel",), lm=CausalLM("PhiForCausalLM", "PhiModel", "model", bias=True),
-             refused=("qk_layernorm: true", "head_dim other than hidden_size / num_attention_heads",
-                      "an odd number of rotary dims"), keys=NEOX_KEYS)
 
-FAMILY_LIST = (GPT_NEOX, PHI)
+FAMILY_LIST = (GPT_NEOX,)
