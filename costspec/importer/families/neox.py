@@ -37,10 +37,10 @@ def _folded(text: str) -> str:
     return "\n".join("    " + line for line in textwrap.wrap(text, 100))
 
 
-def rotary_dims(cfg: HFConfig, head_dim: int, legacy_key: str) -> int:
+def rotary_dims(cfg: HFConfig, head_dim: int) -> int:
     """R = int(head_dim * partial_rotary_factor), as transformers computes it, from `rope_parameters`
-    (transformers 5) or the legacy top-level keys (`rotary_pct` of GPT-NeoX, `partial_rotary_factor`)."""
-    pct_key = legacy_key
+    (transformers 5) or the legacy top-level `rotary_pct`."""
+    legacy_key = pct_key = "rotary_pct"
     pct = cfg.get(legacy_key)
     if cfg.get("rope_parameters") is not None:
         params = cfg.sub("rope_parameters")
@@ -57,15 +57,15 @@ def rotary_dims(cfg: HFConfig, head_dim: int, legacy_key: str) -> int:
     return rotary
 
 
-def rope_ignores(module: str, q_heads: str, kv_heads: str) -> str:
+def rope_ignores() -> str:
     """The two named differences of transformers' partial rotary code (forward and backward)."""
     return f"""\
-- module: "{module}"
-  extra: {{scale: "L*B*S*({q_heads} + {kv_heads})*R/2"}}
+- module: "layers.*.attention"
+  extra: {{scale: "L*B*S*(heads + heads)*R/2"}}
   reason: >-
 {_folded(NEG_REASON)}
-- module: "{module}"
-  extra: {{add: "L*B*S*({q_heads} + {kv_heads})*(C/{q_heads} + R)"}}
+- module: "layers.*.attention"
+  extra: {{add: "L*B*S*(heads + heads)*(C/heads + R)"}}
   pass: backward
   reason: >-
 {_folded(SLICE_REASON)}
@@ -107,14 +107,15 @@ def build_gpt_neox(cfg: HFConfig) -> str:
     spec.dim("F", cfg.get_int("intermediate_size"), "MLP intermediate size", "intermediate_size")
     spec.dim("L", cfg.get_int("num_hidden_layers"), "layers", "num_hidden_layers")
     spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
-    rotary = rotary_dims(cfg, d, "rotary_pct")
+    rotary = rotary_dims(cfg, d)
     spec.dim("R", rotary, f"rotary dims per head (int(head_dim {d} * rotary fraction))", "rotary_pct")
     fn = _fn(spec, cfg, "gelu")
     bias = "" if cfg.get_bool("attention_bias", True) else ", qkv_bias: false, proj_bias: false"
     parallel = cfg.get_bool("use_parallel_residual", True)
     precision(spec, cfg)
     spec.input(["B", "S"], "token ids")
-    spec.doc = (f"GPT-NeoX decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} "
+    layer_count = cfg.get_int("num_hidden_layers")
+    spec.doc = (f"GPT-NeoX decoder imported from a Hugging Face config: token embedding, {layer_count} "
                 + ("parallel-residual blocks x + attn(ln1(x)) + mlp(ln2(x))" if parallel
                    else "sequential pre-LN blocks") + f" (hidden {C}, {heads} heads of dim {d}, fused qkv"
                 + (" with bias" if not bias else " without bias") + f", rotary on {rotary} of {d} dims, {fn} MLP), "
@@ -151,7 +152,7 @@ def build_gpt_neox(cfg: HFConfig) -> str:
       source: mlp
 """)
     spec.header.append("# `source:` and `ignore:` name modules of transformers' GPTNeoXModel")
-    spec.ignore(rope_ignores("layers.*.attention", "heads", "heads"))
+    spec.ignore(rope_ignores())
     spec.layers("""\
 - embedding: {vocab: V, dim: C}
   name: embed_in
@@ -168,14 +169,9 @@ def build_gpt_neox(cfg: HFConfig) -> str:
     return spec.render()
 
 
-def spec_layers(cfg: HFConfig) -> int:
-    return cfg.get_int("num_hidden_layers")
-
-
 # rotary dims (a fraction of the head dim) are checked by the family: they need not be all of it
 NEOX_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
-             heads("num_attention_heads", "hidden_size"), heads("num_key_value_heads", "num_attention_heads"),
-             size("head_dim"), size("max_position_embeddings"))
+             heads("num_attention_heads", "hidden_size"), size("max_position_embeddings"))
 GPT_NEOX = Family(("gpt_neox",), "GPTNeoXForCausalLM", build_gpt_neox,
                   "GPT-NeoX / Pythia causal LM: parallel (or sequential) residual, partial rotary, LM head",
                   architectures=("GPTNeoXModel",),
