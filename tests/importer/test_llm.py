@@ -1,4 +1,5 @@
-"""`costspec import hf` for the decoder LLM families mistral, qwen2, gemma, mixtral, qwen2_moe.
+"""`costspec import hf` for the decoder LLM families mistral, qwen2, gemma, mixtral, qwen2_moe (entries of the
+decoder template), and the defaults every decoder family shares (bf16, S at most 4096).
 
 Each family: a small transformers config (its config class, no download) written as config.json,
 imported, and the spec checked with `validate --against hf:<class>` on meta, forward and train:
@@ -144,7 +145,7 @@ def test_window_longer_than_s_is_full_attention_with_a_note(tmp_path):
 @pytest.mark.parametrize("model_type, key, value, message", [
     ("mistral", "num_experts", 8, "key num_experts not understood by the mistral importer"),
     ("mixtral", "rope_parameters", {"rope_type": "ntk", "factor": 4.0}, "RoPE 'ntk' is not a rope_type transformers 5 has"),
-    ("gemma", "use_bidirectional_attention", True, "bidirectional Gemma is not supported"),
+    ("gemma", "use_bidirectional_attention", True, "not supported by the Gemma importer (the spec is a causal decoder)"),
     ("qwen2_moe", "mlp_only_layers", [7], "expected a list of layer indices below 3"),
     ("qwen2", "layer_types", ["full_attention"], "expected 3 entries (num_hidden_layers)"),
     ("mixtral", "num_experts_per_tok", 5, "num_experts_per_tok = 5 is more than num_local_experts = 4"),
@@ -200,3 +201,31 @@ def test_random_configs_import_and_match_transformers(tmp_path_factory, model_ty
         assert totals["forward"]["spec_params"] == hf_params(path, model_type)
 
     check()
+
+
+# ----------------------------------------------------------------------------------------------
+# the decoders' defaults: bf16 when the config names no dtype, S = min(4096, the maximum)
+# ----------------------------------------------------------------------------------------------
+DEFAULTS = {"llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config", "gemma": "GemmaConfig",
+            "mixtral": "MixtralConfig", "qwen2_moe": "Qwen2MoeConfig", "phi": "PhiConfig",
+            "gpt_neox": "GPTNeoXConfig", "gpt2": "GPT2Config"}
+
+
+@pytest.mark.parametrize("model_type", sorted(DEFAULTS))
+def test_defaults_are_bf16_and_at_most_4096_tokens(tmp_path, model_type):
+    """transformers' default config of each class (real sizes: 2,048 to 131,072 positions), without a dtype."""
+    data = getattr(transformers, DEFAULTS[model_type])().to_dict()
+    data.pop("dtype", None)
+    data.pop("torch_dtype", None)
+    most = data.get("max_position_embeddings") or data.get("n_ctx") or data["n_positions"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    text = import_hf(path).text
+    model = loads(text)
+    assert model.precision.dtype == "bf16"
+    assert "precision: {dtype: bf16}  # the config names no dtype: bf16" in text
+    assert model.dims.dims["S"].default == min(4096, most)
+    assert f"min(4096, the maximum {most}); --set S=... for another length up to {most}" in text
+    data["dtype"] = "float32"  # a dtype the config names is kept
+    path.write_text(json.dumps(data))
+    assert loads(import_hf(path).text).precision.dtype == "fp32"

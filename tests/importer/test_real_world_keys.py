@@ -172,7 +172,9 @@ def test_a_hub_folder_and_what_json_says_was_read_and_assumed(tmp_path):
     assert info["config"] == str(snapshot / "config.json") and info["hf_class"] == "LlamaModel"
     assert "name: Llama-3.1-8B" in info["spec"]
     assert {"hidden_size", "num_key_value_heads", "rope_scaling", "vocab_size"} <= set(info["read"])
-    assert info["defaults"] == {"attention_bias": False, "mlp_bias": False}  # transformers' defaults, taken
+    # transformers' defaults, taken (LlamaConfig's head_dim: hidden_size // num_attention_heads)
+    head_dim = data["hidden_size"] // data["num_attention_heads"]
+    assert info["defaults"] == {"attention_bias": False, "mlp_bias": False, "head_dim": head_dim}
     assert info["dims"]["C"] == {"value": 64, "doc": "hidden size", "key": "hidden_size"}
     assumed = info["assumed"]  # B and S are choices for a run; no dtype in the config: one is assumed
     assert assumed["B"].startswith("1") and assumed["S"].startswith("32 (") and "dtype" in assumed

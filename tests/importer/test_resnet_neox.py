@@ -92,7 +92,7 @@ def test_resnet_refuses_mismatched_stage_lists(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# GPT-NeoX and Phi
+# GPT-NeoX and Phi (an entry of the decoder template)
 # ----------------------------------------------------------------------------------------------
 def neox_config(**kw):
     base = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
@@ -132,11 +132,23 @@ def test_phi_import_matches_phimodel(tmp_path):
     assert "kv_heads: KV" in text
 
 
-def test_phi_refuses_qk_layernorm_and_odd_rotary_dims(tmp_path):
+def test_phi_qk_layernorm_is_the_attention_ops_biased_qk_norm(tmp_path):
+    """qk_layernorm: one LayerNorm (weight and bias) over each head's dims of q and of k, shared by the heads."""
+    text, totals = check_import(phi_config(qk_layernorm=True, hidden_act="gelu"), tmp_path)
+    assert "qk_norm: layernorm, qk_norm_bias: true" in text
+    plain = loads(import_hf(write_phi(tmp_path, phi_config(hidden_act="gelu"))).text)
+    head_dim = 64 // 4
+    assert totals["forward"]["spec_params"] == plain.report("forward", plain.bind()).params + 2 * 2 * 2 * head_dim
+
+
+def write_phi(tmp_path, config):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(phi_config(qk_layernorm=True).to_dict()))
-    with pytest.raises(ImportProblem, match="qk_layernorm = True: LayerNorm on q and k"):
-        import_hf(path)
+    path.write_text(json.dumps(config.to_dict()))
+    return path
+
+
+def test_phi_refuses_odd_rotary_dims(tmp_path):
+    path = tmp_path / "config.json"
     path.write_text(json.dumps(phi_config(partial_rotary_factor=0.3).to_dict()))  # int(16 * 0.3) = 4: fine
     assert "R: {value: 4" in import_hf(path).text
     path.write_text(json.dumps(phi_config(partial_rotary_factor=0.2).to_dict()))  # int(16 * 0.2) = 3

@@ -5,9 +5,12 @@ The configs in tests/data/hf_configs/ are written by tools/make_hf_configs.py fr
 config classes with each zoo spec's own values (see the comments there). No torch is needed here.
 
 The Llama configs are the models' own config.json (LlamaForCausalLM, 131,072 positions): `import hf`
-writes them with the LM head at S = max_position_embeddings; they are compared at the zoo spec's S.
+writes them with the LM head. A decoder is imported at S = min(4096, max_position_embeddings); where the zoo
+spec sets another S, the two are compared at the zoo spec's S.
 """
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -20,7 +23,9 @@ ZOO = ["vit_b", "vit_l", "vit_h", "clip_vit_l14", "sam_vit_b", "bert_base", "gpt
        "t5_small_encoder", "whisper_tiny_encoder",
        "mistral_7b", "mixtral_8x7b"]
 BACKBONES = {"mistral_7b", "mixtral_8x7b"}  # zoo specs without the LM head: `import hf --backbone`
-LONGER_S = {"llama_1b", "llama3_8b"}  # imported at S = max_position_embeddings; the zoo spec sets its own S
+# imported at S = min(4096, max_position_embeddings), the zoo spec at its own S (Llama 3: 131,072 positions)
+OTHER_S = {"llama_1b", "llama3_8b", "mistral_7b", "mixtral_8x7b"}
+DEFAULT_S = 4096
 
 
 # zoo specs of an encoder whose family imports the whole encoder-decoder: the zoo spec is the import's `encoder`
@@ -44,7 +49,11 @@ def test_import_reproduces_the_zoo_spec(name):
     imported = loads(import_hf(CONFIGS / f"{name}.json", backbone=name in BACKBONES).text)
     zoo = load(ROOT / f"specs/{name}.yaml")
     assert imported.precision.dtype == zoo.precision.dtype == "bf16"
-    sets = {"S": int(zoo.dims.dims["S"].default)} if name in LONGER_S else None
+    sets = None
+    if name in OTHER_S:
+        most = json.loads((CONFIGS / f"{name}.json").read_text())["max_position_embeddings"]
+        assert imported.dims.dims["S"].default == min(DEFAULT_S, most) != zoo.dims.dims["S"].default
+        sets = {"S": int(zoo.dims.dims["S"].default)}
     for pass_ in ("forward", "train"):
         for batch in (1, 8):
             assert numbers(imported, pass_, batch, sets, scope=ENCODER_OF_WHOLE.get(name)) == numbers(

@@ -61,17 +61,15 @@ _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
 _register("bert")  # the BERT-like template: bert, roberta, xlm-roberta, electra, distilbert
 _register("deberta")  # deberta-v2: disentangled attention
 _register("modernbert")  # modernbert: global and local layers
-_register("decoders")  # gpt2, llama
+_register("decoders")  # gpt2
 _register("encdec")  # t5: the encoder of the encoder-decoder
 _register("whisper")  # whisper: the whole encoder-decoder with its LM head
 _register("bart")  # bart, mbart, pegasus, marian: whole encoder-decoders, one token table shared
 _register("resnet")  # resnet
 _register("neox")  # gpt_neox, phi
-_register("llm")  # mistral, qwen2, gemma
-_register("llm_moe")  # mixtral, qwen2_moe
 _register("stages")  # convnext, convnextv2, swin
 _register("siglip")  # siglip, siglip_vision_model
-_register("modern")  # the decoder template: qwen3(_moe), gemma2/3, phi3, starcoder2, olmo(2/e), granite, cohere, ...
+_register("modern")  # the decoder template: llama, mistral, qwen2(_moe), gemma, mixtral, qwen3(_moe), gemma2/3, ...
 _register("falcon")  # falcon: FalconForCausalLM, LM head included
 _register("gptj")  # gptj: GPTJForCausalLM, LM head included
 _register("opt")  # opt: OPTForCausalLM, LM head included

@@ -20,8 +20,10 @@ class MoE:
 
     experts_keys: tuple[str, ...]  # the first present names the routed experts
     width_key: str  # each expert's width
-    router: str  # qwen (softmax, top-k, norm_topk_prob) | gpt_oss | deepseek_v2 | deepseek_v3
+    router: str  # qwen (softmax, top-k, norm_topk_prob; Mixtral's too) | gpt_oss | deepseek_v2 | deepseek_v3
     renorm_default: bool = False
+    renorm_key: str = "norm_topk_prob"  # the qwen router's renormalisation switch ("": always renorm_default)
+    shared_gated_key: str = ""  # the width of one shared expert behind a sigmoid gate (Qwen2-MoE's)
     dense_layers: str = "none"  # none | qwen (mlp_only_layers, decoder_sparse_step) | first_k (first_k_dense_replace)
 
 
@@ -65,10 +67,15 @@ def moe_op(spec: SpecText, cfg: HFConfig, moe: MoE, fn: str) -> tuple[str, str]:
                                                   "clamped-SwiGLU experts")
     attrs.append(f"fn: {fn}")
     if moe.router == "qwen":
-        renorm = cfg.get_bool("norm_topk_prob", moe.renorm_default)
+        renorm = cfg.get_bool(moe.renorm_key, moe.renorm_default) if moe.renorm_key else moe.renorm_default
         attrs.append(f"renorm: {'true' if renorm else 'false'}")
+        gated = ""
+        if moe.shared_gated_key:
+            spec.dim("FS", cfg.get_int(moe.shared_gated_key), "width of the shared expert", moe.shared_gated_key)
+            attrs += ["shared_experts: 1", "shared_hidden: FS", "shared_gate: true"]
+            gated = ", plus a shared expert behind a sigmoid gate"
         return "moe: {" + ", ".join(attrs) + "}", (f"a mixture of E {fn}-gated experts, top-K"
-                                                  f"{', renormalised' if renorm else ''}")
+                                                  f"{', renormalised' if renorm else ''}{gated}")
     scoring = "softmax" if moe.router == "deepseek_v2" else "sigmoid"
     cfg.choice("scoring_func", scoring, (scoring,), f"{moe.router}'s router as transformers runs it")
     if cfg.get_int("moe_layer_freq", 1) != 1:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from costspec.importer import rope as rope_tables
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText, wrap_comment
-from costspec.importer.families.common import activation, check_divides
-from costspec.importer.families.llm_parts import sliding_layout
+from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
 from costspec.importer.families.modern_moe import MLA_IGNORED, gather_rule, mla_op, moe_op
 from costspec.importer.families.modern_moe import layer_kinds as moe_layers
 from costspec.importer.families.modern_rules import rules
@@ -40,10 +39,10 @@ BASE_IGNORED = {
 # ----------------------------------------------------------------------------------------------
 # reading
 # ----------------------------------------------------------------------------------------------
-def rope(cfg: HFConfig, partial: bool) -> float:
+def rope(cfg: HFConfig, partial: bool, default: float = 1.0) -> float:
     """RoPE's settings (rope_parameters, rope_scaling, per layer kind in Gemma 3): a fraction of the head
-    rotated (partial_rotary_factor); a rope_type that runs data-dependent code is refused."""
-    fraction = 1.0
+    rotated (partial_rotary_factor, `default` when the config names none); every rope_type is read."""
+    fraction = default
     for table in rope_tables.read(cfg, frozenset({"partial_rotary_factor"})):
         if "partial_rotary_factor" in table:
             if not partial:
@@ -62,21 +61,25 @@ def layer_kinds(cfg: HFConfig, t: Template, layers: int) -> tuple[list[bool], in
     if t.sliding == "none":
         return [False] * layers, 0
     window = cfg.get_int("sliding_window", 0, minimum=0)
-    if t.sliding == "qwen":
+    if t.sliding in ("qwen", "qwen2_moe"):
         use = cfg.get_bool("use_sliding_window", False)
-        first_full = cfg.get_int("max_window_layers", 28, minimum=0)
-        derived = [use and bool(window) and i >= first_full for i in range(layers)]
+        bound = cfg.get_int("max_window_layers", 28, minimum=0)
+        if t.sliding == "qwen":  # layers from max_window_layers on slide
+            derived = [use and bool(window) and i >= bound for i in range(layers)]
+        else:  # Qwen2-MoE's rule: the even layers below max_window_layers slide
+            derived = [use and bool(window) and i % 2 == 0 and i < bound for i in range(layers)]
     else:
         derived = [bool(window)] * layers
     listed = cfg.get("layer_types")
     if listed is None or t.sliding == "all":
         return derived, window
-    if t.sliding == "qwen" and not cfg.get_bool("use_sliding_window", False):
-        return [False] * layers, window  # Qwen3's attention reads the window only with use_sliding_window
-    if not isinstance(listed, list) or len(listed) != layers or not set(listed) <= {"full_attention",
-                                                                                   "sliding_attention"}:
+    kinds = ("full_attention", "sliding_attention")
+    if not isinstance(listed, list) or len(listed) != layers or not all(isinstance(k, str) and k in kinds
+                                                                        for k in listed):
         raise cfg.refuse("layer_types", f"expected {layers} entries (num_hidden_layers), each full_attention or "
                          "sliding_attention")
+    if t.sliding in ("qwen", "qwen2_moe") and not cfg.get_bool("use_sliding_window", False):
+        return [False] * layers, window  # Qwen's attention reads the window only with use_sliding_window
     sliding = [k == "sliding_attention" for k in listed]
     if any(sliding) and not window:
         raise cfg.refuse("layer_types", "sliding_attention layers without a sliding_window")
@@ -94,11 +97,8 @@ def read_dims(spec: SpecText, cfg: HFConfig, t: Template) -> Dims:
         check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
     head_dim = cfg.get_int("head_dim", max(C // heads, 1))
     L = cfg.get_int("num_hidden_layers")
-    most = cfg.get_int("max_position_embeddings", t.positions_default)
-    S = min(DEFAULT_S, most)
     spec.dim("B", 1, "batch size")
-    spec.dim("S", S, f"sequence length (tokens): min({DEFAULT_S}, the maximum {most}); --set S=... for another "
-             f"length up to {most}", "max_position_embeddings")
+    S = sequence_dim(spec, cfg, t.positions_default)
     spec.dim("C", C, "hidden size", "hidden_size")
     spec.dim("heads", heads, "query heads", "num_attention_heads")
     if not t.mla:
@@ -118,6 +118,15 @@ def read_dims(spec: SpecText, cfg: HFConfig, t: Template) -> Dims:
     if any(sliding):
         spec.dim("W", window, "attention sliding window (query i sees keys i-W+1..i)", "sliding_window")
     return Dims(C, heads, kv, head_dim, L, S, tuple(sliding), window if any(sliding) else 0)
+
+
+def sequence_dim(spec: SpecText, cfg: HFConfig, most_default: int, key: str = "max_position_embeddings") -> int:
+    """The dim S: min(DEFAULT_S, the model's maximum `key`), the maximum in its doc; its value."""
+    most = cfg.get_int(key, most_default)
+    S = min(DEFAULT_S, most)
+    spec.dim("S", S, f"sequence length (tokens): min({DEFAULT_S}, the maximum {most}); --set S=... for another "
+             f"length up to {most}", key)
+    return S
 
 
 def precision(spec: SpecText, cfg: HFConfig) -> None:
@@ -163,13 +172,17 @@ NORMS = {"rmsnorm": "rmsnorm: {}", "layernorm": "layernorm: {}", "layernorm_nobi
 
 
 def attention_text(spec: SpecText, cfg: HFConfig, t: Template, dims: Dims, window: str, fraction: float) -> str:
-    bias = cfg.get_bool(t.bias_key, t.bias_default) if t.bias_key else False
+    bias = cfg.get_bool(t.bias_key, t.bias_default) if t.bias_key else t.bias_default
     flags = {"q": bias, "k": bias, "v": bias, "o": bias and t.o_bias}
     parts = ["heads: heads", "kv_heads: KV", "head_dim: D", f"fused_qkv: {'true' if t.fused_qkv else 'false'}",
              "rope: true", "causal: true"]
     parts += [f"{n}_bias: {'true' if on else 'false'}" for n, on in flags.items()]
     if fraction < 1:
         rotary = int(dims.head_dim * fraction)
+        if rotary < 2 or rotary % 2:
+            raise ImportProblem(f"{cfg.where('partial_rotary_factor')} = {fraction!r}: int(head_dim {dims.head_dim} "
+                                f"* {fraction!r}) = {rotary} rotary dims; expected an even number >= 2 (rotate_half "
+                                "pairs the dims)")
         dims.extra["R"] = rotary
         parts.append("rope_dims: R")
     if window:
@@ -181,6 +194,8 @@ def attention_text(spec: SpecText, cfg: HFConfig, t: Template, dims: Dims, windo
             parts.append(f"qk_norm_over: {t.qk_norm_over}")
         if t.qk_norm_weight != "shared":
             parts.append(f"qk_norm_weight: {t.qk_norm_weight}")
+        if t.qk_norm_bias:
+            parts.append("qk_norm_bias: true")
     if t.sinks:
         parts.append("sinks: true")
         dims.eager = True
@@ -197,9 +212,38 @@ def attention_text(spec: SpecText, cfg: HFConfig, t: Template, dims: Dims, windo
 
 
 def mlp_text(cfg: HFConfig, t: Template, fn: str) -> str:
-    bias = cfg.get_bool(t.mlp_bias_key, False) if t.mlp_bias_key else False
+    bias = cfg.get_bool(t.mlp_bias_key, t.mlp_bias_default) if t.mlp_bias_key else t.mlp_bias_default
     gated = "gated: true, " if t.mlp == "gated" else ""
     return f"mlp: {{hidden: F, {gated}fn: {fn}, bias: {'true' if bias else 'false'}}}"
+
+
+def sliding_layout(window: int, sliding: list[bool] | tuple[bool, ...]) -> tuple[str, str, str]:
+    """(block params line, the attention's window argument, the repeat's `at:` lines) for a window and the
+    per-layer sliding flags: one block whose `window` parameter is W on sliding layers and 0 on full ones."""
+    if not window:
+        return "", "", ""
+    on = [i for i, s in enumerate(sliding) if s]
+    full = [i for i, s in enumerate(sliding) if not s]
+    if not full:
+        return "", "W", ""
+    majority_sliding = len(on) >= len(full)
+    params = f"params: {{window: {'W' if majority_sliding else 0}}}  # W on sliding-window layers, 0 on full ones"
+    minority, name, value = (full, "full", "0") if majority_sliding else (on, "sliding", "W")
+    at = f"at:\n  - {{indices: {minority}, name: {name}, args: {{window: {value}}}}}  # layer_types"
+    return params, "window", at
+
+
+def activation_fn(spec: SpecText, cfg: HFConfig, t: Template) -> str:
+    """The MLP's activation, from the first of the family's keys the config sets (Gemma's legacy "gelu": the
+    tanh GELU transformers reads it as)."""
+    key = next((k for k in t.act_keys if cfg.get(k) is not None), t.act_keys[0])
+    if t.legacy_gelu and cfg.get(key) == "gelu":
+        spec.note(f"{key} gelu: transformers' {t.title} config reads the legacy 'gelu' as gelu_pytorch_tanh (the "
+                  "tanh GELU: gelu_tanh)")
+        return "gelu_tanh"
+    if cfg.get(key, t.act_default) == "gelu_new":
+        spec.note(GELU_NEW_NOTE)
+    return activation(cfg, key, t.act_default)
 
 
 def wrap_flow(op: str, width: int = 96) -> list[str]:
@@ -263,7 +307,8 @@ def with_params(params: str, lines: list[str]) -> str:
 def head_lines(cfg: HFConfig, t: Template) -> tuple[list[str], bool]:
     """The LM head and what transformers runs after it (logit scale, final soft-cap)."""
     tied = cfg.get_bool("tie_word_embeddings", t.tied_default)
-    lines = [f"- lm_head: {{vocab: V{', tied: true' if tied else ''}}}  # tie_word_embeddings: "
+    attrs = "vocab: V" + (", tied: true" if tied else "") + (", bias: true" if t.head_bias else "")
+    lines = [f"- lm_head: {{{attrs}}}  # tie_word_embeddings: "
              f"{'true (shares embed_tokens)' if tied else 'false'}", "  source: lm_head"]
     if t.logits:
         how, key = t.logits.split(":")
@@ -319,9 +364,11 @@ def build(t: Template, cfg: HFConfig) -> str:
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {t.model_type}, transformers' "
                     f"{t.hf_class})")
     check_refused(cfg, t)
-    fraction = rope(cfg, t.partial_rotary)
+    fraction = rope(cfg, t.partial_rotary, t.rotary_default)
     dims = read_dims(spec, cfg, t)
-    fn = activation(cfg, next((k for k in t.act_keys if cfg.get(k) is not None), t.act_keys[0]), t.act_default)
+    fn = activation_fn(spec, cfg, t)
+    for note in t.notes:
+        spec.note(note)
     params, window, at = sliding_layout(dims.window, dims.sliding)
     attn = mla_op(spec, cfg) if t.mla else attention_text(spec, cfg, t, dims, window, fraction)
     kinds = moe_layers(cfg, t.moe, dims.layers) if t.moe else [False] * dims.layers
@@ -374,10 +421,11 @@ def build(t: Template, cfg: HFConfig) -> str:
     else:
         body = ["- repeat: L", "  name: layers", "  body: decoder_block", "  source: model.layers"]
         body += ["  " + line for line in at.splitlines()]
-    norm = [f"- {NORMS[t.norm]}", "  name: norm", "  source: model.norm"]
+    norm = [f"- {NORMS[t.norm]}", f"  name: {t.final_norm}", f"  source: model.{t.final_norm}"]
     spec.layers("\n".join(embed_lines(cfg, t) + body + norm + head) + "\n")
     text = spec.render()
-    unused = {"intermediate_size": "the width of dense MLPs: every layer here is MoE"} if all(kinds) and t.moe else {}
+    unused = ({"intermediate_size": "the width of dense MLPs: every layer here is MoE"}
+              if all(kinds) and t.moe and t.moe.width_key != "intermediate_size" else {})
     ignored = {**BASE_IGNORED, **(MLA_IGNORED if t.mla else {}), **unused, **t.ignored}
     cfg.check_understood({key: why for key, why in ignored.items() if cfg.has(key)})
     return text

@@ -1,6 +1,7 @@
-"""Decoders with a parallel residual and partial rotary embeddings: GPT-NeoX / Pythia
-(transformers' GPTNeoXModel: x + attn(ln1(x)) + mlp(ln2(x)), or sequential) and Phi (PhiModel: one
-LayerNorm feeding attention and MLP side by side, x + attn(ln(x)) + mlp(ln(x)))."""
+"""GPT-NeoX / Pythia (transformers' GPTNeoXModel: x + attn(ln1(x)) + mlp(ln2(x)), or sequential), a parallel
+residual with two LayerNorms and partial rotary embeddings, under its own module names (embed_in, attention,
+final_layer_norm, embed_out), with the decoder template's defaults (modern_template.py): bf16 when the config
+names no dtype, S = min(4096, max_position_embeddings). Phi is an entry of the template (modern.py)."""
 from __future__ import annotations
 
 import textwrap
@@ -9,9 +10,11 @@ from costspec.importer.config import HFConfig, ImportProblem, heads, layers, siz
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
 from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
-from costspec.importer.families.decoders import ROPE_CONSTANTS
+from costspec.importer.families.modern_template import precision, sequence_dim
 from costspec.importer.head import CausalLM
 
+ROPE_CONSTANTS = ("the rotary frequencies (theta, scaling type and factor) are constants: RoPE costs 2 mul + 1 add "
+                  "per element of q and k whatever they are")
 # rope_parameters keys (default, linear and dynamic scaling) that shape the cos/sin tables only:
 # computed from a buffer and the positions (constants, outside the counted work), never a cost
 ROPE_TABLE_KEYS = ("rope_theta", "rope_type", "type", "factor", "original_max_position_embeddings")
@@ -34,10 +37,10 @@ def _folded(text: str) -> str:
     return "\n".join("    " + line for line in textwrap.wrap(text, 100))
 
 
-def rotary_dims(cfg: HFConfig, head_dim: int, legacy_key: str) -> int:
+def rotary_dims(cfg: HFConfig, head_dim: int) -> int:
     """R = int(head_dim * partial_rotary_factor), as transformers computes it, from `rope_parameters`
-    (transformers 5) or the legacy top-level keys (`rotary_pct` of GPT-NeoX, `partial_rotary_factor`)."""
-    pct_key = legacy_key
+    (transformers 5) or the legacy top-level `rotary_pct`."""
+    legacy_key = pct_key = "rotary_pct"
     pct = cfg.get(legacy_key)
     if cfg.get("rope_parameters") is not None:
         params = cfg.sub("rope_parameters")
@@ -54,15 +57,15 @@ def rotary_dims(cfg: HFConfig, head_dim: int, legacy_key: str) -> int:
     return rotary
 
 
-def rope_ignores(module: str, q_heads: str, kv_heads: str) -> str:
+def rope_ignores() -> str:
     """The two named differences of transformers' partial rotary code (forward and backward)."""
     return f"""\
-- module: "{module}"
-  extra: {{scale: "L*B*S*({q_heads} + {kv_heads})*R/2"}}
+- module: "layers.*.attention"
+  extra: {{scale: "L*B*S*(heads + heads)*R/2"}}
   reason: >-
 {_folded(NEG_REASON)}
-- module: "{module}"
-  extra: {{add: "L*B*S*({q_heads} + {kv_heads})*(C/{q_heads} + R)"}}
+- module: "layers.*.attention"
+  extra: {{add: "L*B*S*(heads + heads)*(C/heads + R)"}}
   pass: backward
   reason: >-
 {_folded(SLICE_REASON)}
@@ -73,7 +76,7 @@ def _decoder_dims(spec: SpecText, cfg: HFConfig, heads: int) -> tuple[int, int]:
     C = cfg.get_int("hidden_size")
     check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
     spec.dim("B", 1, "batch size")
-    spec.dim("S", cfg.get_int("max_position_embeddings", 2048), "sequence length (tokens)", "max_position_embeddings")
+    sequence_dim(spec, cfg, 2048)
     spec.dim("C", C, "hidden size", "hidden_size")
     spec.dim("heads", heads, "attention heads", "num_attention_heads")
     return C, C // heads
@@ -104,14 +107,15 @@ def build_gpt_neox(cfg: HFConfig) -> str:
     spec.dim("F", cfg.get_int("intermediate_size"), "MLP intermediate size", "intermediate_size")
     spec.dim("L", cfg.get_int("num_hidden_layers"), "layers", "num_hidden_layers")
     spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
-    rotary = rotary_dims(cfg, d, "rotary_pct")
+    rotary = rotary_dims(cfg, d)
     spec.dim("R", rotary, f"rotary dims per head (int(head_dim {d} * rotary fraction))", "rotary_pct")
     fn = _fn(spec, cfg, "gelu")
     bias = "" if cfg.get_bool("attention_bias", True) else ", qkv_bias: false, proj_bias: false"
     parallel = cfg.get_bool("use_parallel_residual", True)
-    spec.precision(cfg.dtype, cfg.dtype_source)
+    precision(spec, cfg)
     spec.input(["B", "S"], "token ids")
-    spec.doc = (f"GPT-NeoX decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} "
+    layer_count = cfg.get_int("num_hidden_layers")
+    spec.doc = (f"GPT-NeoX decoder imported from a Hugging Face config: token embedding, {layer_count} "
                 + ("parallel-residual blocks x + attn(ln1(x)) + mlp(ln2(x))" if parallel
                    else "sequential pre-LN blocks") + f" (hidden {C}, {heads} heads of dim {d}, fused qkv"
                 + (" with bias" if not bias else " without bias") + f", rotary on {rotary} of {d} dims, {fn} MLP), "
@@ -148,7 +152,7 @@ def build_gpt_neox(cfg: HFConfig) -> str:
       source: mlp
 """)
     spec.header.append("# `source:` and `ignore:` name modules of transformers' GPTNeoXModel")
-    spec.ignore(rope_ignores("layers.*.attention", "heads", "heads"))
+    spec.ignore(rope_ignores())
     spec.layers("""\
 - embedding: {vocab: V, dim: C}
   name: embed_in
@@ -165,90 +169,13 @@ def build_gpt_neox(cfg: HFConfig) -> str:
     return spec.render()
 
 
-def spec_layers(cfg: HFConfig) -> int:
-    return cfg.get_int("num_hidden_layers")
-
-
-# ----------------------------------------------------------------------------------------------
-# Phi
-# ----------------------------------------------------------------------------------------------
-PHI_IGNORED = {"tie_word_embeddings": NO_LM_HEAD, **ROPE_IGNORED}
-
-
-def build_phi(cfg: HFConfig) -> str:
-    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
-                    "PhiModel)")
-    heads = cfg.get_int("num_attention_heads")
-    C, d = _decoder_dims(spec, cfg, heads)
-    kv = cfg.get_int("num_key_value_heads", heads)
-    if heads % kv:
-        raise ImportProblem(f"{cfg.where('num_key_value_heads')} = {kv} does not divide num_attention_heads = {heads}")
-    if cfg.get("head_dim", d) != d:
-        raise cfg.refuse("head_dim", f"PhiModel's rotary tables assume head_dim = hidden_size / num_attention_heads "
-                         f"= {d}")
-    if cfg.get_bool("qk_layernorm", False):
-        raise cfg.refuse("qk_layernorm", "LayerNorm on q and k per head is not an option of costspec's attention "
-                         "(not supported by this importer)")
-    spec.dim("KV", kv, "key/value heads" + (" (grouped-query attention)" if kv < heads else ""),
-             "num_key_value_heads")
-    spec.dim("F", cfg.get_int("intermediate_size"), "MLP intermediate size", "intermediate_size")
-    spec.dim("L", cfg.get_int("num_hidden_layers"), "layers", "num_hidden_layers")
-    spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
-    rotary = rotary_dims(cfg, d, "partial_rotary_factor")
-    spec.dim("R", rotary, f"rotary dims per head (int(head_dim {d} * partial_rotary_factor))",
-             "partial_rotary_factor")
-    fn = _fn(spec, cfg, "gelu_new")
-    spec.precision(cfg.dtype, cfg.dtype_source)
-    spec.input(["B", "S"], "token ids")
-    spec.doc = (f"Phi decoder imported from a Hugging Face config: token embedding, {spec_layers(cfg)} blocks "
-                f"x + attn(ln(x)) + mlp(ln(x)) (one LayerNorm feeds attention and MLP side by side; hidden {C}, "
-                f"{heads} heads" + (f", {kv} key/value heads" if kv < heads else "") + f" of dim {d}, q/k/v and "
-                f"dense with bias, rotary on {rotary} of {d} dims, {fn} MLP), final LayerNorm")
-    kv_attr = ", kv_heads: KV" if kv < heads else ""
-    spec.block("phi_block", f"""\
-# x + attention(ln(x)) + mlp(ln(x)): the residual adds x to the parallel join of the two branches
-- residual:
-    - layernorm: {{}}
-      source: input_layernorm
-    - parallel:
-        join: add
-        branches:
-          - - attention: {{heads: heads{kv_attr}, fused_qkv: false, {_rope_attrs(rotary, d)}, causal: true}}
-              source: self_attn
-          - - mlp: {{hidden: F, fn: {fn}}}  # fc1 -> hidden_act -> fc2
-              source: mlp
-""")
-    spec.header.append("# `source:` and `ignore:` name modules of transformers' PhiModel")
-    spec.ignore(rope_ignores("layers.*.self_attn", "heads", "KV"))
-    spec.layers("""\
-- embedding: {vocab: V, dim: C}
-  name: embed_tokens
-  source: embed_tokens
-- repeat: L
-  name: layers
-  body: phi_block
-  source: layers
-- layernorm: {}
-  name: final_layernorm
-  source: final_layernorm
-""")
-    cfg.check_understood(PHI_IGNORED)
-    return spec.render()
-
-
 # rotary dims (a fraction of the head dim) are checked by the family: they need not be all of it
 NEOX_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
-             heads("num_attention_heads", "hidden_size"), heads("num_key_value_heads", "num_attention_heads"),
-             size("head_dim"), size("max_position_embeddings"))
+             heads("num_attention_heads", "hidden_size"), size("max_position_embeddings"))
 GPT_NEOX = Family(("gpt_neox",), "GPTNeoXForCausalLM", build_gpt_neox,
                   "GPT-NeoX / Pythia causal LM: parallel (or sequential) residual, partial rotary, LM head",
                   architectures=("GPTNeoXModel",),
                   lm=CausalLM("GPTNeoXForCausalLM", "GPTNeoXModel", "gpt_neox"),
                   refused=("an odd number of rotary dims",), keys=NEOX_KEYS)
-PHI = Family(("phi",), "PhiForCausalLM", build_phi,
-             "Phi-1/1.5/2 causal LM: one LayerNorm, attention and MLP in parallel, partial rotary, LM head with a bias",
-             architectures=("PhiModel",), lm=CausalLM("PhiForCausalLM", "PhiModel", "model", bias=True),
-             refused=("qk_layernorm: true", "head_dim other than hidden_size / num_attention_heads",
-                      "an odd number of rotary dims"), keys=NEOX_KEYS)
 
-FAMILY_LIST = (GPT_NEOX, PHI)
+FAMILY_LIST = (GPT_NEOX,)
