@@ -56,7 +56,7 @@ class Template:
     logits: str = ""  # "" | "div:<key>" | "mul:<key>": the logits divided / multiplied by a config constant
     refuse_true: tuple[str, ...] = ()  # bool keys whose true the family cannot price
     refuse_set: tuple[str, ...] = ()  # keys whose non-null value the family cannot price
-    needs: tuple[str, ...] = ()  # keys transformers' class cannot do without (Ministral's head_dim)
+    needs: dict[str, str] = field(default_factory=dict)  # keys transformers' class cannot do without, and why
     tied_default: bool = False
     positions_default: int = 4096  # transformers' max_position_embeddings default
     sinks: bool = False  # gpt-oss's attention sinks (eager attention)
