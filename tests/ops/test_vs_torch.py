@@ -280,7 +280,7 @@ def _patch_embed(draw):
     dims = {"B": draw(st.integers(1, 3))}
     shape = ["B", draw(small), p * draw(st.integers(1, 3)), p * draw(st.integers(1, 3))]
     attrs = {"patch": p, "dim": draw(small), "cls_token": draw(st.booleans()), "pos_embed": draw(st.booleans()),
-             "bias": draw(st.booleans())}
+             "bias": draw(st.booleans()), "mask_token": draw(st.booleans())}
     return dims, shape, [{"patch_embed": attrs}, {"layernorm": {}}]
 
 
