@@ -182,6 +182,10 @@ def test_relative_bias_tables_partial_rope_and_per_projection_bias():
         spec_nc("- attention: {heads: 2, rope: true, rope_dims: 3}", input_="[B, 6, 8]")
     with pytest.raises(SpecError, match=r"rel_bias: swin is Swin's table"):
         spec_nc("- attention: {heads: 2, rel_bias: swin}", input_="[B, 36, 8]")
+    beit = spec_nc("- attention: {heads: 2, grid: [4, 3], rel_bias: beit}", input_="[B, 13, 8]")
+    assert {r.name: r.params for r in beit.evaluate("forward").rows}["attn.rel_bias"] == (7 * 5 + 3) * 2
+    with pytest.raises(SpecError, match=r"needs 4 x 3 \+ 1 tokens \(the class token first\), not 12"):
+        spec_nc("- attention: {heads: 2, grid: [4, 3], rel_bias: beit}", input_="[B, 12, 8]")
 
 
 def test_swin_shifted_windows_mask_every_score_and_validate():

@@ -106,6 +106,9 @@ CASES = {
     "swin-bias-needs-window": Case(
         "heads: 2, rel_bias: swin",
         "rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)"),
+    "beit-bias-global": Case(
+        "heads: 2, window: 3, grid: [6, 6], rel_bias: beit",
+        "rel_bias: beit is BEiT's table over the whole patch grid after a class token: no window"),
     "eager-options-not-in-sdpa": Case(
         "heads: 2, backend: math, softcap: 50.0",
         "backend math is PyTorch's SDPA decomposition, which has no soft-capping or sinks: use backend flash (a fused "

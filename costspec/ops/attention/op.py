@@ -105,6 +105,14 @@ class Attention(OpDef):
                                   & sympy.Lt(a.shift, a.window),
                                   "shifted windows need the grid {gh} x {gw} divisible by the window {w} and shift "
                                   "{s} < window", a.where("shift"), {"gh": gh, "gw": gw, "w": a.window, "s": a.shift}))
+        if a.rel_bias == "beit":  # the patch grid and the class token before it
+            gh, gw = pair(a.grid)
+            s = call.in_shape[1]
+            out.append(Constraint(sympy.Eq(gh * gw + 1, s) & sympy.Eq(sympy.floor(gh), gh)
+                                  & sympy.Eq(sympy.floor(gw), gw),
+                                  "rel_bias: beit on a grid {gh} x {gw} needs {gh} x {gw} + 1 tokens (the class token "
+                                  "first), not {s}", a.where("grid"), {"gh": gh, "gw": gw, "s": s},
+                                  "grid: [H, W] with H*W + 1 = the input's tokens"))
         if a.rel_bias == "t5":  # half the buckets per direction, half of those exact distances: at least one
             out.append(Constraint(sympy.Ge(a.buckets, 4) & sympy.Gt(a.max_distance, sympy.floor(a.buckets / 4)),
                                   "T5 buckets {n} and max_distance {m}: need buckets >= 4 and max_distance > buckets/4",
@@ -285,8 +293,8 @@ class Attention(OpDef):
         if a.rel_bias == "t5":
             rel_bias = (("t5_shared", 0, 0) if a.rel_bias_shared
                         else ("t5", ev(a.buckets), ev(a.max_distance), ev(a.rel_bias_readers)))
-        elif a.rel_bias == "swin":
-            rel_bias = ("swin", ev(g.qh), ev(g.qw))
+        elif a.rel_bias in ("swin", "beit"):
+            rel_bias = (a.rel_bias, ev(g.qh), ev(g.qw))
         return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), bool(a.q_bias), bool(a.o_bias), a.fused_qkv,
                              kv_heads=ev(a.kv_heads), gqa=ev(a.kv_heads) != ev(a.heads), window=ev(a.window), grid=grid,
                              rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal,

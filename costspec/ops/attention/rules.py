@@ -143,6 +143,9 @@ RULES: tuple[Rule, ...] = (
     Rule("swin-bias-needs-window", "rel_bias", lambda u: u.a.rel_bias == "swin" and not u.windowed,
          "rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)",
          "window: w with it"),
+    Rule("beit-bias-global", "rel_bias", lambda u: u.a.rel_bias == "beit" and u.windowed,
+         "rel_bias: beit is BEiT's table over the whole patch grid after a class token: no window",
+         "grid: [H, W] without window"),
     Rule("eager-options-not-in-sdpa", "backend",
          lambda u: u.a.backend == Backend.MATH and (bool(u.a.softcap) or bool(u.a.sinks)),
          "backend math is PyTorch's SDPA decomposition, which has no soft-capping or sinks: use backend flash (a fused "
