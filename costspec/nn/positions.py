@@ -66,11 +66,13 @@ class RelPosBias(nn.Module):
 class RelBiasTable(nn.Module):
     """A learned relative-position bias (heads columns) gathered per (query, key) pair: T5's log-bucketed
     distances ("t5", buckets, max_distance; bidirectional, as T5's encoder), Swin's offsets in a
-    qh x qw window ("swin", qh, qw), or BEiT's offsets in a qh x qw patch grid after a class token ("beit", qh,
-    qw: three more rows for class to patch, patch to class and class to class). The pair -> row index depends on positions only: a buffer.
+    qh x qw window ("swin", qh, qw), or BEiT's offsets in a qh x qw patch grid after a class token ("beit",
+    qh, qw: three more rows for class to patch, patch to class and class to class). The pair -> row index
+    depends on positions only: a buffer.
 
-    A T5 table with `readers` hands its bias to that many later layers (T5 computes it in its first
-    layer and passes it on): `add_reader` gives each its slot of `shared`, filled in every forward."""
+    A T5 or BEiT table with `readers` hands its bias to that many later layers (T5 computes it in its
+    first layer and passes it on, BEiT's shared table once for all): `add_reader` gives each its slot of
+    `shared`, filled in every forward."""
 
     def __init__(self, heads: int, kind: str, a: int, b: int, readers: int = 0):
         super().__init__()

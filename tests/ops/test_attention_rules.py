@@ -94,12 +94,12 @@ CASES = {
     "shift-below-window": Case(
         "heads: 2, window: 3, grid: [6, 6], shift: 3",
         "shift 3 is not smaller than the window 3"),
-    "shared-bias-needs-t5": Case(
+    "shared-bias-needs-t5-or-beit": Case(
         "heads: 2, rel_bias_shared: true",
-        "rel_bias_shared shares a T5 bias between layers: set rel_bias: t5"),
-    "bias-readers-need-t5": Case(
+        "rel_bias_shared shares a T5 or BEiT bias between layers: set rel_bias: t5 or beit"),
+    "bias-readers-need-t5-or-beit": Case(
         "heads: 2, rel_bias_readers: 2",
-        "rel_bias_readers shares a T5 bias between layers: set rel_bias: t5"),
+        "rel_bias_readers shares a T5 or BEiT bias between layers: set rel_bias: t5 or beit"),
     "shared-bias-has-no-readers": Case(
         "heads: 2, rel_bias: t5, rel_bias_shared: true, rel_bias_readers: 2",
         "a layer reading another layer's bias (rel_bias_shared) has no table for others to read"),

@@ -3,9 +3,10 @@ use_absolute_position_embeddings, a position table), pre-LN layers whose attenti
 whose two branches are scaled by learned per-channel lambdas (layer_scale_init_value > 0), then the pooler:
 LayerNorm of the mean of the patch tokens (use_mean_pooling) or the class token after a final LayerNorm.
 With use_relative_position_bias each layer's attention adds its own relative position bias (`rel_bias: beit`:
-a table over the patch grid's offsets plus three class-token entries); the shared bias
-(use_shared_relative_position_bias) is refused, naming the key. use_mask_token holds the masked-image-modelling
-token (patch_embed's mask_token: parameters only)."""
+a table over the patch grid's offsets plus three class-token entries); with use_shared_relative_position_bias
+one table (BeitModel.shared_position_bias) is written in the first layer and read by the others
+(rel_bias_readers / rel_bias_shared); both at once are refused, naming the key. use_mask_token holds the
+masked-image-modelling token (patch_embed's mask_token: parameters only)."""
 from __future__ import annotations
 
 from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
@@ -23,15 +24,15 @@ IGNORED = {
                                    "semantic_loss_ignore_index", "add_fpn", "reshape_hidden_states", "stage_names",
                                    "out_features", "out_indices")},
 }
-REL_BIAS = ("BEiT's shared relative position bias (one table in BeitModel.shared_position_bias, outside the layers, "
-            "its bias read by every layer) is not imported: the spec's shared bias (T5's) lives in the first layer "
-            "(use_relative_position_bias, a table per layer, is)")
+REL_BIAS = ("with use_relative_position_bias too, each layer adds its own bias to the shared one (an add per "
+            "score and layer the attention op does not have): not imported (either one alone is)")
 
 
 def build_beit(cfg: HFConfig) -> str:
-    if cfg.get_bool("use_shared_relative_position_bias", False):
-        raise cfg.refuse("use_shared_relative_position_bias", REL_BIAS)
+    shared = cfg.get_bool("use_shared_relative_position_bias", False)
     per_layer = cfg.get_bool("use_relative_position_bias", False)
+    if shared and per_layer:
+        raise cfg.refuse("use_shared_relative_position_bias", REL_BIAS)
     mask_token = cfg.get_bool("use_mask_token", False)
     C = cfg.get_int("hidden_size", 768)
     n_heads = cfg.get_int("num_attention_heads", 12)
@@ -52,7 +53,8 @@ def build_beit(cfg: HFConfig) -> str:
     spec.dim("C", C, "model width", "hidden_size")
     spec.dim("heads", n_heads, "attention heads", "num_attention_heads")
     spec.dim("F", cfg.get_int("intermediate_size", 3072), "MLP hidden width", "intermediate_size")
-    spec.dim("L", cfg.get_int("num_hidden_layers", 12), "encoder layers", "num_hidden_layers")
+    n_layers = cfg.get_int("num_hidden_layers", 12)
+    spec.dim("L", n_layers, "encoder layers", "num_hidden_layers")
     precision(spec, cfg)
     spec.input(["B", str(cfg.get_int("num_channels", 3)), "img", "img"], "num_channels")
     spec.doc = (f"BEiT imported from a Hugging Face config: {patch}x{patch} patches, a class token"
@@ -66,35 +68,39 @@ def build_beit(cfg: HFConfig) -> str:
     scale = ("layer_scale: {}  # lambda: a (C,) parameter of the layer itself, so no source of its own" if gamma > 0
              else "scale: {by: 1}  # layer_scale_init_value 0: lambda is the number 1.0, which the layer still "
              "multiplies by")
-    attention = ("      - attention: {heads: heads, fused_qkv: false, k_bias: false,\n"
-                 "                     grid: [img // patch, img // patch], rel_bias: beit}  # q_proj, k_proj (no "
-                 "bias), v_proj, o_proj; the layer's own relative position bias\n"
-                 "        source: [attention, relative_position_bias]" if per_layer else
-                 "      - attention: {heads: heads, fused_qkv: false, k_bias: false}  # q_proj, k_proj (no bias), "
-                 "v_proj, o_proj\n        source: attention")
-    spec.block("layer", f"""\
-doc: "x + lambda_1 * attn(LN(x)), then x + lambda_2 * mlp(LN(x))"
-layers:
-  - residual:
-      - layernorm: {{}}
-        source: layernorm_before
-{attention}
-      - {scale}
-  - residual:
-      - layernorm: {{}}
-        source: layernorm_after
-      - mlp: {{hidden: F, fn: {fn}}}  # fc1, hidden_act, fc2
-        source: mlp
-      - {scale}
-""")
+    grid = "grid: [img // patch, img // patch]"
+    plain = "{heads: heads, fused_qkv: false, k_bias: false}  # q_proj, k_proj (no bias), v_proj, o_proj"
+    if shared:  # the table in BeitModel.shared_position_bias, written in the first layer, read by the others
+        first = (f"{{heads: heads, fused_qkv: false, k_bias: false, {grid},\n"
+                 "                     rel_bias: beit, rel_bias_readers: L - 1}  # the shared table's bias, made once "
+                 "and read by every layer")
+        spec.block("first_layer", layer_text(first, scale, fn, "layers.0.", ", shared_position_bias"))
+        if n_layers > 1:
+            spec.block("layer", layer_text(f"{{heads: heads, fused_qkv: false, k_bias: false, {grid},\n"
+                                           "                     rel_bias: beit, rel_bias_shared: true}  # reads "
+                                           "the shared bias", scale, fn))
+    elif per_layer:
+        spec.block("layer", layer_text(f"{{heads: heads, fused_qkv: false, k_bias: false,\n                     "
+                                       f"{grid}, rel_bias: beit}}  # q_proj, k_proj (no bias), v_proj, o_proj; the "
+                                       "layer's own relative position bias", scale, fn, "",
+                                       ", relative_position_bias"))
+    else:
+        spec.block("layer", layer_text(plain, scale, fn))
     spec.header.append("# `source:` names modules of transformers' BeitModel; the spec's output is its pooler_output")
     if per_layer:
         spec.ignore(table_rule("layers.*.relative_position_bias", "L"))
+    if shared:
+        spec.ignore(table_rule("shared_position_bias", "1"))
     pos = (", pos_embed: true" if absolute else "") + (", mask_token: true" if mask_token else "")
     spec.layers(f"""\
 - patch_embed: {{patch: patch, dim: C, cls_token: true{pos}}}
   source: embeddings
-- repeat: L
+""")
+    if shared:
+        spec.layers("- block: first_layer  # layers.0, with the shared table\n  name: layer0\n")
+    if not shared or n_layers > 1:
+        spec.layers(f"""\
+- repeat: {"L - 1" if shared else "L"}
   name: layers
   body: layer
   source: layers
@@ -119,6 +125,30 @@ layers:
 """)
     cfg.check_understood(IGNORED)
     return spec.render()
+
+
+def layer_text(attention: str, scale: str, fn: str, prefix: str = "", table: str = "") -> str:
+    """One BEiT layer; `prefix`: its modules' path when the layer is not a repeat instance (the first layer
+    of a shared table, written from the model's root); `table`: the module holding its attention's table."""
+    attention_source = f"{prefix}attention{table}"
+    if table:
+        attention_source = f"[{attention_source}]"
+    return f"""\
+doc: "x + lambda_1 * attn(LN(x)), then x + lambda_2 * mlp(LN(x))"
+layers:
+  - residual:
+      - layernorm: {{}}
+        source: {prefix}layernorm_before
+      - attention: {attention}
+        source: {attention_source}
+      - {scale}
+  - residual:
+      - layernorm: {{}}
+        source: {prefix}layernorm_after
+      - mlp: {{hidden: F, fn: {fn}}}  # fc1, hidden_act, fc2
+        source: {prefix}mlp
+      - {scale}
+"""
 
 
 def table_rule(module: str, tables: str) -> str:
@@ -146,8 +176,9 @@ KEYS = (size("hidden_size"), size("intermediate_size"), layers("num_hidden_layer
         size("num_channels"))
 BEIT = Family(("beit",), "BeitModel", build_beit,
               "BEiT image encoder with its pooler (mean of the patch tokens + LayerNorm, or the class token): no key "
-              "bias, layer scale, optional relative position bias per layer (pooler_output)",
+              "bias, layer scale, optional relative position bias (per layer or shared) (pooler_output)",
               architectures=("BeitForImageClassification",), hf_output=lambda cfg: "pooler_output",
-              refused=("use_shared_relative_position_bias: true (" + REL_BIAS + ")",), keys=KEYS)
+              refused=("use_shared_relative_position_bias and use_relative_position_bias both true (" + REL_BIAS
+                       + ")",), keys=KEYS)
 
 FAMILY_LIST = (BEIT,)

@@ -65,11 +65,13 @@ ATTRS = (
          "to class): S = H*W + 1 tokens, the class token first, BEiT). The bucket / offset of each (query, key) "
          "pair depends on positions only and is computed once (a buffer); gathering the table is free, adding "
          "it is one add per score", default="none", choices=("none", "t5", "swin", "beit")),
-    Attr("rel_bias_shared", "bool", "rel_bias: t5 -- this layer reads the bias of the nearest earlier layer "
-         "with a table (T5 computes it in its first layer and passes it to every later one): it adds it to its "
+    Attr("rel_bias_shared", "bool", "rel_bias: t5 or beit -- this layer reads the bias of the nearest earlier layer "
+         "with a table of its kind (T5 computes it in its first layer and passes it to every later one; BEiT's "
+         "shared_position_bias, once for all layers): it adds it to its "
          "scores but has no table (no parameters, no gather); its gradient is summed at that layer",
          default=False),
-    Attr("rel_bias_readers", "count", "rel_bias: t5 with a table -- how many later layers read this layer's bias "
+    Attr("rel_bias_readers", "count", "rel_bias: t5 or beit with a table -- how many later layers read this layer's "
+         "bias "
          "(rel_bias_shared: true; T5: L-1). Their gradients and this layer's are summed here, where the bias is "
          "made: one add per (head, query, key) element and reader. 0 (default): none", default=0),
     Attr("shift", "count", "Swin's shifted windows: the grid is rolled by -shift on both axes before the "

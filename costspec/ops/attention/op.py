@@ -290,11 +290,14 @@ class Attention(OpDef):
                             "without one (prefill with no --context)", "cache", "cache: 0")
         grid = tuple(ev(x) for x in pair(a.grid)) if (windowed(call) or a.rel_pos) else None
         rel_bias = None
-        if a.rel_bias == "t5":
-            rel_bias = (("t5_shared", 0, 0) if a.rel_bias_shared
-                        else ("t5", ev(a.buckets), ev(a.max_distance), ev(a.rel_bias_readers)))
-        elif a.rel_bias in ("swin", "beit"):
-            rel_bias = (a.rel_bias, ev(g.qh), ev(g.qw))
+        if a.rel_bias_shared:
+            rel_bias = ("shared", 0, 0)
+        elif a.rel_bias == "t5":
+            rel_bias = ("t5", ev(a.buckets), ev(a.max_distance), ev(a.rel_bias_readers))
+        elif a.rel_bias == "beit":
+            rel_bias = ("beit", ev(g.qh), ev(g.qw), ev(a.rel_bias_readers))
+        elif a.rel_bias == "swin":
+            rel_bias = ("swin", ev(g.qh), ev(g.qw))
         return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), bool(a.q_bias), bool(a.o_bias), a.fused_qkv,
                              kv_heads=ev(a.kv_heads), gqa=ev(a.kv_heads) != ev(a.heads), window=ev(a.window), grid=grid,
                              rel_pos=a.rel_pos, rope=a.rope, rope_len=ev(g.t), causal=a.causal,
@@ -308,19 +311,22 @@ class Attention(OpDef):
                                             bool(a.qk_norm_bias)) if qk_norm.enabled(call) else None)
 
     def link(self, call: OpCall, module, earlier: list) -> None:
-        """rel_bias_shared: read the bias of the nearest earlier attention layer with a T5 table."""
+        """rel_bias_shared: read the bias of the nearest earlier attention layer with a table of the same kind
+        (T5's or BEiT's)."""
         if not call.attrs.rel_bias_shared:
             return
-        owners = [(n, m) for n, m in earlier if n.op is self and n.call.attrs.rel_bias == "t5"
+        owners = [(n, m) for n, m in earlier if n.op is self and n.call.attrs.rel_bias == call.attrs.rel_bias
                   and not n.call.attrs.rel_bias_shared]
+        kind = {"t5": "T5", "beit": "BEiT"}[call.attrs.rel_bias]
         if not owners:
-            raise call.fail("rel_bias_shared reads the T5 bias of an earlier layer, but no earlier attention layer "
-                            "has a table", "rel_bias_shared",
-                            "an earlier attention with rel_bias: t5 and rel_bias_readers (T5: the first layer)")
+            raise call.fail(f"rel_bias_shared reads the {kind} bias of an earlier layer, but no earlier attention "
+                            "layer has a table", "rel_bias_shared",
+                            f"an earlier attention with rel_bias: {call.attrs.rel_bias} and rel_bias_readers (T5: the "
+                            "first layer)")
         node, owner = owners[-1]
         slot = owner.rel_bias.add_reader()
         if slot is None:
-            raise call.fail(f"more layers read the T5 bias of '{node.name}' than its rel_bias_readers "
+            raise call.fail(f"more layers read the {kind} bias of '{node.name}' than its rel_bias_readers "
                             f"{owner.rel_bias.readers}", "rel_bias_shared",
                             f"rel_bias_readers on '{node.name}' counting every layer that reads it")
         module.bias_source = (owner.rel_bias, slot)

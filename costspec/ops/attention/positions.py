@@ -1,7 +1,7 @@
 """Position information inside an attention layer: rotary embedding on q and k (`rope`), SAM's
 decomposed relative positions (`rel_pos`), and a learned relative-position bias table (`rel_bias`:
-T5's buckets, Swin's window offsets or BEiT's patch-grid offsets with its class-token entries). Each is a part of the layer: its work, parameters, traffic
-and GEMMs."""
+T5's buckets, Swin's window offsets or BEiT's patch-grid offsets with its class-token entries). Each is
+a part of the layer: its work, parameters, traffic and GEMMs."""
 from __future__ import annotations
 
 from costspec.core.conventions import FLOPS_PER_MAC
