@@ -289,7 +289,7 @@ class Attention(OpDef):
             raise call.fail("the generated module has no key/value cache: validate, time and ncu run the model "
                             "without one (prefill with no --context)", "cache", "cache: 0")
         grid = tuple(ev(x) for x in pair(a.grid)) if (windowed(call) or a.rel_pos) else None
-        rel_bias = None
+        rel_bias: tuple | None = None
         if a.rel_bias_shared:
             rel_bias = ("shared", 0, 0)
         elif a.rel_bias == "t5":
