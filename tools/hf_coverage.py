@@ -36,6 +36,15 @@ MODEL_TYPES = (
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers",
               "num_decoder_layers", "num_encoder_layers")
 DEPTH_KEYS = ("depths",)
+# forward arguments a class needs to run on meta where its defaults cannot (the measurement only: the model, the
+# config and the counted work are the same). JambaModel builds a full-attention mask even when no layer is
+# attention (JambaConfig's defaults cut to 2 layers are two Mamba layers): from its cache (use_cache) it asks for a
+# sequence length a cache of Mamba layers cannot give (ValueError), without one it checks the positions for packed
+# sequences with a .item() (not on meta). Its documented precomputed mask mapping (no mask: causal attention, as
+# without padding) and no cache skip both, on any depth.
+CALL_KWARGS = {
+    "jamba": lambda: {"use_cache": False, "attention_mask": {"full_attention": None, "linear_attention": None}},
+}
 
 
 @dataclass
@@ -159,8 +168,9 @@ def transformers_counts(spec: Path, config: Path, info: dict) -> tuple[int, int]
     model = load(str(spec))
     values = model.bind(1)
     target = load_target(f"hf:{info['hf_class']}", model, values, "meta", str(config), sets, output=field, force=True)
+    extra = CALL_KWARGS[info["family"]]() if info["family"] in CALL_KWARGS else {}
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        target.module(*target.args, **target.kwargs)
+        target.module(*target.args, **target.kwargs, **extra)
     return int(counter.get_total_flops()), sum(p.numel() for p in target.module.parameters())
 
 

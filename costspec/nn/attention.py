@@ -184,13 +184,13 @@ class SelfAttention(nn.Module):
             self.rope = Rotary(self.rope_dims, rope_len, positions=positions)
         if rel_pos:
             self.rel_pos = RelPosBias(head_dim, (window, window) if window else grid)
-        # ("t5_shared", ...): the bias of an earlier layer's table, (table, slot) set by Attention.link
+        # ("shared", ...): the bias of an earlier layer's table, (table, slot) set by Attention.link
         self.bias_source: tuple[RelBiasTable, int] | None = None
-        if rel_bias is not None and rel_bias[0] != "t5_shared":
+        if rel_bias is not None and rel_bias[0] != "shared":
             self.rel_bias = RelBiasTable(heads, *rel_bias)
             if rel_bias[0] == "t5":
                 self.rel_bias.set_tokens(rope_len)
-        self.reads_bias = rel_bias is not None and rel_bias[0] == "t5_shared"
+        self.reads_bias = rel_bias is not None and rel_bias[0] == "shared"
         if cache is not None:
             # decode: one new token per sequence after `cached` earlier ones (a sliding window's cache holds
             # at most w - 1, so the new query sees every key: no mask); their k and v, already normed and
@@ -281,7 +281,7 @@ class SelfAttention(nn.Module):
             mask = self.rel_bias()  # (1, h, S, S), broadcast over the problems
         elif self.reads_bias:  # an earlier layer's (its table made it in this forward)
             if self.bias_source is None or not self.bias_source[0].shared:
-                raise RuntimeError("a shared T5 bias read before a layer with a table made it")
+                raise RuntimeError("a shared bias read before the layer with its table made it")
             table, slot = self.bias_source
             mask = table.shared[slot]
         if self.shift:  # (nW, t, t) per window, repeated over the batch: (B*nW, 1, t, t)

@@ -11,12 +11,14 @@ class PatchEmbed(nn.Module):
     learned position embedding (the `proj` / `cls_token` / `pos_embed` parts of `patch_embed`)."""
 
     def __init__(self, in_chans: int, dim: int, patch: int, num_patches: int, cls_token: bool, pos_embed: bool,
-                 bias: bool = True):
+                 bias: bool = True, mask_token: bool = False):
         super().__init__()
         self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch, stride=patch, bias=bias)
         tokens = num_patches + (1 if cls_token else 0)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if cls_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, tokens, dim)) if pos_embed else None
+        # masked image modelling's token: held, never read by this forward (no mask)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, dim)) if mask_token else None
         for p in (self.cls_token, self.pos_embed):
             if p is not None:
                 if not p.is_meta:  # (on meta, normal_ would import torch._dynamo: 1 s)

@@ -65,11 +65,14 @@ class RelPosBias(nn.Module):
 
 class RelBiasTable(nn.Module):
     """A learned relative-position bias (heads columns) gathered per (query, key) pair: T5's log-bucketed
-    distances ("t5", buckets, max_distance; bidirectional, as T5's encoder) or Swin's offsets in a
-    qh x qw window ("swin", qh, qw). The pair -> row index depends on positions only: a buffer.
+    distances ("t5", buckets, max_distance; bidirectional, as T5's encoder), Swin's offsets in a
+    qh x qw window ("swin", qh, qw), or BEiT's offsets in a qh x qw patch grid after a class token ("beit",
+    qh, qw: three more rows for class to patch, patch to class and class to class). The pair -> row index
+    depends on positions only: a buffer.
 
-    A T5 table with `readers` hands its bias to that many later layers (T5 computes it in its first
-    layer and passes it on): `add_reader` gives each its slot of `shared`, filled in every forward."""
+    A T5 or BEiT table with `readers` hands its bias to that many later layers (T5 computes it in its
+    first layer and passes it on, BEiT's shared table once for all): `add_reader` gives each its slot of
+    `shared`, filled in every forward."""
 
     def __init__(self, heads: int, kind: str, a: int, b: int, readers: int = 0):
         super().__init__()
@@ -82,7 +85,14 @@ class RelBiasTable(nn.Module):
             rows, self.tokens = (2 * a - 1) * (2 * b - 1), a * b
             coords = torch.stack(torch.meshgrid(torch.arange(a), torch.arange(b), indexing="ij")).flatten(1)
             rel = coords[:, :, None] - coords[:, None, :]  # (2, t, t)
-            self.register_buffer("index", (rel[0] + a - 1) * (2 * b - 1) + rel[1] + b - 1, persistent=False)
+            index = (rel[0] + a - 1) * (2 * b - 1) + rel[1] + b - 1
+            if kind == "beit":  # the class token first: its row and column get three rows of their own
+                full = torch.full((a * b + 1, a * b + 1), rows, dtype=index.dtype)  # class to patch
+                full[1:, 0] = rows + 1  # patch to class
+                full[0, 0] = rows + 2  # class to class
+                full[1:, 1:] = index
+                index, rows, self.tokens = full, rows + 3, a * b + 1
+            self.register_buffer("index", index, persistent=False)
         self.table = nn.Parameter(torch.zeros(rows, heads))
 
     def t5_index(self, s: int) -> torch.Tensor:

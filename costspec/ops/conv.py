@@ -220,7 +220,8 @@ class PatchEmbed(OpDef):
 
     name = "patch_embed"
     doc = ("Patch embedding: conv with kernel = stride = patch on [B, C, H, W], flattened to "
-           "[B, (H/p)*(W/p) (+1 class token), dim], plus an optional learned position embedding.")
+           "[B, (H/p)*(W/p) (+1 class token), dim], plus an optional learned position embedding (and an optional "
+           "mask token: parameters only).")
     default_name = "patch_embed"
 
     def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
@@ -235,6 +236,9 @@ class PatchEmbed(OpDef):
         Attr("cls_token", "bool", "prepend a learned class token", default=False),
         Attr("pos_embed", "bool", "add a learned position embedding to every token", default=False),
         Attr("bias", "bool", "conv bias", default=True),
+        Attr("mask_token", "bool", "hold a learned (1, 1, dim) mask token that only masked image modelling reads "
+             "(DINOv2's / BEiT's use_mask_token): dim parameters, no work, no gradient (a forward without a mask "
+             "never reads it)", default=False),
     )
 
     def _grid(self, call: OpCall):
@@ -265,6 +269,8 @@ class PatchEmbed(OpDef):
             parts.append(Part("cls_token", Work(), a.dim, own=True))
         if a.pos_embed:
             parts.append(Part("pos_embed", pointwise("add", b * tokens * a.dim), tokens * a.dim, own=True))
+        if a.mask_token:  # held, never read without a mask: parameters only
+            parts.append(Part("mask_token", Work(), a.dim, own=True))
         return parts
 
     def backward(self, call: OpCall, input_grad: bool):
@@ -339,4 +345,5 @@ class PatchEmbed(OpDef):
 
         a = call.attrs
         _, cin, gh, gw = self._grid(call)
-        return TorchPatchEmbed(ev(cin), ev(a.dim), ev(a.patch), ev(gh) * ev(gw), a.cls_token, a.pos_embed, a.bias)
+        return TorchPatchEmbed(ev(cin), ev(a.dim), ev(a.patch), ev(gh) * ev(gw), a.cls_token, a.pos_embed, a.bias,
+                               a.mask_token)

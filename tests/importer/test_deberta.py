@@ -67,8 +67,20 @@ def test_deberta_v3_base_parameters(tmp_path):
     assert "--against hf:DebertaV2Model" in imported.text and "--config-set pad_token_id=null" in imported.text
 
 
+def test_deberta_without_relative_attention_is_content_only_eager_attention(tmp_path):
+    """DebertaV2Config's default (relative_attention false): no table, no position terms; QK^T and AV as bmm."""
+    config = transformers.DebertaV2Config(**{**V3, "relative_attention": False, "norm_rel_ebd": "none",
+                                             "position_biased_input": True})
+    model, results = import_and_check(config, tmp_path, batch=2)
+    totals = assert_exact(results)
+    B, S, C, h, d, L, F = 2, 32, 64, 4, 16, 2, 96
+    per_layer = 4 * 2 * B * S * C * C + 2 * 2 * B * h * S * S * d + 2 * 2 * B * S * C * F
+    assert totals["forward"]["spec_matmul"] == totals["forward"]["real_reconciled"] == L * per_layer
+    text = import_hf(tmp_path / "config.json").text
+    assert "rel_embeddings" not in text and "backend: eager" in text
+
+
 @pytest.mark.parametrize("key, value, says", [
-    ("relative_attention", False, "relative_attention = False: expected true"),
     ("position_buckets", -1, "position_buckets = -1: expected a positive number of log buckets"),
     ("conv_kernel_size", 3, "conv_kernel_size = 3: DeBERTa-v2's ConvLayer"),
     ("pos_att_type", "p2p|c2p", "pos_att_type = 'p2p|c2p': expected c2p and / or p2c"),
@@ -79,6 +91,12 @@ def test_deberta_v3_base_parameters(tmp_path):
 ])
 def test_refusals_name_the_key(tmp_path, capsys, key, value, says):
     assert_refused(tmp_path, capsys, {**DEBERTA_V3_BASE, key: value}, says, key)
+
+
+def test_a_table_norm_without_relative_attention_is_refused(tmp_path, capsys):
+    """DebertaV2Encoder builds the LayerNorm of norm_rel_ebd but never runs it without relative_attention."""
+    assert_refused(tmp_path, capsys, {**DEBERTA_V3_BASE, "relative_attention": False},
+                   "norm_rel_ebd = 'layer_norm': without relative_attention", "norm_rel_ebd")
 
 
 def test_every_key_mutated_is_a_spec_or_a_named_refusal(tmp_path):

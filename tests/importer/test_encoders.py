@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests.importer.check import assert_exact, import_and_check  # noqa: E402
+from tests.importer.check import assert_exact, import_and_check, path_model, write_config  # noqa: E402
 
 SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 
@@ -56,15 +56,24 @@ def test_import_matches_the_transformers_model(name, tmp_path):
     assert totals["forward"]["spec_matmul"] > 0 and totals["backward"]["spec_matmul"] > 0
 
 
-def test_dinov2_mask_token_is_the_one_difference(tmp_path):
+def test_dinov2_mask_token_is_counted_as_parameters_only(tmp_path):
     """With use_mask_token (Dinov2Config's default) the model holds a (1, C) token that only masked image
-    modelling runs: the spec leaves it out, and validate --against shows exactly those C parameters."""
-    model, results = import_and_check(transformers.Dinov2Config(**SMALL, image_size=28, patch_size=7), tmp_path,
-                                      passes=("forward",))
-    (failure,) = [f for f in results["forward"].phases["forward"].failures if f[0] != "total"]
-    row, kind, spec, real = failure
-    assert (row, kind, real - spec) == ("patch_embed", "params", 64)
-    assert "use_mask_token" in (tmp_path / "config.json").read_text()
+    modelling runs: the spec holds it too (patch_embed's mask_token: C parameters, no work), so forward and
+    train agree exactly, parameters included."""
+    model, results = import_and_check(transformers.Dinov2Config(**SMALL, image_size=28, patch_size=7), tmp_path)
+    totals = assert_exact(results)
+    without = path_model_of(transformers.Dinov2Config(**SMALL, image_size=28, patch_size=7, use_mask_token=False),
+                            tmp_path / "plain")
+    C = SMALL["hidden_size"]
+    assert totals["forward"]["spec_params"] == model.report("forward", model.bind(1)).params
+    assert model.report("forward", model.bind(1)).params - without.report("forward", without.bind(1)).params == C
+    for pass_ in ("forward", "backward"):  # no work: FLOPs unchanged
+        assert model.report(pass_, model.bind(2)).total == without.report(pass_, without.bind(2)).total
+
+
+def path_model_of(config, folder):
+    folder.mkdir()
+    return path_model(write_config(config, folder))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -113,3 +113,34 @@ def test_random_configs_import_and_match_transformers(tmp_path_factory):
         assert_exact(results)
 
     check()
+
+
+def test_the_coverage_tool_measures_a_jamba_without_attention_layers(tmp_path):
+    """JambaConfig's defaults at 2 layers are two Mamba layers: JambaModel's own forward on meta fails there (its
+    full-attention mask asks a Mamba-only cache for a length); tools/hf_coverage.py calls it with no cache and
+    its precomputed mask mapping, and its FLOPs and parameters equal the spec's."""
+    import json
+    import sys
+
+    from tests.common import ROOT
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import hf_coverage
+    finally:
+        sys.path.pop(0)
+    config = transformers.JambaConfig(**{**JAMBA, "num_hidden_layers": 2, "attn_layer_offset": 4,
+                                         "attn_layer_period": 8, "expert_layer_offset": 1, "expert_layer_period": 2})
+    path = write_config(config, tmp_path)
+    imported = import_hf(path)
+    spec = tmp_path / "jamba.yaml"
+    spec.write_text(imported.text)
+    model = loads(imported.text)
+    with torch.device("meta"), pytest.raises(ValueError, match="get_seq_length"):
+        transformers.JambaForCausalLM(config)(torch.zeros(1, 4, dtype=torch.long))
+    info = json.loads(hf_coverage.cli("import", "hf", str(path), "-o", str(tmp_path / "again.yaml"),
+                                      "--format", "json").stdout)
+    flops, params = hf_coverage.transformers_counts(spec, path, info)
+    report = model.report("forward", model.bind(1))
+    assert (flops, params) == (report.tc, report.params) and flops > 0
+    assert "attention: {heads" not in imported.text and "no layer is attention" in imported.text

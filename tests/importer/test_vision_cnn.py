@@ -92,6 +92,9 @@ def test_convnextv2_takes_the_configs_dtype_and_activation(tmp_path):
                                                          "= 320 channels"),
     ({"model_type": "efficientnet", "kernel_sizes": [3, 4, 5]}, "kernel_sizes[1] = 4: expected an odd kernel"),
     ({"model_type": "efficientnet", "strides": [1, 3, 2]}, "strides[1] = 3: expected 1 or 2"),
+    ({"model_type": "efficientnet", "kernel_sizes": [3, 1, 5]},
+     "kernel_sizes[1] = 1 with stride 2: transformers pads a stride-2 depthwise conv by (k//2 - 1, k//2), a negative "
+     "pad that crops"),
     ({"model_type": "efficientnet", "expand_ratios": [1, 6]}, "expand_ratios has 2 entries, expected 3"),
     ({"model_type": "efficientnet", "pooling_type": "gem"}, "pooling_type = 'gem': not supported"),
     ({"model_type": "efficientnet", "image_size": 4000}, "the last grid 500 is larger than the pooler's kernel"),

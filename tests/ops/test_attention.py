@@ -182,6 +182,27 @@ def test_relative_bias_tables_partial_rope_and_per_projection_bias():
         spec_nc("- attention: {heads: 2, rope: true, rope_dims: 3}", input_="[B, 6, 8]")
     with pytest.raises(SpecError, match=r"rel_bias: swin is Swin's table"):
         spec_nc("- attention: {heads: 2, rel_bias: swin}", input_="[B, 36, 8]")
+    beit = spec_nc("- attention: {heads: 2, grid: [4, 3], rel_bias: beit}", input_="[B, 13, 8]")
+    assert {r.name: r.params for r in beit.evaluate("forward").rows}["attn.rel_bias"] == (7 * 5 + 3) * 2
+    with pytest.raises(SpecError, match=r"needs 4 x 3 \+ 1 tokens \(the class token first\), not 12"):
+        spec_nc("- attention: {heads: 2, grid: [4, 3], rel_bias: beit}", input_="[B, 12, 8]")
+
+
+def test_a_shared_beit_bias_is_made_once_and_read_by_later_layers():
+    """BEiT's shared_position_bias: one table (in the first layer) whose bias every layer adds; the readers'
+    gradients are summed where it is made (one add per (head, query, key) element and reader)."""
+    model = spec_nc("""\
+        - layernorm: {}
+        - attention: {heads: 2, grid: [3, 3], rel_bias: beit, rel_bias_readers: 2}
+        - attention: {heads: 2, grid: [3, 3], rel_bias: beit, rel_bias_shared: true}
+        - attention: {heads: 2, grid: [3, 3], rel_bias: beit, rel_bias_shared: true}
+        """, input_="[B, 10, 8]")
+    params = {r.name: r.params for r in model.evaluate("forward").rows}
+    assert params["attn1.rel_bias"] == (5 * 5 + 3) * 2 and "attn2.rel_bias" not in params
+    backward = {n.name: n for n, *_ in model.walk()}["attn1.rel_bias"].backward(True)
+    assert int(backward.pointwise["add"].xreplace(model.bind())) == 2 * 2 * 10 * 10  # 2 readers x h*S*S
+    result = validate(model, model.bind(), "train", "meta")
+    assert result.ok, render_table(result)
 
 
 def test_swin_shifted_windows_mask_every_score_and_validate():

@@ -94,18 +94,21 @@ CASES = {
     "shift-below-window": Case(
         "heads: 2, window: 3, grid: [6, 6], shift: 3",
         "shift 3 is not smaller than the window 3"),
-    "shared-bias-needs-t5": Case(
+    "shared-bias-needs-t5-or-beit": Case(
         "heads: 2, rel_bias_shared: true",
-        "rel_bias_shared shares a T5 bias between layers: set rel_bias: t5"),
-    "bias-readers-need-t5": Case(
+        "rel_bias_shared shares a T5 or BEiT bias between layers: set rel_bias: t5 or beit"),
+    "bias-readers-need-t5-or-beit": Case(
         "heads: 2, rel_bias_readers: 2",
-        "rel_bias_readers shares a T5 bias between layers: set rel_bias: t5"),
+        "rel_bias_readers shares a T5 or BEiT bias between layers: set rel_bias: t5 or beit"),
     "shared-bias-has-no-readers": Case(
         "heads: 2, rel_bias: t5, rel_bias_shared: true, rel_bias_readers: 2",
         "a layer reading another layer's bias (rel_bias_shared) has no table for others to read"),
     "swin-bias-needs-window": Case(
         "heads: 2, rel_bias: swin",
         "rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)"),
+    "beit-bias-global": Case(
+        "heads: 2, window: 3, grid: [6, 6], rel_bias: beit",
+        "rel_bias: beit is BEiT's table over the whole patch grid after a class token: no window"),
     "eager-options-not-in-sdpa": Case(
         "heads: 2, backend: math, softcap: 50.0",
         "backend math is PyTorch's SDPA decomposition, which has no soft-capping or sinks: use backend flash (a fused "

@@ -86,7 +86,8 @@ def _attention(draw, layout=None):
     if attrs["backend"] != "math" and draw(st.booleans()):  # PyTorch's SDPA has neither: run eagerly
         attrs.update(softcap=draw(st.sampled_from([0, 5.0, 50.0])), sinks=draw(st.booleans()))
     layout = layout or draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal", "sliding",
-                                             "queries", "t5", "swin", "shifted", "local", "cross", "alibi"]))
+                                             "queries", "t5", "swin", "beit", "shifted", "local", "cross",
+                                             "alibi"]))
     grid = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
     s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos", "swin") else draw(small)
     if "window" in layout:  # windows that do not divide the grid pad it, as SAM does
@@ -118,6 +119,9 @@ def _attention(draw, layout=None):
     if layout == "swin":
         s = grid[0] * grid[1]
         attrs.update(rel_bias="swin", window=draw(st.integers(1, 3)) if min(grid) > 1 else 1, grid=grid)
+    if layout == "beit":  # BEiT: the H x W patch grid after a class token
+        s = grid[0] * grid[1] + 1
+        attrs.update(rel_bias="beit", grid=grid)
     if layout == "shifted":  # Swin's shifted windows: whole windows, 0 < shift < window
         w = draw(st.integers(2, 3))
         grid = [w * draw(st.integers(1, 2)), w * draw(st.integers(1, 2))]
@@ -280,7 +284,7 @@ def _patch_embed(draw):
     dims = {"B": draw(st.integers(1, 3))}
     shape = ["B", draw(small), p * draw(st.integers(1, 3)), p * draw(st.integers(1, 3))]
     attrs = {"patch": p, "dim": draw(small), "cls_token": draw(st.booleans()), "pos_embed": draw(st.booleans()),
-             "bias": draw(st.booleans())}
+             "bias": draw(st.booleans()), "mask_token": draw(st.booleans())}
     return dims, shape, [{"patch_embed": attrs}, {"layernorm": {}}]
 
 
@@ -603,6 +607,18 @@ def _unmapped(draw):  # a gap: no work, its parameters, an output shape of more 
 def test_attention_alibi_matches_torch(data, dtype):
     """ALiBi's bias (one add per score, the causal mask folded in) against the module's aten ops, every backend."""
     dims, shape, layers = data.draw(st.composite(_attention)(layout="alibi"))
+    text = spec_text(dims, shape, layers, dtype)
+    model = costspec.loads(text)
+    result = validate(model, model.bind(), "train", "meta")
+    assert result.ok, text + "\n" + render_table(result)
+
+
+@SETTINGS
+@given(st.data(), dtypes)
+def test_attention_beit_bias_matches_torch(data, dtype):
+    """BEiT's table over the patch grid and the class token's three entries: gathered, one add per score, the
+    gather's backward scatter-added into the table, against the module's aten ops."""
+    dims, shape, layers = data.draw(st.composite(_attention)(layout="beit"))
     text = spec_text(dims, shape, layers, dtype)
     model = costspec.loads(text)
     result = validate(model, model.bind(), "train", "meta")

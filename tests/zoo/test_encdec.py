@@ -128,7 +128,7 @@ def test_more_readers_than_declared_is_refused_at_build():
 
 
 @pytest.mark.parametrize("attrs, message", [
-    ("rel_bias_shared: true", "rel_bias_shared shares a T5 bias between layers: set rel_bias: t5"),
+    ("rel_bias_shared: true", "rel_bias_shared shares a T5 or BEiT bias between layers: set rel_bias: t5 or beit"),
     ("rel_bias: t5, rel_bias_shared: true, rel_bias_readers: 2", "has no table for others to read"),
 ])
 def test_shared_bias_options_are_checked(attrs, message):

@@ -2,8 +2,11 @@
 use_absolute_position_embeddings, a position table), pre-LN layers whose attention has no key bias and
 whose two branches are scaled by learned per-channel lambdas (layer_scale_init_value > 0), then the pooler:
 LayerNorm of the mean of the patch tokens (use_mean_pooling) or the class token after a final LayerNorm.
-BEiT's relative position bias (a table over the whole token grid plus three class-token entries) is an
-attention bias costspec's attention op does not have: a config that enables it is refused, naming the key."""
+With use_relative_position_bias each layer's attention adds its own relative position bias (`rel_bias: beit`:
+a table over the patch grid's offsets plus three class-token entries); with use_shared_relative_position_bias
+one table (BeitModel.shared_position_bias) is written in the first layer and read by the others
+(rel_bias_readers / rel_bias_shared); both at once are refused, naming the key. use_mask_token holds the
+masked-image-modelling token (patch_embed's mask_token: parameters only)."""
 from __future__ import annotations
 
 from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
@@ -21,18 +24,16 @@ IGNORED = {
                                    "semantic_loss_ignore_index", "add_fpn", "reshape_hidden_states", "stage_names",
                                    "out_features", "out_indices")},
 }
-REL_BIAS = ("BEiT's relative position bias (a (2h-1)(2w-1)+3 x heads table over the whole token grid, the class "
-            "token's three entries included) is not an attention bias costspec has (rel_bias covers T5's buckets and "
-            "Swin's windows)")
+REL_BIAS = ("with use_relative_position_bias too, each layer adds its own bias to the shared one (an add per "
+            "score and layer the attention op does not have): not imported (either one alone is)")
 
 
 def build_beit(cfg: HFConfig) -> str:
-    for key in ("use_relative_position_bias", "use_shared_relative_position_bias"):
-        if cfg.get_bool(key, False):
-            raise cfg.refuse(key, REL_BIAS)
-    if cfg.get_bool("use_mask_token", False):
-        raise cfg.refuse("use_mask_token", "a (1, 1, C) mask token only masked image modelling runs; BeitModel holds "
-                         "it as a parameter the spec would not have (set it false, as BeitForImageClassification does)")
+    shared = cfg.get_bool("use_shared_relative_position_bias", False)
+    per_layer = cfg.get_bool("use_relative_position_bias", False)
+    if shared and per_layer:
+        raise cfg.refuse("use_shared_relative_position_bias", REL_BIAS)
+    mask_token = cfg.get_bool("use_mask_token", False)
     C = cfg.get_int("hidden_size", 768)
     n_heads = cfg.get_int("num_attention_heads", 12)
     check_divides(cfg, "hidden_size", C, "num_attention_heads", n_heads)
@@ -52,40 +53,54 @@ def build_beit(cfg: HFConfig) -> str:
     spec.dim("C", C, "model width", "hidden_size")
     spec.dim("heads", n_heads, "attention heads", "num_attention_heads")
     spec.dim("F", cfg.get_int("intermediate_size", 3072), "MLP hidden width", "intermediate_size")
-    spec.dim("L", cfg.get_int("num_hidden_layers", 12), "encoder layers", "num_hidden_layers")
+    n_layers = cfg.get_int("num_hidden_layers", 12)
+    spec.dim("L", n_layers, "encoder layers", "num_hidden_layers")
     precision(spec, cfg)
     spec.input(["B", str(cfg.get_int("num_channels", 3)), "img", "img"], "num_channels")
     spec.doc = (f"BEiT imported from a Hugging Face config: {patch}x{patch} patches, a class token"
-                + (", absolute position embeddings" if absolute else ", no position embeddings (no relative bias)")
-                + f"; pre-LN layers (no key bias, {fn} MLP"
+                + (", absolute position embeddings" if absolute else "")
+                + (", no position embeddings" if not absolute and not per_layer else "")
+                + "; pre-LN layers (no key bias"
+                + (", a relative position bias table per layer" if per_layer else "") + f", {fn} MLP"
                 + (f", layer scale init {gamma})" if gamma > 0 else ", no layer scale)")
                 + ("; the pooler's LayerNorm of the mean patch token" if mean_pool
                    else "; final LayerNorm, the class token") + " (pooler_output); no head")
     scale = ("layer_scale: {}  # lambda: a (C,) parameter of the layer itself, so no source of its own" if gamma > 0
              else "scale: {by: 1}  # layer_scale_init_value 0: lambda is the number 1.0, which the layer still "
              "multiplies by")
-    spec.block("layer", f"""\
-doc: "x + lambda_1 * attn(LN(x)), then x + lambda_2 * mlp(LN(x))"
-layers:
-  - residual:
-      - layernorm: {{}}
-        source: layernorm_before
-      - attention: {{heads: heads, fused_qkv: false, k_bias: false}}  # q_proj, k_proj (no bias), v_proj, o_proj
-        source: attention
-      - {scale}
-  - residual:
-      - layernorm: {{}}
-        source: layernorm_after
-      - mlp: {{hidden: F, fn: {fn}}}  # fc1, hidden_act, fc2
-        source: mlp
-      - {scale}
-""")
+    grid = "grid: [img // patch, img // patch]"
+    plain = "{heads: heads, fused_qkv: false, k_bias: false}  # q_proj, k_proj (no bias), v_proj, o_proj"
+    if shared:  # the table in BeitModel.shared_position_bias, written in the first layer, read by the others
+        first = (f"{{heads: heads, fused_qkv: false, k_bias: false, {grid},\n"
+                 "                     rel_bias: beit, rel_bias_readers: L - 1}  # the shared table's bias, made once "
+                 "and read by every layer")
+        spec.block("first_layer", layer_text(first, scale, fn, "layers.0.", ", shared_position_bias"))
+        if n_layers > 1:
+            spec.block("layer", layer_text(f"{{heads: heads, fused_qkv: false, k_bias: false, {grid},\n"
+                                           "                     rel_bias: beit, rel_bias_shared: true}  # reads "
+                                           "the shared bias", scale, fn))
+    elif per_layer:
+        spec.block("layer", layer_text(f"{{heads: heads, fused_qkv: false, k_bias: false,\n                     "
+                                       f"{grid}, rel_bias: beit}}  # q_proj, k_proj (no bias), v_proj, o_proj; the "
+                                       "layer's own relative position bias", scale, fn, "",
+                                       ", relative_position_bias"))
+    else:
+        spec.block("layer", layer_text(plain, scale, fn))
     spec.header.append("# `source:` names modules of transformers' BeitModel; the spec's output is its pooler_output")
-    pos = ", pos_embed: true" if absolute else ""
+    if per_layer:
+        spec.ignore(table_rule("layers.*.relative_position_bias", "L"))
+    if shared:
+        spec.ignore(table_rule("shared_position_bias", "1"))
+    pos = (", pos_embed: true" if absolute else "") + (", mask_token: true" if mask_token else "")
     spec.layers(f"""\
 - patch_embed: {{patch: patch, dim: C, cls_token: true{pos}}}
   source: embeddings
-- repeat: L
+""")
+    if shared:
+        spec.layers("- block: first_layer  # layers.0, with the shared table\n  name: layer0\n")
+    if not shared or n_layers > 1:
+        spec.layers(f"""\
+- repeat: {"L - 1" if shared else "L"}
   name: layers
   body: layer
   source: layers
@@ -112,14 +127,58 @@ layers:
     return spec.render()
 
 
+def layer_text(attention: str, scale: str, fn: str, prefix: str = "", table: str = "") -> str:
+    """One BEiT layer; `prefix`: its modules' path when the layer is not a repeat instance (the first layer
+    of a shared table, written from the model's root); `table`: the module holding its attention's table."""
+    attention_source = f"{prefix}attention{table}"
+    if table:
+        attention_source = f"[{attention_source}]"
+    return f"""\
+doc: "x + lambda_1 * attn(LN(x)), then x + lambda_2 * mlp(LN(x))"
+layers:
+  - residual:
+      - layernorm: {{}}
+        source: {prefix}layernorm_before
+      - attention: {attention}
+        source: {attention_source}
+      - {scale}
+  - residual:
+      - layernorm: {{}}
+        source: {prefix}layernorm_after
+      - mlp: {{hidden: F, fn: {fn}}}  # fc1, hidden_act, fc2
+        source: {prefix}mlp
+      - {scale}
+"""
+
+
+def table_rule(module: str, tables: str) -> str:
+    """What BeitRelativePositionBias runs beside the gather the spec prices, for `tables` tables."""
+    offsets = "(2*(img // patch) - 1)**2*heads"
+    return f"""\
+- module: "{module}"
+  extra: {{bilinear: "{tables}*{offsets}"}}
+  pass: forward
+  reason: >-
+    BeitRelativePositionBias resizes the table's (2H-1)(2W-1) offset rows (per head) with a bilinear
+    interpolate to the size they already have (transformers always resizes them) before it concatenates
+    the three class-token rows and gathers the bias: one bilinear per element
+- module: "{module}"
+  extra: {{bilinear_backward: "{tables}*{offsets}", add: "{tables}*({offsets} + 3*heads)"}}
+  pass: backward
+  reason: >-
+    the interpolate's backward, and the table's gradient assembled from the two slices it was read by
+    (the offset rows through the interpolate, the class-token rows directly): one add per table element
+"""
+
+
 KEYS = (size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
         heads("num_attention_heads", "hidden_size"), size("image_size", items=True), size("patch_size", items=True),
         size("num_channels"))
 BEIT = Family(("beit",), "BeitModel", build_beit,
               "BEiT image encoder with its pooler (mean of the patch tokens + LayerNorm, or the class token): no key "
-              "bias, layer scale (pooler_output)",
+              "bias, layer scale, optional relative position bias (per layer or shared) (pooler_output)",
               architectures=("BeitForImageClassification",), hf_output=lambda cfg: "pooler_output",
-              refused=("use_relative_position_bias / use_shared_relative_position_bias: true (" + REL_BIAS + ")",
-                       "use_mask_token: true (a parameter only masked image modelling runs)"), keys=KEYS)
+              refused=("use_shared_relative_position_bias and use_relative_position_bias both true (" + REL_BIAS
+                       + ")",), keys=KEYS)
 
 FAMILY_LIST = (BEIT,)

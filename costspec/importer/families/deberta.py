@@ -3,8 +3,10 @@ over one relative-position table of 2 x position_buckets rows, normalised once p
 post-LN BERT-style layers. The spec's structure is tests/against/specs/deberta_v2_disentangled.yaml's.
 
 Imported as DeBERTa-v3 and the v2 checkpoints without a conv layer configure it: relative_attention with log
-position buckets. What transformers runs that the spec does not price (position-only bucket arithmetic, the
-all-ones padding mask the model builds when called without one) is named in `ignore:` rules with their counts.
+position buckets; without relative_attention (DebertaV2Config's default) as content-only attention, the eager
+`attention` op (bmm QK^T, softmax, bmm AV), as DisentangledSelfAttention runs it then. What transformers runs
+that the spec does not price (position-only bucket arithmetic, the all-ones padding mask the model builds when
+called without one, k divided by the scale) is named in `ignore:` rules with their counts.
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ IGNORED = {
 # DebertaV2Model called without an attention_mask looks for pad_token_id in the ids (a .item(), which meta
 # tensors cannot do); without a pad token it skips the look. The padding row's gradient is the same work.
 NO_PAD_CHECK = {"pad_token_id": "null"}
-REFUSED = ("relative_attention: false (DeBERTa without its disentangled attention)",
-           "position_buckets missing or below 2 (relative positions without log buckets)",
+REFUSED = ("position_buckets missing or below 2 with relative_attention (relative positions without log buckets)",
+           "norm_rel_ebd: layer_norm without relative_attention (a LayerNorm built and never run)",
            "conv_kernel_size > 0 (DeBERTa-v2-xlarge's ConvLayer after the first layer)",
            "pos_att_type naming no c2p / p2c, or anything else",
            "norm_rel_ebd other than none or layer_norm",
@@ -61,11 +63,9 @@ def _precision(spec: SpecText, cfg: HFConfig) -> None:
 def build_deberta(cfg: HFConfig) -> str:
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type deberta-v2, transformers' "
                                   "DebertaV2Model)")
-    if not cfg.get_bool("relative_attention", False):
-        raise cfg.refuse("relative_attention", "expected true: DeBERTa's disentangled attention (DeBERTa-v2 / v3 "
-                                               "checkpoints all set it; without it the scores are not SDPA's either)")
-    buckets = cfg.get_int("position_buckets", -1, minimum=-2**31)
-    if buckets < 2:  # make_log_bucket_position divides by buckets // 2
+    relative = cfg.get_bool("relative_attention", False)
+    buckets = cfg.get_int("position_buckets", -1, minimum=-2**31) if relative else 0
+    if relative and buckets < 2:  # make_log_bucket_position divides by buckets // 2
         raise cfg.refuse("position_buckets", "expected a positive number of log buckets, at least 2 (DeBERTa-v3: "
                                              "256); unbucketed relative positions are not imported")
     if cfg.get_int("conv_kernel_size", 0, minimum=0) > 0:
@@ -75,8 +75,11 @@ def build_deberta(cfg: HFConfig) -> str:
     if not norms <= {"none", "layer_norm"}:
         raise cfg.refuse("norm_rel_ebd", "expected none or layer_norm")
     norm = "layer_norm" in norms
-    c2p, p2c = _terms(cfg)
-    share = cfg.get_bool("share_att_key", False)
+    if not relative and norm:
+        raise cfg.refuse("norm_rel_ebd", "without relative_attention DebertaV2Encoder still builds the table's "
+                                         "LayerNorm but never runs it: expected none")
+    c2p, p2c = _terms(cfg) if relative else (False, False)
+    share = cfg.get_bool("share_att_key", False) if relative else False
     C = cfg.get_int("hidden_size", 1536)
     heads = cfg.get_int("num_attention_heads", 24)
     check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
@@ -98,7 +101,8 @@ def build_deberta(cfg: HFConfig) -> str:
     spec.dim("L", L, "layers", "num_hidden_layers")
     spec.dim("F", cfg.get_int("intermediate_size", 6144), "MLP hidden width", "intermediate_size")
     spec.dim("V", cfg.get_int("vocab_size", 128100), "vocabulary size", "vocab_size")
-    spec.dim("K", buckets, "relative-position buckets on each side (the table has 2K rows)", "position_buckets")
+    if relative:
+        spec.dim("K", buckets, "relative-position buckets on each side (the table has 2K rows)", "position_buckets")
     if biased:
         spec.dim("P", P, "position table length", "max_position_embeddings")
     if cfg.get("hidden_act") == "gelu_new":
@@ -106,23 +110,29 @@ def build_deberta(cfg: HFConfig) -> str:
     _precision(spec, cfg)
     spec.input(["B", "S"], "token ids")
     terms = " and ".join(t for t, on in (("c2p", c2p), ("p2c", p2c)) if on)
+    what = (f"disentangled attention: {terms} over one table of 2 x {buckets} log buckets"
+            + (" normalised once" if norm else "")
+            + (", projected by the layers' own key / query projections" if share else
+               ", projected by pos_key_proj / pos_query_proj") if relative else
+            "content-only attention (relative_attention false): QK^T, softmax, AV, run as bmm")
     spec.doc = ("DeBERTa-v2/v3 encoder imported from a Hugging Face config: token embedding"
                 + (", learned positions" if biased else "") + (", token types" if segments else "")
                 + (", a projection from the embedding width" if E != C else "")
-                + f", LayerNorm; {L} post-LN layers (width {C}, {heads} heads of disentangled attention: {terms} over "
-                f"one table of 2 x {buckets} log buckets" + (" normalised once" if norm else "")
-                + (", projected by the layers' own key / query projections" if share else
-                   ", projected by pos_key_proj / pos_query_proj")
-                + f"), {fn} MLP; no pooler, no head")
+                + f", LayerNorm; {L} post-LN layers (width {C}, {heads} heads of {what}), {fn} MLP; no pooler, no head")
     flags = "".join(f", {k}: false" for k, on in (("c2p", c2p), ("p2c", p2c)) if not on)
     share_flag = "" if share else ", share_att_key: false"
-    spec.block("deberta_layer", f"""\
-- residual:
+    attention = (f"""\
     - disentangled_attention: {{heads: heads, span: K{flags}{share_flag}}}
       source: attention.self
     - linear: {{out: C}}
       source: attention.output.dense
-- layernorm: {{}}
+""" if relative else """\
+    - attention: {heads: heads, fused_qkv: false, backend: eager}
+      source: [attention.self, attention.output.dense]
+""")
+    spec.block("deberta_layer", f"""\
+- residual:
+{attention}- layernorm: {{}}
   source: attention.output.LayerNorm
 - residual:
     - linear: {{out: F}}
@@ -136,7 +146,7 @@ def build_deberta(cfg: HFConfig) -> str:
     spec.header.append("# `source:` and `ignore:` name modules of transformers' DebertaV2Model, called without an "
                        "attention_mask (it builds an all-ones one)")
     width = "E" if E != C else "C"
-    spec.ignore(_rules(c2p, p2c))
+    spec.ignore(_rules(c2p, p2c) if relative else _plain_rules())
     if share and not (c2p and p2c):
         spec.ignore(f"""\
 - module: "encoder.layer.*.attention.self"
@@ -156,7 +166,17 @@ def build_deberta(cfg: HFConfig) -> str:
     if E != C:
         layers_text += "- linear: {out: C, bias: false}\n  name: embed_proj\n  source: embeddings.embed_proj\n"
     table_source = "[rel_embeddings, LayerNorm]" if norm else "rel_embeddings"
-    layers_text += f"""\
+    if not relative:
+        layers_text += """\
+- layernorm: {}
+  source: embeddings.LayerNorm
+- repeat: L
+  name: layers
+  body: deberta_layer
+  source: encoder.layer
+"""
+    else:
+        layers_text += f"""\
 - layernorm: {{}}
   source: embeddings.LayerNorm
 - sequence:
@@ -170,8 +190,40 @@ def build_deberta(cfg: HFConfig) -> str:
   source: encoder
 """
     spec.layers(layers_text)
-    cfg.check_understood(IGNORED)
+    cfg.check_understood({**IGNORED, **({} if relative else PLAIN_IGNORED)})
     return spec.render()
+
+
+PLAIN_IGNORED = {
+    "position_buckets": "read with relative_attention only (false here: no relative positions)",
+    "share_att_key": "read with relative_attention only (false here: no relative-position table)",
+    "pos_att_type": "without relative_attention only the score scale 1/sqrt(d*(1 + terms)): a constant, the same cost",
+}
+
+
+def _plain_rules() -> str:
+    """What DebertaV2Model runs without relative_attention beside the spec's eager attention."""
+    return """\
+- module: embeddings
+  extra: {mul: "B*S*C"}
+  reason: >-
+    DebertaV2Embeddings multiplies the embeddings by the padding mask (all ones: DebertaV2Model builds it when
+    called without one) after its LayerNorm, B*S*C multiplies forward and backward; the spec has no padding
+- module: "encoder.layer.*.attention.self"
+  extra: {scale: "L*(B*S*C - B*heads*S*S + 1)", "unknown:aten.sqrt": "L", select: "L*B*heads*S*S"}
+  pass: forward
+  reason: >-
+    per layer: DisentangledSelfAttention divides k by the scale sqrt(d*(1 + terms)) before QK^T (B*h*S*d
+    divisions, where the spec's eager attention scales the B*h*S*S scores), computes that scale from a
+    one-element tensor (a sqrt and a multiplication), and masked_fills the (constant, all-ones) padding mask
+    into every score (B*h*S*S selects)
+- module: "encoder.layer.*.attention.self"
+  extra: {scale: "L*(B*S*C - B*heads*S*S)", select: "L*B*heads*S*S"}
+  pass: backward
+  reason: >-
+    per layer: the backward of k's division by the scale (B*h*S*d, where the spec's scales the scores) and
+    masked_fill's backward on every score (B*h*S*S selects)
+"""
 
 
 def _rules(c2p: bool, p2c: bool) -> str:
@@ -214,7 +266,7 @@ def _rules(c2p: bool, p2c: bool) -> str:
 
 DEBERTA = Family(("deberta-v2",), "DebertaV2Model", build_deberta,
                  "DeBERTa-v2/v3 encoder: disentangled attention over a shared table of log-bucketed relative "
-                 "positions (no pooler, no head)",
+                 "positions, or content-only eager attention without relative_attention (no pooler, no head)",
                  architectures=("DebertaV2Model", "DebertaV2ForMaskedLM"), refused=REFUSED, keys=KEYS,
                  hf_kwargs=NO_PAD_CHECK)
 

@@ -144,6 +144,12 @@ def build(cfg: HFConfig) -> str:
   source: lm_head
 """)
     n_attn = sum(m == "attn" for m, _ in kinds)
+    if not n_attn:
+        spec.note("no layer is attention: transformers' JambaModel still builds a full-attention mask, from its cache "
+                  "(which, of Mamba layers only, cannot give the sequence length it asks: ValueError) or, with "
+                  "use_cache false, after a data-dependent check that meta tensors cannot run; the printed validate "
+                  "--against fails inside transformers for this config (tools/hf_coverage.py calls the model with "
+                  "use_cache=False and the mask mapping precomputed, which runs the same layers)")
     spec.doc = (f"Jamba causal LM imported from a Hugging Face config: embedding, {len(kinds)} pre-RMSNorm layers "
                 f"({n_attn} attention without RoPE, {len(kinds) - n_attn} Mamba with RMSNorms on dt, B and C; {n_moe} "
                 f"mixture-of-experts feed-forwards, the rest dense SwiGLU), final RMSNorm, LM head"

@@ -84,7 +84,11 @@ TEMPLATES = (
              tied_default=True, positions_default=8192,
              blurb="parallel attention and MLP from one bias-free LayerNorm, optional per-head q/k LayerNorm, "
                    "logits x logit_scale, tied head"),
-    Template("ministral", "MinistralForCausalLM", "Ministral", bias_key="", sliding="layer_types", needs=("head_dim",),
+    Template("ministral", "MinistralForCausalLM", "Ministral", bias_key="", sliding="layer_types",
+             needs={"head_dim": "MinistralAttention takes getattr(config, 'head_dim', hidden_size // "
+                                "num_attention_heads), and a MinistralConfig always has the attribute: null unless "
+                                "set (its class default; unlike MistralConfig it does not derive it), so the fallback "
+                                "never applies and the class fails on head_dim ** -0.5 (TypeError)"},
              positions_default=131072, blurb="Mistral's block with sliding / full layers by layer_types"),
     Template("smollm3", "SmolLM3ForCausalLM", "SmolLM3", mlp_bias_key="mlp_bias", sliding="qwen",
              nope_key="no_rope_layers",

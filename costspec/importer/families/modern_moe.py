@@ -41,13 +41,23 @@ def layer_kinds(cfg: HFConfig, moe: MoE, layers: int) -> list[bool]:
     return [True] * layers
 
 
-def moe_op(spec: SpecText, cfg: HFConfig, moe: MoE, fn: str) -> tuple[str, str]:
-    """The `moe` op (one line) and a phrase for the doc; writes E, K, FE (and SH) dims."""
+def moe_op(spec: SpecText, cfg: HFConfig, moe: MoE, fn: str, routed: bool = True) -> tuple[str, str]:
+    """The `moe` op (one line) and a phrase for the doc; writes E, K, FE (and SH) dims. `routed`: some layer is
+    MoE (without one, a null num_experts_per_tok is never read by transformers and is accepted)."""
     key = next((k for k in moe.experts_keys if cfg.get(k) is not None), moe.experts_keys[0])
     for other in moe.experts_keys:
         cfg.get(other)
     E = cfg.get_int(key)
-    K = cfg.get_int("num_experts_per_tok")
+    if cfg.get("num_experts_per_tok") is None:
+        if routed:
+            hint = (" (DeepseekV2Config's default; the DeepSeek-V2 checkpoints set 6)"
+                    if moe.router == "deepseek_v2" else "")
+            raise ImportProblem(f"{cfg.where('num_experts_per_tok')}: null{hint}: transformers' router runs "
+                                "torch.topk(scores, k=num_experts_per_tok), which fails on None (TypeError) in every "
+                                "MoE layer, so the model cannot run; set the experts per token")
+        K = 1  # no MoE layer reads it
+    else:
+        K = cfg.get_int("num_experts_per_tok")
     if K > E:
         raise ImportProblem(f"{cfg.where('num_experts_per_tok')} = {K} is more than {key} = {E}")
     spec.dim("E", E, "routed experts", key)

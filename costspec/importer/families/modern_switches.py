@@ -62,7 +62,7 @@ class Template:
     logits: str = ""  # "" | "div:<key>" | "mul:<key>": the logits divided / multiplied by a config constant
     refuse_true: tuple[str, ...] = ()  # bool keys whose true the family cannot price
     refuse_set: tuple[str, ...] = ()  # keys whose non-null value the family cannot price
-    needs: tuple[str, ...] = ()  # keys transformers' class cannot do without (Ministral's head_dim)
+    needs: dict[str, str] = field(default_factory=dict)  # keys transformers' class cannot do without, and why
     tied_default: bool = False
     head_bias: bool = False  # the LM head adds a bias (Phi)
     final_norm: str = "norm"  # the final norm's module under model.

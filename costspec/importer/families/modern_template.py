@@ -140,9 +140,10 @@ def precision(spec: SpecText, cfg: HFConfig) -> None:
 
 def check_refused(cfg: HFConfig, t: Template) -> None:
     """Keys whose value the family cannot price: an ImportProblem naming the key and why."""
-    for key in t.needs:
+    for key, why in t.needs.items():
         if cfg.get(key) is None:
-            raise ImportProblem(f"{cfg.where(key)}: missing ({t.hf_class} needs it: it has no default)")
+            raise ImportProblem(f"{cfg.where(key)}: missing or null: transformers' {t.hf_class} cannot run without "
+                                f"it ({why})")
     for key in (*t.refuse_true, *t.refuse_set):
         value = cfg.get_bool(key, False) if key in t.refuse_true else cfg.get(key)
         if value not in (None, False):
@@ -381,7 +382,7 @@ def build(t: Template, cfg: HFConfig) -> str:
         if not all(kinds):
             what += f" in {sum(kinds)} of {dims.layers} layers (the others dense, {fn} MLP)"
     elif t.moe is not None:  # every layer dense at this depth: the MoE's keys are read and checked, not written
-        moe_op(SpecText(cfg.name, "", ""), cfg, t.moe, fn)
+        moe_op(SpecText(cfg.name, "", ""), cfg, t.moe, fn, routed=False)
         what += " (every layer dense: no MoE layer at this depth)"
     for name, value in dims.extra.items():
         spec.dim(name, value, "rotated dims per head (partial_rotary_factor x head_dim)", "partial_rotary_factor")

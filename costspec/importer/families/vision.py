@@ -160,10 +160,6 @@ def build_dinov2(cfg: HFConfig) -> str:
     if swiglu:
         cfg.get("hidden_act")  # read: the SwiGLU FFN always uses silu, whatever hidden_act says
     mask = cfg.get_bool("use_mask_token", True)
-    if mask:
-        spec.note("use_mask_token: Dinov2Model holds a (1, C) mask token that only masked image modelling "
-                  "(bool_masked_pos) uses; the spec does not run it, so its C parameters are not counted and "
-                  "validate --against shows params +C in the embeddings row")
     _precision(spec, cfg)
     spec.input(["B", _channels(cfg), "img", "img"], "num_channels")
     patch = square_size(cfg, "patch_size", 14)
@@ -190,14 +186,16 @@ def build_dinov2(cfg: HFConfig) -> str:
 """)
     spec.header.append("# `source:` and `ignore:` name modules of transformers' Dinov2Model")
     spec.ignore(qkv_grad_ignore("encoder.layer.*.attention"))
-    spec.layers("""\
-- patch_embed: {patch: patch, dim: C, cls_token: true, pos_embed: true}
+    token = (", mask_token: true}  # use_mask_token: masked image modelling's token, held, not run (C params)"
+             if mask else "}")
+    spec.layers(f"""\
+- patch_embed: {{patch: patch, dim: C, cls_token: true, pos_embed: true{token}
   source: embeddings
 - repeat: L
   name: blocks
   body: dinov2_block
   source: encoder.layer
-- layernorm: {}
+- layernorm: {{}}
   source: layernorm
 """)
     cfg.check_understood(DINOV2_IGNORED)

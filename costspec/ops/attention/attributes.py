@@ -33,7 +33,8 @@ ATTRS = (
          "zero-padded at the bottom / right to a multiple of w as SAM does (the projections and SDPA are "
          "charged on the padded grid, as executed). 0 (default): global attention", default=0),
     Attr("grid", "pair", "token grid [H, W] of the S = H*W tokens, row-major (windows and relative "
-         "positions need it). Default: a square grid, sqrt(S) x sqrt(S)",
+         "positions need it; rel_bias: beit reads it as the patch grid after the class token, S = H*W + 1). "
+         "Default: a square grid, sqrt(S) x sqrt(S)",
          default=lambda shape, a: sympy.sqrt(shape[1]) if len(shape) > 1 else sympy.Integer(1)),
     Attr("rel_pos", "bool", "SAM's decomposed relative position bias: learned tables rel_pos_h "
          "(2*Hq-1, d) and rel_pos_w (2*Wq-1, d) over the grid (or window) Hq x Wq, two einsums with q and "
@@ -59,14 +60,18 @@ ATTRS = (
     Attr("rel_bias", "choice", "a learned relative-position bias added to every score: t5 (a table of "
          "`buckets` x heads over T5's log-bucketed distances; per layer, or made in one layer and read by later "
          "ones: rel_bias_readers, rel_bias_shared) or swin (a (2w-1)^2 x heads table over the "
-         "relative offsets in each window, Swin). The bucket / offset of each (query, key) pair depends on "
-         "positions only and is computed once (a buffer); gathering the table is free, adding it is one add "
-         "per score", default="none", choices=("none", "t5", "swin")),
-    Attr("rel_bias_shared", "bool", "rel_bias: t5 -- this layer reads the bias of the nearest earlier layer "
-         "with a table (T5 computes it in its first layer and passes it to every later one): it adds it to its "
+         "relative offsets in each window, Swin) or beit (a (2H-1)(2W-1)+3 x heads table over the offsets of "
+         "the H x W patch grid of `grid` plus three class-token entries (class to patch, patch to class, class "
+         "to class): S = H*W + 1 tokens, the class token first, BEiT). The bucket / offset of each (query, key) "
+         "pair depends on positions only and is computed once (a buffer); gathering the table is free, adding "
+         "it is one add per score", default="none", choices=("none", "t5", "swin", "beit")),
+    Attr("rel_bias_shared", "bool", "rel_bias: t5 or beit -- this layer reads the bias of the nearest earlier layer "
+         "with a table of its kind (T5 computes it in its first layer and passes it to every later one; BEiT's "
+         "shared_position_bias, once for all layers): it adds it to its "
          "scores but has no table (no parameters, no gather); its gradient is summed at that layer",
          default=False),
-    Attr("rel_bias_readers", "count", "rel_bias: t5 with a table -- how many later layers read this layer's bias "
+    Attr("rel_bias_readers", "count", "rel_bias: t5 or beit with a table -- how many later layers read this layer's "
+         "bias "
          "(rel_bias_shared: true; T5: L-1). Their gradients and this layer's are summed here, where the bias is "
          "made: one add per (head, query, key) element and reader. 0 (default): none", default=0),
     Attr("shift", "count", "Swin's shifted windows: the grid is rolled by -shift on both axes before the "

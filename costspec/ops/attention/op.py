@@ -105,6 +105,14 @@ class Attention(OpDef):
                                   & sympy.Lt(a.shift, a.window),
                                   "shifted windows need the grid {gh} x {gw} divisible by the window {w} and shift "
                                   "{s} < window", a.where("shift"), {"gh": gh, "gw": gw, "w": a.window, "s": a.shift}))
+        if a.rel_bias == "beit":  # the patch grid and the class token before it
+            gh, gw = pair(a.grid)
+            s = call.in_shape[1]
+            out.append(Constraint(sympy.Eq(gh * gw + 1, s) & sympy.Eq(sympy.floor(gh), gh)
+                                  & sympy.Eq(sympy.floor(gw), gw),
+                                  "rel_bias: beit on a grid {gh} x {gw} needs {gh} x {gw} + 1 tokens (the class token "
+                                  "first), not {s}", a.where("grid"), {"gh": gh, "gw": gw, "s": s},
+                                  "grid: [H, W] with H*W + 1 = the input's tokens"))
         if a.rel_bias == "t5":  # half the buckets per direction, half of those exact distances: at least one
             out.append(Constraint(sympy.Ge(a.buckets, 4) & sympy.Gt(a.max_distance, sympy.floor(a.buckets / 4)),
                                   "T5 buckets {n} and max_distance {m}: need buckets >= 4 and max_distance > buckets/4",
@@ -283,10 +291,13 @@ class Attention(OpDef):
                             "decode); a prefill after cached tokens is costed but not built", "cache",
                             "cache: 0, or one new token")
         grid = tuple(ev(x) for x in pair(a.grid)) if (windowed(call) or a.rel_pos) else None
-        rel_bias = None
-        if a.rel_bias == "t5":
-            rel_bias = (("t5_shared", 0, 0) if a.rel_bias_shared
-                        else ("t5", ev(a.buckets), ev(a.max_distance), ev(a.rel_bias_readers)))
+        rel_bias: tuple | None = None
+        if a.rel_bias_shared:
+            rel_bias = ("shared", 0, 0)
+        elif a.rel_bias == "t5":
+            rel_bias = ("t5", ev(a.buckets), ev(a.max_distance), ev(a.rel_bias_readers))
+        elif a.rel_bias == "beit":
+            rel_bias = ("beit", ev(g.qh), ev(g.qw), ev(a.rel_bias_readers))
         elif a.rel_bias == "swin":
             rel_bias = ("swin", ev(g.qh), ev(g.qw))
         return SelfAttention(ev(a.dim), ev(a.heads), ev(a.head_dim), bool(a.q_bias), bool(a.o_bias), a.fused_qkv,
@@ -303,19 +314,22 @@ class Attention(OpDef):
                              cache=(ev(g.b), cached) if cached else None)
 
     def link(self, call: OpCall, module, earlier: list) -> None:
-        """rel_bias_shared: read the bias of the nearest earlier attention layer with a T5 table."""
+        """rel_bias_shared: read the bias of the nearest earlier attention layer with a table of the same kind
+        (T5's or BEiT's)."""
         if not call.attrs.rel_bias_shared:
             return
-        owners = [(n, m) for n, m in earlier if n.op is self and n.call.attrs.rel_bias == "t5"
+        owners = [(n, m) for n, m in earlier if n.op is self and n.call.attrs.rel_bias == call.attrs.rel_bias
                   and not n.call.attrs.rel_bias_shared]
+        kind = {"t5": "T5", "beit": "BEiT"}[call.attrs.rel_bias]
         if not owners:
-            raise call.fail("rel_bias_shared reads the T5 bias of an earlier layer, but no earlier attention layer "
-                            "has a table", "rel_bias_shared",
-                            "an earlier attention with rel_bias: t5 and rel_bias_readers (T5: the first layer)")
+            raise call.fail(f"rel_bias_shared reads the {kind} bias of an earlier layer, but no earlier attention "
+                            "layer has a table", "rel_bias_shared",
+                            f"an earlier attention with rel_bias: {call.attrs.rel_bias} and rel_bias_readers (T5: the "
+                            "first layer)")
         node, owner = owners[-1]
         slot = owner.rel_bias.add_reader()
         if slot is None:
-            raise call.fail(f"more layers read the T5 bias of '{node.name}' than its rel_bias_readers "
+            raise call.fail(f"more layers read the {kind} bias of '{node.name}' than its rel_bias_readers "
                             f"{owner.rel_bias.readers}", "rel_bias_shared",
                             f"rel_bias_readers on '{node.name}' counting every layer that reads it")
         module.bias_source = (owner.rel_bias, slot)

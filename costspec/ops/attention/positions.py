@@ -1,7 +1,7 @@
 """Position information inside an attention layer: rotary embedding on q and k (`rope`), SAM's
 decomposed relative positions (`rel_pos`), and a learned relative-position bias table (`rel_bias`:
-T5's buckets or Swin's window offsets). Each is a part of the layer: its work, parameters, traffic
-and GEMMs."""
+T5's buckets, Swin's window offsets or BEiT's patch-grid offsets with its class-token entries). Each is
+a part of the layer: its work, parameters, traffic and GEMMs."""
 from __future__ import annotations
 
 from costspec.core.conventions import FLOPS_PER_MAC
@@ -25,9 +25,13 @@ def rope_work(call: OpCall, g: Geom) -> Work:
 
 
 def table_rows(call: OpCall, g: Geom) -> Expr:
-    """Rows of the rel_bias table (one column per head): T5's buckets, or Swin's (2w-1)^2 offsets."""
+    """Rows of the rel_bias table (one column per head): T5's buckets, Swin's (2w-1)^2 offsets, or BEiT's
+    (2H-1)(2W-1) offsets of the patch grid and its three class-token entries."""
     a = call.attrs
-    return a.buckets if a.rel_bias == "t5" else (2 * g.qh - 1) * (2 * g.qw - 1)
+    if a.rel_bias == "t5":
+        return a.buckets
+    offsets = (2 * g.qh - 1) * (2 * g.qw - 1)
+    return offsets + 3 if a.rel_bias == "beit" else offsets
 
 
 def rel_pos_params(g: Geom) -> Expr:

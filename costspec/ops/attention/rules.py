@@ -76,7 +76,7 @@ def _alibi_mixed(u: Use) -> bool:
 _NO_POSITIONS = "learned queries do not take {} (the queries have no positions)"
 _CAUSAL_BIAS = ("causal attention with a relative position bias is not supported (SDPA takes either is_causal or "
                 "an additive mask)")
-_SHARED = "{} shares a T5 bias between layers: set rel_bias: t5"
+_SHARED = "{} shares a T5 or BEiT bias between layers: set rel_bias: t5 or beit"
 
 RULES: tuple[Rule, ...] = (
     Rule("causal-with-rel-pos", "rel_pos", lambda u: u.a.causal and u.a.rel_pos,
@@ -131,11 +131,12 @@ RULES: tuple[Rule, ...] = (
          lambda u: u.shift and u.windowed and bool(sympy.sympify(u.a.shift - u.a.window).is_number
                                                    and u.a.shift >= u.a.window),
          "shift {a.shift} is not smaller than the window {a.window}", "0 < shift < window"),
-    Rule("shared-bias-needs-t5", "rel_bias_shared", lambda u: u.a.rel_bias_shared and u.a.rel_bias != "t5",
-         _SHARED.format("rel_bias_shared"), "rel_bias: t5 with it"),
-    Rule("bias-readers-need-t5", "rel_bias_readers",
-         lambda u: not is_zero(u.a.rel_bias_readers) and u.a.rel_bias != "t5",
-         _SHARED.format("rel_bias_readers"), "rel_bias: t5 with it"),
+    Rule("shared-bias-needs-t5-or-beit", "rel_bias_shared",
+         lambda u: u.a.rel_bias_shared and u.a.rel_bias not in ("t5", "beit"),
+         _SHARED.format("rel_bias_shared"), "rel_bias: t5 or beit with it"),
+    Rule("bias-readers-need-t5-or-beit", "rel_bias_readers",
+         lambda u: not is_zero(u.a.rel_bias_readers) and u.a.rel_bias not in ("t5", "beit"),
+         _SHARED.format("rel_bias_readers"), "rel_bias: t5 or beit with it"),
     Rule("shared-bias-has-no-readers", "rel_bias_readers",
          lambda u: u.a.rel_bias_shared and not is_zero(u.a.rel_bias_readers),
          "a layer reading another layer's bias (rel_bias_shared) has no table for others to read",
@@ -143,6 +144,9 @@ RULES: tuple[Rule, ...] = (
     Rule("swin-bias-needs-window", "rel_bias", lambda u: u.a.rel_bias == "swin" and not u.windowed,
          "rel_bias: swin is Swin's table over the offsets inside a window: set window (and grid)",
          "window: w with it"),
+    Rule("beit-bias-global", "rel_bias", lambda u: u.a.rel_bias == "beit" and u.windowed,
+         "rel_bias: beit is BEiT's table over the whole patch grid after a class token: no window",
+         "grid: [H, W] without window"),
     Rule("eager-options-not-in-sdpa", "backend",
          lambda u: u.a.backend == Backend.MATH and (bool(u.a.softcap) or bool(u.a.sinks)),
          "backend math is PyTorch's SDPA decomposition, which has no soft-capping or sinks: use backend flash (a fused "
