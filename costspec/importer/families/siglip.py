@@ -1,17 +1,34 @@
-"""SigLIP's vision tower (SiglipVisionModel): a ViT without a class token, and, with vision_use_head, the
-attention-pooling head (a learned probe attending to the tokens through torch's nn.MultiheadAttention,
-then a LayerNorm + MLP residual), whose output is the model's pooler_output."""
+"""SigLIP, one tower: the vision tower (SiglipVisionModel: a ViT without a class token, and, with
+vision_use_head, the attention-pooling head (a learned probe attending to the tokens through torch's
+nn.MultiheadAttention, then a LayerNorm + MLP residual), whose output is the model's pooler_output) or, with
+--tower text, the text tower (SiglipTextModel: its head on the last token is the pooler_output); with
+--no-pooler the spec ends at the tower's last_hidden_state."""
 from __future__ import annotations
 
 import textwrap
 
-from costspec.importer.config import HFConfig, ImportProblem
+from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size, under
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, TOWER, Family, Variant
 from costspec.importer.families.common import GELU_NEW_NOTE, VISION_TOWER_KEYS, activation, check_divides, square_size
+from costspec.importer.families.siglip_text import SIGLIP_TEXT, text_tower
+from costspec.importer.families.towers import TEXT, pick_tower
 
-TEXT_TOWER = "the spec is the image tower (SiglipVisionModel); the text tower is another model"
+TEXT_TOWER = "the spec is the image tower (SiglipVisionModel); --tower text for the text tower"
+VISION_TOWER = "the spec is the text tower (SiglipTextModel); --tower vision for the image tower"
 POOLED = "pooler_output"
+_HEAD_LEFT_OUT = """\
+- module: "head"
+  reason: >-
+    the pooler: SiglipVisionModel runs its attention-pooling head for pooler_output; with --no-pooler the
+    spec ends at last_hidden_state, before it (its parameters and its forward are left out)
+"""
+_TEXT_HEAD_LEFT_OUT = """\
+- module: "head"
+  reason: >-
+    the pooler: SiglipTextModel runs its head (a linear on the last token) for pooler_output; with
+    --no-pooler the spec ends at last_hidden_state, before it (its parameters and its forward are left out)
+"""
 
 # nn.MultiheadAttention(need_weights=True), as SigLIP's head calls it: named differences to SDPA's math
 _HEAD_IGNORE = [
@@ -33,8 +50,49 @@ def _vision(cfg: HFConfig) -> HFConfig:
     return cfg if cfg.model_type == "siglip_vision_model" else cfg.sub("vision_config")
 
 
+def _tower(cfg: HFConfig) -> str:
+    return pick_tower(cfg, "siglip_vision_model", "siglip_text_model")
+
+
 def _uses_head(cfg: HFConfig) -> bool:
     return _vision(cfg).get_bool("vision_use_head", True)
+
+
+def siglip_variant(cfg: HFConfig) -> Variant:
+    """SiglipVisionModel / SiglipTextModel; the output the spec stands for: pooler_output when it ends in
+    the tower's head, else last_hidden_state (the first tensor)."""
+    if _tower(cfg) == TEXT:
+        return Variant("SiglipTextModel", output=POOLED if cfg.pooler else None)
+    return Variant("SiglipVisionModel", output=POOLED if cfg.pooler and _uses_head(cfg) else None)
+
+
+def build_siglip_text(cfg: HFConfig) -> str:
+    composite = cfg.model_type != "siglip_text_model"
+    text = cfg.sub("text_config") if composite else cfg
+    p = "text_config." if composite else ""
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
+                    "SiglipTextModel)")
+    spec.dim("B", 1, "batch size")
+    spec.precision(cfg.dtype, cfg.dtype_source)
+    spec.input(["B", "T"], "input_ids")
+    if cfg.pooler:
+        spec.dim("E", text.get_int("projection_size", text.get_int("hidden_size", 768)), "the head's output width",
+                 p + "projection_size")
+    layers = text_tower(spec, text, SIGLIP_TEXT, p, "", "E", cfg.pooler)
+    if not cfg.pooler:
+        spec.ignore(_TEXT_HEAD_LEFT_OUT)
+    spec.doc = ("SigLIP text tower imported from a Hugging Face config: token embedding + learned positions, "
+                "bidirectional pre-LN layers, final_layer_norm"
+                + (", its head (a linear) on the last token (pooler_output)" if cfg.pooler
+                   else "; its last_hidden_state (--no-pooler: no head)"))
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' SiglipTextModel; the spec's output is "
+                       + ("its pooler_output" if cfg.pooler else "its last_hidden_state (imported with --no-pooler)"))
+    spec.layers(layers)
+    ignored = {"vision_config": VISION_TOWER} if composite else {}
+    if not cfg.pooler:
+        ignored[p + "projection_size"] = "the head's width: --no-pooler leaves the head out"
+    cfg.check_understood(ignored)
+    return spec.render()
 
 
 _POSITION_IGNORE = """\
@@ -63,6 +121,8 @@ def _head_ignores() -> str:
 
 
 def build_siglip(cfg: HFConfig) -> str:
+    if _tower(cfg) == TEXT:
+        return build_siglip_text(cfg)
     vision = _vision(cfg)
     composite = vision is not cfg
     p = "vision_config." if composite else ""
@@ -73,7 +133,8 @@ def build_siglip(cfg: HFConfig) -> str:
     C = vision.get_int("hidden_size", 768)
     heads = vision.get_int("num_attention_heads", 12)
     check_divides(vision, "hidden_size", C, "num_attention_heads", heads)
-    head = vision.get_bool("vision_use_head", True)
+    uses_head = vision.get_bool("vision_use_head", True)
+    head = uses_head and cfg.pooler
     fn = activation(vision, "hidden_act", "gelu_pytorch_tanh")
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
                     "SiglipVisionModel)")
@@ -92,7 +153,8 @@ def build_siglip(cfg: HFConfig) -> str:
     spec.doc = (f"SigLIP vision tower imported from a Hugging Face config: patch {patch}, learned position embedding, "
                 f"no class token, {heads}-head pre-LN layers of width {C} with a {fn} MLP, post LayerNorm"
                 + (", attention-pooling head (a learned probe attending to the tokens, LayerNorm + MLP residual; "
-                   "pooler_output)" if head else "; no head (vision_use_head false: last_hidden_state)"))
+                   "pooler_output)" if head else "; no head ("
+                   + ("--no-pooler" if uses_head else "vision_use_head false") + ": last_hidden_state)"))
     spec.block("encoder_block", f"""\
 - residual:
     - layernorm: {{}}
@@ -110,6 +172,8 @@ def build_siglip(cfg: HFConfig) -> str:
     spec.ignore(_POSITION_IGNORE)
     if head:
         spec.ignore(_head_ignores())
+    elif uses_head:
+        spec.ignore(_HEAD_LEFT_OUT)
     spec.layers("""\
 # Conv2d(channels, C, patch, stride patch), then position_embedding(position_ids): an (S, C) table added
 - patch_embed: {patch: patch, dim: C, pos_embed: true}
@@ -142,10 +206,17 @@ def build_siglip(cfg: HFConfig) -> str:
     return spec.render()
 
 
-SIGLIP = Family(("siglip", "siglip_vision_model"), "SiglipVisionModel", build_siglip,
-                "SigLIP vision tower, with its attention-pooling head when vision_use_head (pooler_output)",
-                architectures=("SiglipModel", "SiglipVisionModel"),
-                hf_output=lambda cfg: POOLED if _uses_head(cfg) else None,
-                refused=("image_size not a multiple of patch_size",), keys=VISION_TOWER_KEYS)
+SIGLIP_TEXT_KEYS = (size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
+                    heads("num_attention_heads", "hidden_size"), size("vocab_size"), size("max_position_embeddings"),
+                    size("projection_size"))
+SIGLIP = Family(("siglip", "siglip_vision_model", "siglip_text_model"), "SiglipVisionModel", build_siglip,
+                "SigLIP, one tower: the vision tower with its attention-pooling head when vision_use_head "
+                "(SiglipVisionModel, pooler_output; a full config's default) or, --tower text, the text tower "
+                "with its head (SiglipTextModel, pooler_output); with --no-pooler their last_hidden_state",
+                architectures=("SiglipModel", "SiglipVisionModel", "SiglipTextModel"),
+                refused=("image_size not a multiple of patch_size",
+                         "--tower both (no op for the logits' product of two activations yet)"),
+                keys=VISION_TOWER_KEYS + SIGLIP_TEXT_KEYS + under("text_config", SIGLIP_TEXT_KEYS),
+                options=(TOWER, POOLER), variant=siglip_variant)
 
 FAMILY_LIST = (SIGLIP,)
