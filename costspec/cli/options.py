@@ -350,8 +350,8 @@ class ImportParts:
 import_parts = option_group(
     "parts", ImportParts,
     click.option("--tower", type=click.Choice(["vision", "text", "both"]), default=None,
-                 help="A dual-tower model (CLIP, SigLIP): the tower the spec describes (default: the vision tower; "
-                      "both is refused with its reason: docs/import.md)."),
+                 help="A dual-tower model (CLIP, SigLIP): the towers the spec describes (default: both, with the "
+                      "projections and the logits, as its AutoModel class runs them)."),
     click.option("--no-pooler", is_flag=True,
                  help="End the spec before the pooler the model's AutoModel class builds (the header names the "
                       "class and output it then equals)."))

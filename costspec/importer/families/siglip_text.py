@@ -1,4 +1,5 @@
-"""The text towers of the dual-tower families: CLIP's and SigLIP's text encoders.
+"""The text towers of the dual-tower families (CLIP's and SigLIP's text encoders), and the layers of both towers
+with the logits that join them (`similarity`).
 
 A text tower is token embedding + learned positions, pre-LN layers (causal attention in CLIP, bidirectional in
 SigLIP), a final LayerNorm, one token pooled (CLIP: the EOS token, SigLIP: the last) and a projection (CLIP's
@@ -95,9 +96,9 @@ def text_tower(spec: SpecText, text: HFConfig, tower: TextTower, p: str, src: st
     spec.ignore(_POSITIONS.format(src=src))
     if tower.eos:
         eos = text.get("eos_token_id", 2)
-        found = "" if eos == 2 else '"unknown:aten.eq": "B*T", '
+        found = "" if eos == 2 else 'select: "B*T", '
         spec.ignore(_CLIP_EOS.format(src=src.rstrip("."), found=found, eq_reason="" if eos == 2 else (
-            " == eos_token_id (one compare per id, B*T)")))
+            " == eos_token_id (one compare per id: select, B*T)")))
         if pooled:
             spec.ignore(_CLIP_GATHER.format(src=src.rstrip(".")))
     attention = "causal " if tower.causal else ""
@@ -125,8 +126,25 @@ def text_tower(spec: SpecText, text: HFConfig, tower: TextTower, p: str, src: st
 - take_token: {{index: -1}}  # pooled: {token}
   name: text_pool
 - linear: {{out: {out}{bias}}}
-  name: {tower.projection}
+  name: {"text_head" if tower.projection == "head" else tower.projection}
   source: {projection}
 """
     return layers
 
+
+
+def both_towers(text_layers: str, vision_layers: str, first_source: str, form: str, bias: bool = False) -> str:
+    """The layers of both towers and the logits: the text tower on the model input (input_ids) saved as
+    text_embeds, the vision tower on the further input pixel_values (its first layer, `first_source`, reads it),
+    then `similarity` (the model's own forward: logit_scale and logit_bias are the root's parameters)."""
+    marker = f"  source: {first_source}\n"
+    if marker not in vision_layers:
+        raise RuntimeError(f"the vision tower has no layer with source {first_source}")
+    vision_layers = vision_layers.replace(marker, marker + "  input: pixel_values\n", 1)
+    name = "CLIPModel" if form == "clip" else "SiglipModel"
+    return text_layers.rstrip("\n") + "\n  save: text_embeds\n" + vision_layers + f"""\
+# {name}: both embeddings divided by their L2 norms, logits_per_text = text @ image^T * exp(logit_scale)
+# {"+ logit_bias " if bias else ""}and logits_per_image, its transpose (the model's first output)
+- similarity: {{with: text_embeds, form: {form}{", bias: true" if bias else ""}}}
+  name: logits
+"""

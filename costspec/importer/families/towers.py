@@ -1,4 +1,5 @@
-"""CLIP, one tower (--tower vision | text, --no-pooler) with its projection, and SAM's image encoder."""
+"""CLIP (CLIPModel: both towers, their projections and the logits; or one tower: --tower vision | text, without
+its pooler with --no-pooler) and SAM's image encoder."""
 from __future__ import annotations
 
 from costspec.core.errors import UsageError
@@ -14,14 +15,10 @@ from costspec.importer.families.common import (
     qkv_grad_ignore,
     square_size,
 )
-from costspec.importer.families.siglip_text import CLIP_TEXT, text_tower
+from costspec.importer.families.siglip_text import CLIP_TEXT, both_towers, text_tower
 
 SAM_PROMPT = "the spec is SAM's image encoder (SamVisionModel); the prompt encoder and mask decoder run per prompt"
 VISION, TEXT, BOTH = "vision", "text", "both"
-BOTH_REFUSED = ("--tower both: the logits of CLIPModel / SiglipModel (both embeddings L2-normalised, their dot "
-                "products scaled by exp(logit_scale)) need a product of two activations, which no costspec op "
-                "expresses yet; import each tower (--tower vision, --tower text): their sum is the model's cost "
-                "but for those B*B*E logits")
 
 
 def _tower(cfg: HFConfig, key: str, own_type: str) -> HFConfig:
@@ -30,15 +27,16 @@ def _tower(cfg: HFConfig, key: str, own_type: str) -> HFConfig:
 
 
 def pick_tower(cfg: HFConfig, vision_type: str, text_type: str) -> str:
-    """The tower an import describes: --tower, else the config's own (a composite config: the vision tower);
-    a tower the config does not hold, or both (BOTH_REFUSED), refused."""
-    own = TEXT if cfg.model_type == text_type else VISION
+    """The towers an import describes: --tower, else both for a composite config, else the config's own; a
+    tower the config does not hold, or --no-pooler with both (the logits need the pooled embeddings), refused."""
+    own = VISION if cfg.model_type == vision_type else TEXT if cfg.model_type == text_type else BOTH
     tower = cfg.tower or own
-    if tower == BOTH:
-        raise UsageError(BOTH_REFUSED)
-    if cfg.model_type in (vision_type, text_type) and tower != own:
+    if own != BOTH and tower != own:
         raise UsageError(f"--tower {tower}: {cfg.path} is a {cfg.model_type} config (the {own} tower alone); pass "
-                         "the model's full config for the other tower")
+                         "the model's full config for the other tower or both")
+    if tower == BOTH and not cfg.pooler:
+        raise UsageError("--no-pooler with both towers: the model's logits are products of the pooled embeddings "
+                         "(pass --tower vision or --tower text to end a tower at its last_hidden_state)")
     return tower
 
 
@@ -123,6 +121,8 @@ def _clip_vision(spec: SpecText, vision: HFConfig, p: str, src: str, pooled: boo
 
 
 def _clip_classes(tower: str, pooled: bool) -> str:
+    if tower == BOTH:
+        return "CLIPModel"
     name = "CLIPVisionModel" if tower == VISION else "CLIPTextModel"
     return name + "WithProjection" if pooled else name
 
@@ -135,33 +135,41 @@ def build_clip(cfg: HFConfig) -> str:
     tower = pick_tower(cfg, "clip_vision_model", "clip_text_model")
     hf = _clip_classes(tower, cfg.pooler)
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' {hf})")
-    spec.dim("B", 1, "batch size")
+    spec.dim("B", 1, "batch size" + (" (images and texts: the logits are B x B)" if tower == BOTH else ""))
     # CLIPModel projects with the top-level projection_dim; a tower's class alone with its config's own
     E = cfg.get_int("projection_dim", 512)
     for key, used in (("vision_config", VISION), ("text_config", TEXT)):
-        if key in cfg.data and tower == used:
+        if key in cfg.data and tower in (used, BOTH):
             cfg.sub(key).get("projection_dim")  # read: the composite's projection_dim is the one CLIPModel uses
     if cfg.pooler:
-        spec.dim("E", E, f"output embedding dim ({'visual' if tower == VISION else 'text'}_projection)",
-                 "projection_dim")
+        which = {VISION: "visual_projection", TEXT: "text_projection", BOTH: "visual_projection, text_projection"}
+        spec.dim("E", E, f"output embedding dim ({which[tower]})", "projection_dim")
     spec.precision(cfg.dtype, cfg.dtype_source)
     composite = cfg.model_type not in ("clip_vision_model", "clip_text_model")
     layers, ignored = "", {"initializer_factor": "initialisation only",
                            "logit_scale_init_value": "initialisation only (logit_scale's starting value)"}
-    if tower == TEXT:
+    if tower in (TEXT, BOTH):
         text = cfg.sub("text_config") if composite else cfg
         src = "" if hf == "CLIPTextModel" else "text_model."
         layers = text_tower(spec, text, CLIP_TEXT, "text_config." if composite else "", src, "E", cfg.pooler)
         spec.input(["B", "T"], "input_ids")
-        ignored["vision_config"] = f"the spec is the text tower ({hf}); --tower vision for the image tower"
     else:
+        ignored["text_config"] = f"the spec is the image tower ({hf}); --tower text or both for the text tower"
+    if tower in (VISION, BOTH):
         vision = cfg.sub("vision_config") if composite else cfg
         p = "vision_config." if composite else ""
-        layers = _clip_vision(spec, vision, p, "" if hf == "CLIPVisionModel" else "vision_model.", cfg.pooler)
-        spec.input(["B", str(vision.get_int("num_channels", 3)), "img", "img"], p + "num_channels")
-        ignored["text_config"] = f"the spec is the image tower ({hf}); --tower text for the text tower"
+        vision_layers = _clip_vision(spec, vision, p, "" if hf == "CLIPVisionModel" else "vision_model.", cfg.pooler)
+        shape = ["B", str(vision.get_int("num_channels", 3)), "img", "img"]
+        if tower == BOTH:
+            spec.further_input("pixel_values", shape, "the images (passed by name)")
+            layers = both_towers(layers, vision_layers, "vision_model.embeddings", "clip")
+        else:
+            spec.input(shape, p + "num_channels")
+            layers = vision_layers
+    else:
+        ignored["vision_config"] = f"the spec is the text tower ({hf}); --tower vision or both for the image tower"
     spec.doc = _clip_doc(tower, cfg.pooler)
-    output = {"CLIPVisionModelWithProjection": "image_embeds",
+    output = {"CLIPModel": "logits_per_image", "CLIPVisionModelWithProjection": "image_embeds",
               "CLIPTextModelWithProjection": "text_embeds"}.get(hf, "last_hidden_state")
     spec.header.append(f"# `source:` and `ignore:` name modules of transformers' {hf}; the spec's output is its "
                        f"{output}" + ("" if cfg.pooler else " (imported with --no-pooler)"))
@@ -176,7 +184,10 @@ def _clip_doc(tower: str, pooled: bool) -> str:
                                                  if pooled else "; its last_hidden_state, no pooler)"))
     text = ("the text tower (token embedding + learned positions, causal pre-LN layers, final_layer_norm"
             + (", the EOS token and text_projection)" if pooled else "; its last_hidden_state, no pooler)"))
-    return f"CLIP imported from a Hugging Face config: {vision if tower == VISION else text}"
+    parts = {VISION: vision, TEXT: text, BOTH: f"{text}, {vision}"}[tower]
+    return (f"CLIP imported from a Hugging Face config: {parts}" + (
+        " and the logits (logits_per_image): both embeddings divided by their L2 norms, their dot products times "
+        "exp(logit_scale)" if tower == BOTH else ""))
 
 
 SAM_KEYS = (size("hidden_size"), size("output_channels"), layers("num_hidden_layers"),
@@ -186,11 +197,11 @@ SAM_KEYS = (size("hidden_size"), size("output_channels"), layers("num_hidden_lay
 CLIP_TEXT_KEYS = (size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
                   heads("num_attention_heads", "hidden_size"), size("vocab_size"), size("max_position_embeddings"),
                   size("projection_dim"))
-CLIP = Family(("clip", "clip_vision_model", "clip_text_model"), "CLIPVisionModelWithProjection", build_clip,
-              "CLIP, one tower: the vision tower with its projection (CLIPVisionModelWithProjection; a full "
-              "config's default) or, --tower text, the text tower with its projection (CLIPTextModelWithProjection); "
-              "with --no-pooler CLIPVisionModel / CLIPTextModel's last_hidden_state",
-              refused=("--tower both (no op for the logits' product of two activations yet)",),
+CLIP = Family(("clip", "clip_vision_model", "clip_text_model"), "CLIPModel", build_clip,
+              "CLIP: both towers, their projections and the logits (CLIPModel, logits_per_image: a full config's "
+              "default); --tower vision / text: CLIPVisionModelWithProjection / CLIPTextModelWithProjection; with "
+              "--no-pooler CLIPVisionModel / CLIPTextModel (last_hidden_state)",
+              refused=("--no-pooler with both towers (the logits need the pooled embeddings)",),
               architectures=("CLIPVisionModel", "CLIPTextModel"),
               keys=VISION_TOWER_KEYS + under("text_config", CLIP_TEXT_KEYS), options=(TOWER, POOLER),
               variant=clip_variant)
