@@ -159,7 +159,7 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     if family.variant is not None:
         variant = family.variant(cfg)
         hf_class, field, sets = variant.hf_class, variant.output, tuple(variant.sets.items())
-    if lm is not None:
+    if lm is not None and hf_class in (lm.whole, lm.backbone):  # a variant may pick a class without the LM
         hf_class = lm.described(backbone)
         if lm.writes == "backbone" and not backbone:
             text = head.whole(text, lm, cfg)

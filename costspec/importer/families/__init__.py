@@ -98,3 +98,4 @@ _register("yolos")  # yolos
 _register("beit")  # beit
 _register("bloom")  # bloom: BloomForCausalLM (ALiBi), LM head included
 _register("jamba")  # jamba: JambaForCausalLM (attention / Mamba, MoE / dense layers), LM head included
+_register("gemma3")  # gemma3 (multimodal config): its text decoder through the template's gemma3_text
