@@ -68,6 +68,10 @@ def test_whole_model_refused_with_its_reason(tmp_path, capsys):
         main(["import", "hf", str(path), "--tower", "both"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "a masked scatter by token id" in err, err
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "hf", str(path), "--backbone"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "Gemma3Model is the multimodal backbone" in err, err
 
 
 def test_hostile_values_are_refused_cleanly(tmp_path):

@@ -79,6 +79,9 @@ def build_gemma3(cfg: HFConfig) -> str:
         spec = spec.replace(" (imported with --no-pooler)", " (what Gemma 3 reads: no head)")
         return _header(spec, "--tower vision: the spec is Gemma 3's vision tower (SiglipVisionModel, its "
                        "last_hidden_state, the head left out as Gemma 3 does), without the projector; " + MULTIMODAL)
+    if cfg.backbone:
+        raise UsageError("--backbone with a gemma3 config: transformers' Gemma3Model is the multimodal backbone (the "
+                         "vision tower included); import its text_config alone (model_type gemma3_text) instead")
     text_family = FAMILIES["gemma3_text"]
     text = _text(cfg)
     text.validate(text_family.keys)
