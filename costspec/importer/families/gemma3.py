@@ -11,6 +11,7 @@ linear) has no transformers class of its own to check a spec against.
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 from costspec.core.errors import UsageError
 from costspec.importer.config import HFConfig, under
@@ -79,9 +80,6 @@ def build_gemma3(cfg: HFConfig) -> str:
         spec = spec.replace(" (imported with --no-pooler)", " (what Gemma 3 reads: no head)")
         return _header(spec, "--tower vision: the spec is Gemma 3's vision tower (SiglipVisionModel, its "
                        "last_hidden_state, the head left out as Gemma 3 does), without the projector; " + MULTIMODAL)
-    if cfg.backbone:
-        raise UsageError("--backbone with a gemma3 config: transformers' Gemma3Model is the multimodal backbone (the "
-                         "vision tower included); import its text_config alone (model_type gemma3_text) instead")
     text_family = FAMILIES["gemma3_text"]
     text = _text(cfg)
     text.validate(text_family.keys)
@@ -96,11 +94,15 @@ def build_gemma3(cfg: HFConfig) -> str:
                    + MULTIMODAL)
 
 
+# the text decoder's backbone is Gemma3TextModel (transformers' Gemma3Model is the multimodal one)
+_TEXT_LM = FAMILIES["gemma3_text"].lm
+assert _TEXT_LM is not None
+LM = replace(_TEXT_LM, backbone="Gemma3TextModel")
 GEMMA3 = Family(("gemma3",), "Gemma3ForCausalLM", build_gemma3,
                 "Gemma 3 from a multimodal gemma3 config: its text decoder (Gemma3ForCausalLM, LM head included; "
                 "the default) or, --tower vision, its vision tower (SiglipVisionModel's last_hidden_state); not the "
                 "whole model nor the projector",
-                architectures=("Gemma3ForConditionalGeneration",), lm=FAMILIES["gemma3_text"].lm,
+                architectures=("Gemma3ForConditionalGeneration",), lm=LM,
                 refused=("--tower both (the image tokens replace placeholder tokens: no spec construct)",),
                 keys=under("text_config", FAMILIES["gemma3_text"].keys), options=(TOWER,), variant=gemma3_variant)
 
