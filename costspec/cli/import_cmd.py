@@ -24,8 +24,9 @@ def import_group() -> None:
               help="The spec's precision (default: the config's torch_dtype; float32 when it names none).")
 @click.option("--backbone", is_flag=True,
               help="A causal LM without its LM head: the spec describes its *Model class (default: the whole LM).")
+@options.import_parts
 @options.output_format("yaml", "json", default="yaml")
-def import_hf_command(source, output, dtype, backbone, fmt):
+def import_hf_command(source, output, dtype, backbone, parts: options.ImportParts, fmt):
     """Write a spec from SOURCE (a Hugging Face config.json, a model folder or a hub cache folder), read offline
     (docs/import.md)."""
     from costspec.core.errors import CostspecError
@@ -33,7 +34,7 @@ def import_hf_command(source, output, dtype, backbone, fmt):
     from costspec.importer import check_command, described, import_hf, write_import
     from costspec.model import loads
 
-    imported = import_hf(source, dtype, output, backbone)
+    imported = import_hf(source, dtype, output, backbone, parts.tower, not parts.no_pooler)
     try:  # built before anything is written: a spec that does not load is a bug in its importer
         loads(imported.text, output or "<imported spec>")
     except CostspecError as exc:
@@ -42,7 +43,7 @@ def import_hf_command(source, output, dtype, backbone, fmt):
         write_import(imported, output)
     check = check_command(imported.family, output or "SPEC.yaml", imported.config_path, imported.output,
                           imported.described, "quantization_config" not in (imported.config.data if imported.config
-                                                                             else {}))
+                                                                             else {}), imported.hf_kwargs)
     if fmt == "json":
         click.echo(json.dumps({"written": output, **described(imported, check),
                                **({} if output else {"spec": imported.text})}, indent=2, default=str))

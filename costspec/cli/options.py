@@ -339,6 +339,24 @@ class Display:
     quiet: bool
 
 
+@dataclass(frozen=True)
+class ImportParts:
+    """Which parts of the model `import hf` writes: --tower (a dual-tower model's towers) and --no-pooler."""
+
+    tower: str | None
+    no_pooler: bool
+
+
+import_parts = option_group(
+    "parts", ImportParts,
+    click.option("--tower", type=click.Choice(["vision", "text", "both"]), default=None,
+                 help="A dual-tower model (CLIP, SigLIP): the towers the spec describes (default: both, with the "
+                      "projections and the logits, as its AutoModel class runs them)."),
+    click.option("--no-pooler", is_flag=True,
+                 help="End the spec before the pooler the model's AutoModel class builds (the header names the "
+                      "class and output it then equals)."))
+
+
 bindings = option_group("dims", Bindings, batch, sets)
 pass_precision = option_group("run", PassPrecision, pass_, dtype)  # eval, report, sweep
 pass_only = option_group("run", PassPrecision, pass_)  # roofline: the spec's precision

@@ -17,7 +17,7 @@ from costspec.core.safeio import HF_CONFIG, read_json, write_text
 from costspec.core.text import for_terminal
 from costspec.importer import head, rope
 from costspec.importer.config import HFConfig, ImportProblem
-from costspec.importer.families import FAMILIES, Family
+from costspec.importer.families import FAMILIES, POOLER, TOWER, Family
 from costspec.importer.quant import quantisation, quantised
 from costspec.importer.starter import schema_line, schema_path, schema_ref
 from costspec.spec.load import parse_spec
@@ -35,6 +35,11 @@ class Imported:
     output: str | None = None  # the real model's output the spec's output stands for (--output-field)
     hf_class: str = ""  # the transformers class the spec describes (the family's, or its backbone's)
     config: HFConfig | None = None  # the config as read: its keys read, defaulted and ignored (--format json)
+    sets: tuple[tuple[str, str], ...] | None = None  # the class's --config-set values (None: the family's)
+
+    @property
+    def hf_kwargs(self) -> dict[str, str]:
+        return dict(self.family.hf_kwargs) if self.sets is None else dict(self.sets)
 
     @property
     def described(self) -> str:
@@ -115,25 +120,31 @@ def pick_family(cfg: HFConfig) -> Family:
 
 
 def check_command(family: Family, spec: str, config: str, output: str | None = None, hf_class: str = "",
-                  train: bool = True) -> str:
+                  train: bool = True, sets: dict[str, str] | None = None) -> str:
     """The `costspec validate --against` command that checks an imported spec against its model (`hf_class`:
     the class it describes, when not the family's: its backbone); `train` False: the forward only (quantised
     weights are inference weights: transformers builds the dense model from the config, the same GEMMs)."""
-    sets = "".join(f" --config-set {k}={v}" for k, v in family.hf_kwargs.items())
+    given = "".join(f" --config-set {k}={v}" for k, v in (family.hf_kwargs if sets is None else sets).items())
     field = f" --output-field {output}" if output else ""
-    return (f"costspec validate {spec} --against hf:{hf_class or family.hf_class} --config {config}{sets}{field} "
+    return (f"costspec validate {spec} --against hf:{hf_class or family.hf_class} --config {config}{given}{field} "
             f"--pass {'train' if train else 'forward'}")
 
 
 def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str | os.PathLike | None = None,
-              backbone: bool = False) -> Imported:
+              backbone: bool = False, tower: str | None = None, pooler: bool = True) -> Imported:
     """The spec text for the config at SOURCE; `output` (the file it will be written to) only sets
     the schema reference and the check command printed in its header; `backbone`: a causal LM without
-    its LM head (its `*Model` class). The text is schema-checked here; the CLI also builds it
-    (`costspec.model` is the facade above this package)."""
+    its LM head (its `*Model` class); `tower`: the towers of a dual-tower model (vision, text, both; None:
+    the family's default); `pooler` False: the spec ends before the model's pooler. The text is
+    schema-checked here; the CLI also builds it (`costspec.model` is the facade above this package)."""
     cfg = read_config(source, dtype)
-    cfg.backbone = backbone
+    cfg.backbone, cfg.tower, cfg.pooler = backbone, tower, pooler
     family = pick_family(cfg)
+    for option, given in ((TOWER, tower is not None), (POOLER, not pooler)):
+        if given and option not in family.options:
+            raise UsageError(f"{option}: the {cfg.model_type or family.model_types[0]} importer does not take it "
+                             f"(it writes {family.hf_class}; {option} is for dual-tower models and models with a "
+                             "pooler: docs/import.md)")
     lm = family.lm or head.inferred(family.hf_class)  # a family that does not declare its classes: by name
     if backbone and lm is None:
         raise UsageError(f"--backbone: the {cfg.model_type or family.model_types[0]} importer writes "
@@ -144,8 +155,11 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     field = family.hf_output(cfg) if family.hf_output is not None else None
     if not cfg.checked:
         raise RuntimeError(f"importer family {family.hf_class} never called check_understood")
-    hf_class = family.hf_class
-    if lm is not None:
+    hf_class, sets = family.hf_class, None
+    if family.variant is not None:
+        variant = family.variant(cfg)
+        hf_class, field, sets = variant.hf_class, variant.output, tuple(variant.sets.items())
+    if lm is not None and hf_class in (lm.whole, lm.backbone):  # a variant may pick a class without the LM
         hf_class = lm.described(backbone)
         if lm.writes == "backbone" and not backbone:
             text = head.whole(text, lm, cfg)
@@ -156,10 +170,12 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     spec_name = os.fspath(output) if output is not None else f"{cfg.name}.yaml"
     schema = schema_ref(Path(output)) if output is not None else schema_path().as_uri()
     # every path in a comment has its control characters escaped: a newline would end the comment
+    check = check_command(family, spec_name, cfg.path, field, hf_class, weights is None,
+                          None if sets is None else dict(sets))
     header = [schema_line(schema),
               f"# Imported by `costspec import hf` from {for_terminal(cfg.path)} (model_type {cfg.model_type or '-'}).",
               f"# Check it against transformers' {hf_class} (built on meta, no weights):",
-              f"#   {for_terminal(check_command(family, spec_name, cfg.path, field, hf_class, weights is None))}",
+              f"#   {for_terminal(check)}",
               *rope.header(cfg.data)]
     lines = text.splitlines()
     text = "\n".join(header + lines[1:]) + "\n"
@@ -167,7 +183,7 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
         parse_spec(text, spec_name)
     except CostspecError as exc:  # the importer wrote a spec that does not load: a bug, not bad input
         raise RuntimeError(f"the {family.hf_class} importer wrote a spec that does not load: {exc}") from None
-    return Imported(text, family, cfg.path, field, hf_class, cfg)
+    return Imported(text, family, cfg.path, field, hf_class, cfg, sets)
 
 
 CHOSEN = ("B", "S")  # the batch and the sequence length: choices for a run (--set), whatever key gave a default

@@ -140,6 +140,8 @@ class HFConfig:
         self.checked = False  # set by check_understood: the core refuses a family that never checks
         self.ignored: dict[str, str] = {}  # keys the family declared cost-free, with its reasons (docs/import.md)
         self.backbone = False  # --backbone: a causal LM without its LM head (importer/head.py drops it)
+        self.tower: str | None = None  # --tower vision|text|both: which towers of a dual-tower model (None: default)
+        self.pooler = True  # False: --no-pooler, the spec ends before the pooler the model's class builds
         self._defaulted: dict[str, Any] = {}  # keys read that the config lacks: the default the family assumed
 
     # -- reading ---------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from costspec.ops import (  # noqa: F401
     resample,
     scale,
     shape_ops,
+    similarity,
     ssm,
     unmapped,
 )

@@ -158,13 +158,13 @@ def test_family_refusals(tmp_path, capsys, zoo, key, value, message):
 
 
 def test_composite_configs_read_their_vision_config(tmp_path):
-    """A full CLIP config: the vision tower from vision_config, the projection from the top level
-    (CLIPModel's visual_projection); the text tower is declared out of the spec."""
+    """A full CLIP config: the vision tower from vision_config, the projections' width from the top level
+    (CLIPModel's visual_projection and text_projection)."""
     vision = json.loads((ROOT / "tests/data/hf_configs/clip_vit_l14.json").read_text())
     data = {"model_type": "clip", "projection_dim": 512, "vision_config": {**vision, "projection_dim": 768},
             "text_config": {"model_type": "clip_text_model", "hidden_size": 512}, "logit_scale_init_value": 2.6592}
     text = import_hf(write_config(tmp_path, data)).text
-    assert "E: {value: 512, doc: output embedding dim (visual_projection)}  # projection_dim" in text
+    assert 'E: {value: 512, doc: "output embedding dim (visual_projection, text_projection)"}  # projection_dim' in text
     assert "C: {value: 1024, doc: width}  # vision_config.hidden_size" in text
     data["vision_config"]["num_experts"] = 2
     with pytest.raises(ImportProblem, match="key vision_config.num_experts not understood"):

@@ -91,12 +91,19 @@ def test_siglip_vision_config_matches_transformers(tmp_path, head):
     assert totals["forward"]["spec_matmul"] == body + (pool if head else 0)
 
 
-def test_siglip_composite_config_imports_the_vision_tower(tmp_path):
-    config = transformers.SiglipConfig(vision_config=SMALL_SIGLIP,
-                                       text_config={"hidden_size": 8, "num_attention_heads": 2})
+def test_siglip_composite_config_imports_both_towers(tmp_path, capsys):
+    """A full config: SiglipModel (both towers and the logits) by default; its logits need the text head's
+    width to be the vision width (else refused, naming the keys)."""
+    text = {"hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1, "max_position_embeddings": 8}
+    config = transformers.SiglipConfig(vision_config=SMALL_SIGLIP, text_config={**text, "projection_size": 16})
     model, results = import_and_check(config, tmp_path, passes=("forward",))
     assert_exact(results)
-    assert "C: {value: 16, doc: model width}  # vision_config.hidden_size" in import_hf(tmp_path / "config.json").text
+    imported = import_hf(tmp_path / "config.json")
+    assert imported.described == "SiglipModel"
+    assert "C: {value: 16, doc: model width}  # vision_config.hidden_size" in imported.text
+    assert "similarity: {with: text_embeds, form: siglip, bias: true}" in imported.text
+    data = transformers.SiglipConfig(vision_config=SMALL_SIGLIP, text_config=text).to_dict()
+    assert_refused(tmp_path, capsys, data, "text_config.projection_size = 8 differs from vision_config.hidden_size = 16")
 
 
 # ----------------------------------------------------------------------------------------------

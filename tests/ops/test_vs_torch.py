@@ -342,6 +342,20 @@ def _join(mode):
     return draw_case
 
 
+@case("similarity")
+def _similarity(draw):
+    """Image rows sliced from the tokens (Bi <= Bt), the text embeddings saved before: both need a gradient
+    (a layernorm first), only the image side (a linear between) or neither."""
+    rows, width = draw(st.integers(1, 4)), draw(small)
+    text = {"activation": {"fn": "relu"}, "save": "text"}
+    image = [{"slice": {"axis": 0, "end": draw(st.integers(1, rows))}}]
+    if draw(st.booleans()):
+        image.append({"linear": {"out": width}})
+    head = {"similarity": {"with": "text", "form": draw(st.sampled_from(["clip", "siglip"])),
+                           "bias": draw(st.booleans())}}
+    return {}, [rows, width], with_grad(draw, [text, *image, head])
+
+
 CASES["add"] = _join("add")
 CASES["mul"] = _join("mul")
 CASES["concat"] = _join("concat")

@@ -40,6 +40,23 @@ class Family:
     # a causal LM: its whole and backbone classes and what `build` writes; `import hf` describes the whole
     # model (hf_class: lm.whole) unless --backbone (importer/head.py adds or drops the head on the text)
     lm: CausalLM | None = None
+    # the import options the family takes (TOWER: --tower, POOLER: --no-pooler; `build` reads them as
+    # HFConfig.tower / .pooler) and what the spec then describes (a Variant of the config); None: hf_class
+    options: tuple[str, ...] = ()
+    variant: Callable[[HFConfig], Variant] | None = None
+
+
+TOWER, POOLER = "--tower", "--no-pooler"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The transformers class an import describes when its options pick one (a tower, no pooler): the
+    class, the `--config-set` values it is built with and the output field the spec's output stands for."""
+
+    hf_class: str
+    sets: Mapping[str, str] = field(default_factory=dict)
+    output: str | None = None
 
 
 FAMILIES: dict[str, Family] = {}
@@ -82,3 +99,4 @@ _register("bloom")  # bloom: BloomForCausalLM (ALiBi), LM head included
 _register("jamba")  # jamba: JambaForCausalLM (attention / Mamba, MoE / dense layers), LM head included
 _register("segformer")  # segformer: SegformerModel (the MiT encoder)
 _register("detr")  # detr: DetrModel, refused with the reasons (timm backbone; what is not modelled)
+_register("gemma3")  # gemma3 (multimodal config): its text decoder through the template's gemma3_text

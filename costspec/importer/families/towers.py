@@ -1,9 +1,11 @@
-"""Vision towers of larger models: CLIP's image encoder with its projection, SAM's image encoder."""
+"""CLIP (CLIPModel: both towers, their projections and the logits; or one tower: --tower vision | text, without
+its pooler with --no-pooler) and SAM's image encoder."""
 from __future__ import annotations
 
+from costspec.core.errors import UsageError
 from costspec.importer.config import HFConfig, ImportProblem, count, heads, layers, size, under
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, TOWER, Family, Variant
 from costspec.importer.families.common import (
     GELU_NEW_NOTE,
     VISION_TOWER_KEYS,
@@ -13,9 +15,10 @@ from costspec.importer.families.common import (
     qkv_grad_ignore,
     square_size,
 )
+from costspec.importer.families.siglip_text import CLIP_TEXT, both_towers, text_tower
 
-TEXT_TOWER = "the spec is the image tower (CLIPModel.get_image_features); the text tower is another model"
 SAM_PROMPT = "the spec is SAM's image encoder (SamVisionModel); the prompt encoder and mask decoder run per prompt"
+VISION, TEXT, BOTH = "vision", "text", "both"
 
 
 def _tower(cfg: HFConfig, key: str, own_type: str) -> HFConfig:
@@ -23,42 +26,61 @@ def _tower(cfg: HFConfig, key: str, own_type: str) -> HFConfig:
     return cfg if cfg.model_type == own_type else cfg.sub(key)
 
 
+def pick_tower(cfg: HFConfig, vision_type: str, text_type: str) -> str:
+    """The towers an import describes: --tower, else both for a composite config, else the config's own; a
+    tower the config does not hold, or --no-pooler with both (the logits need the pooled embeddings), refused."""
+    own = VISION if cfg.model_type == vision_type else TEXT if cfg.model_type == text_type else BOTH
+    tower = cfg.tower or own
+    if own != BOTH and tower != own:
+        raise UsageError(f"--tower {tower}: {cfg.path} is a {cfg.model_type} config (the {own} tower alone); pass "
+                         "the model's full config for the other tower or both")
+    if tower == BOTH and not cfg.pooler:
+        raise UsageError("--no-pooler with both towers: the model's logits are products of the pooled embeddings "
+                         "(pass --tower vision or --tower text to end a tower at its last_hidden_state)")
+    return tower
+
+
 # ----------------------------------------------------------------------------------------------
 # CLIP
 # ----------------------------------------------------------------------------------------------
-def build_clip(cfg: HFConfig) -> str:
-    vision = _tower(cfg, "vision_config", "clip_vision_model")
-    composite = vision is not cfg
-    # CLIPModel projects with the top-level projection_dim; CLIPVisionModelWithProjection with its own
-    E = cfg.get_int("projection_dim", 512)
-    if composite:
-        vision.get("projection_dim")  # read: the composite's projection_dim is the one CLIPModel uses
-    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
-                    "CLIPVisionModelWithProjection)")
+_POST_LN = """\
+- module: "{src}post_layernorm"
+  reason: >-
+    the pooler: CLIPVisionModel runs post_layernorm on the class token for pooler_output; with --no-pooler
+    the spec ends at last_hidden_state, before it (its 2*C parameters and its forward are left out)
+"""
+
+
+_VISION_POSITIONS = """\
+- module: "{src}embeddings.position_embedding"
+  extra: {{scatter_add: "min(B - 1, 1)*S*C"}}
+  pass: backward
+  reason: >-
+    CLIPVisionEmbeddings reads the (S, C) position table with an nn.Embedding lookup of position_ids; for
+    B > 1 its backward sums the gradient over the batch (the spec's broadcast add does that too) and then
+    scatter-adds it into the table rows (S*C adds); at B = 1 the scatter-add is the only reduction
+"""
+
+
+def _clip_vision(spec: SpecText, vision: HFConfig, p: str, src: str, pooled: bool) -> str:
+    """The vision tower's dims, block and ignore entries on `spec`; its layers (ending at the projection to E,
+    or, not `pooled`, at the encoder's last_hidden_state)."""
     img = square_size(vision, "image_size", 224)
     patch = square_size(vision, "patch_size", 32)
     check_whole_patches(vision, img, patch)
     C = vision.get_int("hidden_size", 768)
     heads = vision.get_int("num_attention_heads", 12)
     check_divides(vision, "hidden_size", C, "num_attention_heads", heads)
-    p = "vision_config." if composite else ""
-    spec.dim("B", 1, "batch size")
     spec.dim("img", img, "image side in pixels", p + "image_size")
     spec.dim("patch", patch, "patch side in pixels", p + "patch_size")
     spec.dim("C", C, "width", p + "hidden_size")
     spec.dim("heads", heads, "attention heads", p + "num_attention_heads")
     spec.dim("L", vision.get_int("num_hidden_layers", 12), "depth (encoder layers)", p + "num_hidden_layers")
     spec.dim("F", vision.get_int("intermediate_size", 3072), "MLP hidden width", p + "intermediate_size")
-    spec.dim("E", E, "output embedding dim (visual_projection)", "projection_dim")
     spec.derived("S", "(img // patch)**2 + 1", "tokens (patches + class token)")
     fn = activation(vision, "hidden_act", "quick_gelu")
     if vision.get("hidden_act") == "gelu_new":
         spec.note(GELU_NEW_NOTE)
-    spec.precision(cfg.dtype, cfg.dtype_source)
-    spec.input(["B", str(vision.get_int("num_channels", 3)), "img", "img"], p + "num_channels")
-    spec.doc = (f"CLIP vision tower imported from a Hugging Face config: patch {patch} (no conv bias), class token, "
-                f"learned position embedding, pre_layrnorm, {heads}-head pre-LN layers of width {C} with a {fn} "
-                f"MLP, post_layernorm on the class token and the {C} -> {E} projection (get_image_features)")
     spec.block("clip_block", f"""\
 - residual:
     - layernorm: {{}}  # layer_norm1
@@ -71,38 +93,118 @@ def build_clip(cfg: HFConfig) -> str:
     - mlp: {{hidden: F, fn: {fn}}}  # fc1 -> hidden_act -> fc2
       source: mlp
 """)
-    spec.header.append("# `source:` and `ignore:` name modules of transformers' CLIPVisionModelWithProjection")
-    spec.ignore(qkv_grad_ignore("vision_model.encoder.layers.*.self_attn"))
-    spec.layers("""\
-- patch_embed: {patch: patch, dim: C, cls_token: true, pos_embed: true, bias: false}  # patch_embedding: no bias
-  source: vision_model.embeddings
-- layernorm: {}  # CLIP's extra LayerNorm before the encoder
+    spec.ignore(qkv_grad_ignore(f"{src}encoder.layers.*.self_attn"))
+    spec.ignore(_VISION_POSITIONS.format(src=src))
+    layers = f"""\
+- patch_embed: {{patch: patch, dim: C, cls_token: true, pos_embed: true, bias: false}}  # patch_embedding: no bias
+  source: {src}embeddings
+- layernorm: {{}}  # CLIP's extra LayerNorm before the encoder
   name: ln_pre
-  source: vision_model.pre_layrnorm
+  source: {src}pre_layrnorm
 - repeat: L
   name: blocks
   body: clip_block
-  source: vision_model.encoder.layers
-- take_token: {index: 0}  # pooled output: the class token
-- layernorm: {}
+  source: {src}encoder.layers
+"""
+    if not pooled:
+        spec.ignore(_POST_LN.format(src=src))
+        return layers
+    return layers + f"""\
+- take_token: {{index: 0}}  # pooled output: the class token
+- layernorm: {{}}
   name: ln_post
-  source: vision_model.post_layernorm
-- linear: {out: E, bias: false}
+  source: {src}post_layernorm
+- linear: {{out: E, bias: false}}
   name: proj
   source: visual_projection
-""")
-    cfg.check_understood({"text_config": TEXT_TOWER, "logit_scale_init_value": TEXT_TOWER,
-                          "initializer_factor": "initialisation only"})
+"""
+
+
+def _clip_classes(tower: str, pooled: bool) -> str:
+    if tower == BOTH:
+        return "CLIPModel"
+    name = "CLIPVisionModel" if tower == VISION else "CLIPTextModel"
+    return name + "WithProjection" if pooled else name
+
+
+def clip_variant(cfg: HFConfig) -> Variant:
+    return Variant(_clip_classes(pick_tower(cfg, "clip_vision_model", "clip_text_model"), cfg.pooler))
+
+
+def build_clip(cfg: HFConfig) -> str:
+    tower = pick_tower(cfg, "clip_vision_model", "clip_text_model")
+    hf = _clip_classes(tower, cfg.pooler)
+    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' {hf})")
+    spec.dim("B", 1, "batch size" + (" (images and texts: the logits are B x B)" if tower == BOTH else ""))
+    # CLIPModel projects with the top-level projection_dim; a tower's class alone with its config's own
+    E = cfg.get_int("projection_dim", 512)
+    for key, used in (("vision_config", VISION), ("text_config", TEXT)):
+        if key in cfg.data and tower in (used, BOTH):
+            cfg.sub(key).get("projection_dim")  # read: the composite's projection_dim is the one CLIPModel uses
+    if cfg.pooler:
+        which = {VISION: "visual_projection", TEXT: "text_projection", BOTH: "visual_projection, text_projection"}
+        spec.dim("E", E, f"output embedding dim ({which[tower]})", "projection_dim")
+    spec.precision(cfg.dtype, cfg.dtype_source)
+    composite = cfg.model_type not in ("clip_vision_model", "clip_text_model")
+    layers, ignored = "", {"initializer_factor": "initialisation only",
+                           "logit_scale_init_value": "initialisation only (logit_scale's starting value)"}
+    if tower in (TEXT, BOTH):
+        text = cfg.sub("text_config") if composite else cfg
+        src = "" if hf == "CLIPTextModel" else "text_model."
+        layers = text_tower(spec, text, CLIP_TEXT, "text_config." if composite else "", src, "E", cfg.pooler)
+        spec.input(["B", "T"], "input_ids")
+    else:
+        ignored["text_config"] = f"the spec is the image tower ({hf}); --tower text or both for the text tower"
+    if tower in (VISION, BOTH):
+        vision = cfg.sub("vision_config") if composite else cfg
+        p = "vision_config." if composite else ""
+        vision_layers = _clip_vision(spec, vision, p, "" if hf == "CLIPVisionModel" else "vision_model.", cfg.pooler)
+        shape = ["B", str(vision.get_int("num_channels", 3)), "img", "img"]
+        if tower == BOTH:
+            spec.further_input("pixel_values", shape, "the images (passed by name)")
+            layers = both_towers(layers, vision_layers, "vision_model.embeddings", "clip")
+        else:
+            spec.input(shape, p + "num_channels")
+            layers = vision_layers
+    else:
+        ignored["vision_config"] = f"the spec is the text tower ({hf}); --tower vision or both for the image tower"
+    spec.doc = _clip_doc(tower, cfg.pooler)
+    output = {"CLIPModel": "logits_per_image", "CLIPVisionModelWithProjection": "image_embeds",
+              "CLIPTextModelWithProjection": "text_embeds"}.get(hf, "last_hidden_state")
+    spec.header.append(f"# `source:` and `ignore:` name modules of transformers' {hf}; the spec's output is its "
+                       f"{output}" + ("" if cfg.pooler else " (imported with --no-pooler)"))
+    spec.layers(layers)
+    cfg.check_understood(ignored)
     return spec.render()
+
+
+def _clip_doc(tower: str, pooled: bool) -> str:
+    vision = ("the vision tower (patch embedding without bias, class token, learned positions, pre_layrnorm, pre-LN "
+              "layers with a quick_gelu MLP" + (", post_layernorm on the class token and visual_projection)"
+                                                 if pooled else "; its last_hidden_state, no pooler)"))
+    text = ("the text tower (token embedding + learned positions, causal pre-LN layers, final_layer_norm"
+            + (", the EOS token and text_projection)" if pooled else "; its last_hidden_state, no pooler)"))
+    parts = {VISION: vision, TEXT: text, BOTH: f"{text}, {vision}"}[tower]
+    return (f"CLIP imported from a Hugging Face config: {parts}" + (
+        " and the logits (logits_per_image): both embeddings divided by their L2 norms, their dot products times "
+        "exp(logit_scale)" if tower == BOTH else ""))
 
 
 SAM_KEYS = (size("hidden_size"), size("output_channels"), layers("num_hidden_layers"),
             heads("num_attention_heads", "hidden_size"), size("num_channels"), size("image_size", items=True),
             size("patch_size", items=True), count("window_size"), count("global_attn_indexes", items=True),
             size("mlp_dim"))
-CLIP = Family(("clip", "clip_vision_model"), "CLIPVisionModelWithProjection", build_clip,
-              "CLIP vision tower with its projection (a full CLIP config: its vision_config and projection_dim)",
-              architectures=("CLIPModel", "CLIPVisionModel"), keys=VISION_TOWER_KEYS)
+CLIP_TEXT_KEYS = (size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
+                  heads("num_attention_heads", "hidden_size"), size("vocab_size"), size("max_position_embeddings"),
+                  size("projection_dim"))
+CLIP = Family(("clip", "clip_vision_model", "clip_text_model"), "CLIPModel", build_clip,
+              "CLIP: both towers, their projections and the logits (CLIPModel, logits_per_image: a full config's "
+              "default); --tower vision / text: CLIPVisionModelWithProjection / CLIPTextModelWithProjection; with "
+              "--no-pooler CLIPVisionModel / CLIPTextModel (last_hidden_state)",
+              refused=("--no-pooler with both towers (the logits need the pooled embeddings)",),
+              architectures=("CLIPVisionModel", "CLIPTextModel"),
+              keys=VISION_TOWER_KEYS + under("text_config", CLIP_TEXT_KEYS), options=(TOWER, POOLER),
+              variant=clip_variant)
 
 
 # ----------------------------------------------------------------------------------------------
