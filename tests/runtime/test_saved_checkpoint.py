@@ -18,25 +18,11 @@ from costspec.runtime.saved_bytes import compare_saved, measure_saved  # noqa: E
 from costspec.tree.saved import recomputed_bytes, saved_bytes, saved_total  # noqa: E402
 from costspec.tree.walk import MODEL_SLOT  # noqa: E402
 from tests.common import ROOT, invoke  # noqa: E402
+from tests.tree.test_checkpoint import SPEC as CHECKPOINT_SPEC  # noqa: E402
 from tests.zoo.test_saved_bytes import BACKENDS, DTYPES, SMALL  # noqa: E402
 
-SPEC = """
-costspec: 1
-name: ck
-precision: {{dtype: fp32}}
-dims: {{B: 2, S: 4, C: 8, L: {L}}}
-input: [B, S, C]
-blocks:
-  mlp_block:
-    - residual: [{{layernorm: {{}}}}, {{mlp: {{hidden: 4*C}}}}]
-layers:
-  - linear: {{out: C}}
-  - repeat: L
-    name: blocks
-    body: mlp_block
-{extra}
-  - layernorm: {{}}
-"""
+# the tree's checkpointing spec at fp32 (saved bytes per element)
+SPEC = CHECKPOINT_SPEC.replace("name: ck\n", "name: ck\nprecision: {{dtype: fp32}}\n", 1)
 VIT = dict(B=2, img=32, C=32, heads=2, L=3)
 
 

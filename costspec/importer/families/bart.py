@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
-from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
-from costspec.importer.families.encdec import seq2seq_block
+from costspec.importer.families.common import GELU_NEW_NOTE, activation
+from costspec.importer.families.encdec import seq2seq_block, seq2seq_sizes
 
 NOT_IN_EVAL = "a training-time drop; costspec counts the model as it runs in eval mode"
 HEADS = "a sequence-classification / question-answering head's setting, not the conditional-generation model's"
@@ -127,16 +127,7 @@ def _ignores(t: Seq2Seq) -> str:
 def build(t: Seq2Seq, cfg: HFConfig) -> str:
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {t.model_type}, transformers' "
                                   f"{t.whole})")
-    C = cfg.get_int("d_model", 1024)
-    eheads = cfg.get_int("encoder_attention_heads", 16)
-    check_divides(cfg, "d_model", C, "encoder_attention_heads", eheads)
-    dheads = cfg.get_int("decoder_attention_heads", 16)
-    check_divides(cfg, "d_model", C, "decoder_attention_heads", dheads)
-    L = cfg.get_int("encoder_layers", 12)
-    alias = cfg.get("num_hidden_layers", L)
-    if alias != L:
-        raise ImportProblem(f"{cfg.where('num_hidden_layers')} = {alias!r} differs from encoder_layers = {L} "
-                            f"({t.prefix}Config keeps them equal)")
+    C, eheads, dheads, L = seq2seq_sizes(cfg, f"{t.prefix}Config", 1024, 16, 12)
     LD = cfg.get_int("decoder_layers", 12)
     fn = activation(cfg, "activation_function", "gelu")
     if not cfg.get_bool("tie_word_embeddings", True):

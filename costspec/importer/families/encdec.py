@@ -8,15 +8,32 @@ read as such and named in the spec's notes.
 """
 from __future__ import annotations
 
-from costspec.importer.config import HFConfig, heads, layers, size
+from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
-from costspec.importer.families.common import ACTIVATIONS, GELU_NEW_NOTE
+from costspec.importer.families.common import ACTIVATIONS, GELU_NEW_NOTE, check_divides
 
 # ----------------------------------------------------------------------------------------------
 # The block of Whisper and the BART-like families
 # ----------------------------------------------------------------------------------------------
 CROSS_NOTE = "queries from the decoder's T tokens, keys and values from the encoder's S states"
+
+
+def seq2seq_sizes(cfg: HFConfig, config_class: str, width: int, heads_: int, layers_: int) -> tuple[int, int, int, int]:
+    """(d_model, encoder heads, decoder heads, encoder layers) of an encoder-decoder config, with the class's
+    defaults: each head count divides d_model, and num_hidden_layers (an alias the config class keeps equal
+    to encoder_layers) may not differ."""
+    C = cfg.get_int("d_model", width)
+    eheads = cfg.get_int("encoder_attention_heads", heads_)
+    check_divides(cfg, "d_model", C, "encoder_attention_heads", eheads)
+    dheads = cfg.get_int("decoder_attention_heads", heads_)
+    check_divides(cfg, "d_model", C, "decoder_attention_heads", dheads)
+    L = cfg.get_int("encoder_layers", layers_)
+    alias = cfg.get("num_hidden_layers", L)
+    if alias != L:
+        raise ImportProblem(f"{cfg.where('num_hidden_layers')} = {alias!r} differs from encoder_layers = {L} "
+                            f"({config_class} keeps them equal)")
+    return C, eheads, dheads, L
 
 
 def _sub(pre_norm: bool, norm: str, layer: str) -> str:

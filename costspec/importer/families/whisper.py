@@ -6,11 +6,11 @@ tied to the token embedding unless the config says not).
 """
 from __future__ import annotations
 
-from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
+from costspec.importer.config import HFConfig, heads, layers, size
 from costspec.importer.emit import SpecText
 from costspec.importer.families import Family
-from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
-from costspec.importer.families.encdec import seq2seq_block
+from costspec.importer.families.common import GELU_NEW_NOTE, activation
+from costspec.importer.families.encdec import seq2seq_block, seq2seq_sizes
 
 NOT_IN_EVAL = "a training-time augmentation or drop; costspec counts the model as it runs in eval mode"
 CLASSIFIER = "WhisperForAudioClassification's head only"
@@ -35,16 +35,7 @@ DEFAULT_DTYPE = "bf16"
 def build_whisper(cfg: HFConfig) -> str:
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type whisper, transformers' "
                                   "WhisperForConditionalGeneration)")
-    C = cfg.get_int("d_model", 384)
-    heads = cfg.get_int("encoder_attention_heads", 6)
-    check_divides(cfg, "d_model", C, "encoder_attention_heads", heads)
-    dheads = cfg.get_int("decoder_attention_heads", 6)
-    check_divides(cfg, "d_model", C, "decoder_attention_heads", dheads)
-    L = cfg.get_int("encoder_layers", 4)
-    alias = cfg.get("num_hidden_layers", L)
-    if alias != L:
-        raise ImportProblem(f"{cfg.where('num_hidden_layers')} = {alias!r} differs from encoder_layers = {L} "
-                            "(WhisperConfig keeps them equal)")
+    C, heads, dheads, L = seq2seq_sizes(cfg, "WhisperConfig", 384, 6, 4)
     fn = activation(cfg, "activation_function", "gelu")
     tied = cfg.get_bool("tie_word_embeddings", True)
     spec.dim("B", 1, "batch size")
