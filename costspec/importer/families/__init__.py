@@ -100,3 +100,4 @@ _register("jamba")  # jamba: JambaForCausalLM (attention / Mamba, MoE / dense la
 _register("segformer")  # segformer: SegformerModel (the MiT encoder)
 _register("detr")  # detr: DetrModel, refused with the reasons (timm backbone; what is not modelled)
 _register("gemma3")  # gemma3 (multimodal config): its text decoder through the template's gemma3_text
+_register("siglip2")  # siglip2: refused with the reasons (NaFlex vision tower: not on meta, no spec construct)
