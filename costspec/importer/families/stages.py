@@ -1,13 +1,15 @@
 """Hierarchical vision backbones with pooled outputs: ConvNeXt and ConvNeXt-V2 (convolutional stages) and
 Swin (windowed attention stages with patch merging). The specs end in the model's pooling (ConvNeXt: mean +
-LayerNorm; Swin: the average over the tokens), so they are checked against the model's `pooler_output`."""
+LayerNorm; Swin: the average over the tokens), so they are checked against the model's `pooler_output`; with
+`--no-pooler` they end at its `last_hidden_state` (ConvNeXt: the last stage's feature map; Swin: the final
+LayerNorm's tokens, SwinModel built with add_pooling_layer=False)."""
 from __future__ import annotations
 
 from fractions import Fraction
 
 from costspec.importer.config import HFConfig, ImportProblem, count, layers, ratio, size
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, Family, Variant
 from costspec.importer.families.common import activation, check_divides, square_size
 from costspec.importer.families.modern_template import precision
 
@@ -19,6 +21,25 @@ BACKBONE = {
     "drop_path_rate": "stochastic depth: the identity in eval mode, as costspec counts",
 }
 POOLED = "pooler_output"
+LAST = "last_hidden_state"
+
+
+def pooled_variant(hf_class: str, no_pooler: dict[str, str] | None = None):
+    """The Variant of a family with a pooled output: `hf_class`'s pooler_output, or with --no-pooler its
+    last_hidden_state (`no_pooler`: the constructor arguments that drop the pooler, where the class has them)."""
+    def variant(cfg: HFConfig) -> Variant:
+        if cfg.pooler:
+            return Variant(hf_class, output=POOLED)
+        return Variant(hf_class, dict(no_pooler or {}), LAST)
+    return variant
+
+
+def output_line(hf_class: str, cfg: HFConfig, built: str = "") -> str:
+    """The header line naming the class and the output the spec stands for."""
+    if cfg.pooler:
+        return f"# `source:` names modules of transformers' {hf_class}; the spec's output is its pooler_output"
+    return (f"# `source:` names modules of transformers' {hf_class}{built}; the spec's output is its "
+            "last_hidden_state (imported with --no-pooler)")
 
 
 def _int_list(cfg: HFConfig, key: str, default: list[int], n: int | None = None) -> list[int]:
@@ -133,8 +154,7 @@ layers:
     args: {width: width}
     source: layers
 """)
-    spec.header.append(f"# `source:` names modules of transformers' {hf_class}; the spec's output is its "
-                       "pooler_output")
+    spec.header.append(output_line(hf_class, cfg))
     spec.layers("""\
 - conv2d: {out: C1, kernel: patch, stride: patch}
   name: stem
@@ -159,11 +179,28 @@ layers:
   args: {{width: C{i + 1}, depth: D{i + 1}}}
   source: encoder.stages.{i}
 """)
-    spec.layers("""\
+    if cfg.pooler:
+        spec.layers("""\
 - mean: {axes: [2, 3]}  # global average pool: last_hidden_state.mean([-2, -1])
   name: pool
 - layernorm: {}
   source: layernorm
+""")
+    else:
+        spec.doc = spec.doc.replace("global average pool + LayerNorm (pooler_output)",
+                                    "its last_hidden_state (--no-pooler: no pool, no LayerNorm)")
+        side = "img // patch" + (f" // {2 ** (n - 1)}" if n > 1 else "")
+        spec.ignore(f"""\
+- module: layernorm
+  reason: >-
+    the pooler's LayerNorm: {hf_class} always pools (last_hidden_state.mean, then this LayerNorm, for
+    pooler_output); with --no-pooler the spec ends at last_hidden_state, before it
+- module: ""
+  extra: {{mean: "B*C{n}*({side})**2"}}
+  pass: forward
+  reason: >-
+    {hf_class}'s forward averages last_hidden_state over the feature map for pooler_output (one mean per
+    element of the last stage's map), the pool the spec leaves out with --no-pooler; no gradient reaches it
 """)
     cfg.check_understood(BACKBONE)
     return spec.render()
@@ -252,7 +289,8 @@ def build_swin(cfg: HFConfig) -> str:
                 + f", {n} stages of depths {', '.join(map(str, depths))} and heads {', '.join(map(str, heads))} "
                 f"(width {C} doubling per stage): pre-LN blocks with {window}x{window} window attention (relative "
                 f"position bias table, shifted windows on odd blocks where the grid is larger than the window), "
-                f"{fn} MLP; patch merging between stages; final LayerNorm and average pool (pooler_output)")
+                f"{fn} MLP; patch merging between stages; final LayerNorm"
+                + (" and average pool (pooler_output)" if cfg.pooler else " (last_hidden_state; --no-pooler)"))
     spec.block("swin_block", f"""\
 doc: "x + attn(LN(x)) in (shifted) windows, then x + mlp(LN(x))"
 params: {{width: C, heads: H1, grid: G1, shift: 0}}
@@ -285,7 +323,7 @@ layers:
   - linear: {out: 2*width, bias: false}
     source: reduction
 """)
-    spec.header.append("# `source:` names modules of transformers' SwinModel; the spec's output is its pooler_output")
+    spec.header.append(output_line("SwinModel", cfg, "(add_pooling_layer=False)"))
     for i in range(n - 1):
         w = "C" if i == 0 else f"{2**i}*C"
         spec.ignore(f"""\
@@ -346,10 +384,11 @@ layers:
     spec.layers("""\
 - layernorm: {}
   source: layernorm
+""" + ("""\
 - mean: {axes: [1]}  # pooler: AdaptiveAvgPool1d(1) over the tokens (torch runs it as a mean), then flatten
   name: pool
   source: pooler
-""")
+""" if cfg.pooler else ""))
     cfg.check_understood(SWIN_IGNORED)
     return spec.render()
 
@@ -360,16 +399,19 @@ SWIN_KEYS = STAGE_KEYS + (size("embed_dim"), size("num_heads", items=True), size
                           size("hidden_size"))
 CONVNEXT = Family(("convnext",), "ConvNextModel", build_convnext,
                   "ConvNeXt: convolutional stages, pooled and normalised output (pooler_output)",
-                  architectures=("ConvNextForImageClassification",), hf_output=lambda cfg: POOLED,
+                  architectures=("ConvNextForImageClassification",), options=(POOLER,),
+                  variant=pooled_variant("ConvNextModel"),
                   refused=("image_size not a multiple of patch_size x 2^(stages - 1)",), keys=STAGE_KEYS)
 CONVNEXTV2 = Family(("convnextv2",), "ConvNextV2Model", build_convnextv2,
                     "ConvNeXt-V2: ConvNeXt stages with a GRN in each block's MLP, no layer scale; pooled and "
                     "normalised output (pooler_output)",
-                    architectures=("ConvNextV2ForImageClassification",), hf_output=lambda cfg: POOLED,
+                    architectures=("ConvNextV2ForImageClassification",), options=(POOLER,),
+                    variant=pooled_variant("ConvNextV2Model"),
                     refused=("image_size not a multiple of patch_size x 2^(stages - 1)",), keys=STAGE_KEYS)
 SWIN = Family(("swin",), "SwinModel", build_swin,
               "Swin: windowed-attention stages with patch merging, averaged output (pooler_output)",
-              architectures=("SwinForImageClassification",), hf_output=lambda cfg: POOLED,
+              architectures=("SwinForImageClassification",), options=(POOLER,),
+              variant=pooled_variant("SwinModel", {"add_pooling_layer": "false"}),
               refused=("an image or stage grid transformers pads (not a multiple of the patch, odd before a merge, "
                        "or not a multiple of the window in a stage with shifted blocks)",
                        "a stage grid smaller than the window (transformers keeps the window's bias table and fails)",

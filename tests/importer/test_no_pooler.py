@@ -1,0 +1,73 @@
+"""`import hf --no-pooler` for the families whose model has a pooler: the spec ends at the model's
+last_hidden_state, the header names the class (and the constructor arguments that drop the pooler, where
+it has them) and the printed check command; `validate --against` PASSes forward and train on meta, every
+matmul FLOP and parameter equal."""
+from __future__ import annotations
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from costspec.against.check import validate_against  # noqa: E402
+from costspec.against.target import load_target  # noqa: E402
+from costspec.cli import main  # noqa: E402
+from costspec.importer import import_hf  # noqa: E402
+from costspec.model import loads  # noqa: E402
+from tests.importer.check import assert_exact, write_config  # noqa: E402
+
+SMALL_ENCODER = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 48}
+
+# model_type -> (small config, batch, the --config-set the class is built with, the spec's last layer name)
+CONFIGS = {
+    "convnext": (lambda: transformers.ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2,
+                                                     image_size=32), 2, {}),
+    "convnextv2": (lambda: transformers.ConvNextV2Config(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2,
+                                                         image_size=32), 2, {}),
+    "swin": (lambda: transformers.SwinConfig(embed_dim=8, depths=[2, 1], num_heads=[2, 4], window_size=2,
+                                             image_size=32), 2, {"add_pooling_layer": "false"}),
+}
+
+
+def imported(name, tmp_path):
+    make, batch, sets = CONFIGS[name]
+    path = write_config(make(), tmp_path)
+    return path, import_hf(path, pooler=False), import_hf(path), batch, sets
+
+
+def check(path, spec, batch):
+    model = loads(spec.text, str(path.with_suffix(".yaml")))
+    values = model.bind(batch, None)
+    results = {}
+    for pass_ in ("forward", "train"):
+        real = load_target(f"hf:{spec.described}", model, values, "meta", str(path), spec.hf_kwargs,
+                           output=spec.output)
+        results[pass_] = validate_against(model, values, real, pass_)
+    return model, assert_exact(results)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_no_pooler_ends_at_last_hidden_state(name, tmp_path):
+    path, bare, pooled, batch, sets = imported(name, tmp_path)
+    assert bare.output == "last_hidden_state" and bare.hf_kwargs == sets
+    assert "last_hidden_state (imported with --no-pooler)" in bare.text
+    given = "".join(f" --config-set {k}={v}" for k, v in sets.items())
+    assert f"--against hf:{bare.described} --config {path}{given} --output-field last_hidden_state" in bare.text
+    model, totals = check(path, bare, batch)
+    whole, whole_totals = check(path, pooled, batch)
+    # the pooler has work (and, where it has weights, parameters) the --no-pooler spec leaves out
+    assert model.cost("forward").params <= whole.cost("forward").params
+    assert totals["forward"]["spec_matmul"] <= whole_totals["forward"]["spec_matmul"]
+    B = {"B": batch}
+    assert model.cost("forward").cuda.subs(B) < whole.cost("forward").cuda.subs(B)
+
+
+def test_the_printed_command_passes(tmp_path, capsys):
+    path, bare, _, _, _ = imported("swin", tmp_path)
+    out = tmp_path / "swin.yaml"
+    assert main(["import", "hf", str(path), "--no-pooler", "-o", str(out)]) in (0, None)
+    command = next(line for line in out.read_text().splitlines() if line.startswith("#   costspec validate"))
+    argv = command.removeprefix("#   costspec ").split()
+    capsys.readouterr()
+    assert main(argv) in (0, None)
+    out = capsys.readouterr().out
+    assert "last_hidden_state" in command and "[forward]" in out and "[backward]" in out and out.count("result: PASS") == 1, out
