@@ -25,6 +25,8 @@ CONFIGS = {
                                                          image_size=32), 2, {}),
     "swin": (lambda: transformers.SwinConfig(embed_dim=8, depths=[2, 1], num_heads=[2, 4], window_size=2,
                                              image_size=32), 2, {"add_pooling_layer": "false"}),
+    "resnet": (lambda: transformers.ResNetConfig(embedding_size=8, hidden_sizes=[16, 32], depths=[1, 1],
+                                                 layer_type="bottleneck"), 2, {}),
 }
 
 

@@ -1,5 +1,6 @@
 """ResNet (transformers' ResNetModel): stem, bottleneck or basic stages with projection shortcuts,
-global average pool. Each stage's first block is written once (with its shortcut when it changes the
+global average pool (with `--no-pooler`: none, the spec ends at the model's last_hidden_state). Each stage's
+first block is written once (with its shortcut when it changes the
 channels or the stride) and its identity blocks as one repeat."""
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import textwrap
 from costspec.importer import config as rules
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, Family, Variant
 from costspec.importer.families.common import activation
 
 # transformers' ResNetBottleNeckLayer: the inner width is out_channels // reduction
@@ -27,6 +28,9 @@ POOL_REASON = (
     "differentiates, so the real model runs no backward through its pooler; the spec's output is the pooled "
     "[B, C] and its backward divides the pool's gradient over the final G x G positions (a scale per input "
     "element)")
+LEFT_OUT = (
+    "the pooler: ResNetModel always runs it (AdaptiveAvgPool2d for pooler_output); with --no-pooler the spec "
+    "ends at last_hidden_state, before it, and no gradient reaches it")
 
 
 def _conv_layer(kernel: int, out: str, stride: str, act: str | None, source: str) -> str:
@@ -125,10 +129,13 @@ def build_resnet(cfg: HFConfig) -> str:
                 f"max-pool 3x3/2; {n} {layer_type} stages of {', '.join(map(str, depths))} blocks"
                 + (f" (widths {widths}, expanded x{REDUCTION} to {', '.join(map(str, sizes))})" if bottleneck
                    else f" ({', '.join(map(str, sizes))} channels)")
-                + ", projection shortcuts where a block changes the channels or the stride; global average "
-                "pool; BatchNorm in eval mode (running statistics); no classifier")
+                + ", projection shortcuts where a block changes the channels or the stride; "
+                + ("global average pool" if cfg.pooler else "its last_hidden_state (--no-pooler: no pool)")
+                + "; BatchNorm in eval mode (running statistics); no classifier")
     _blocks(spec, bottleneck, in_bottleneck, act)
-    spec.header.append("# `source:` and `ignore:` name modules of transformers' ResNetModel")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' ResNetModel"
+                       + ("" if cfg.pooler else "; the spec's output is its last_hidden_state (imported with "
+                          "--no-pooler)"))
     spec.note("BatchNorm in eval mode (a per-channel scale and shift with the running statistics), as inference "
               "runs it and as validate --against runs the real model; write `mode: train` for the batch "
               "statistics of a training step. No classifier (ResNetForImageClassification adds flatten + linear).")
@@ -138,6 +145,10 @@ def build_resnet(cfg: HFConfig) -> str:
   pass: backward
   reason: >-
 {_folded(POOL_REASON)}
+""" if cfg.pooler else f"""\
+- module: pooler
+  reason: >-
+{_folded(LEFT_OUT)}
 """)
     stages = []
     in_channels = "E"
@@ -174,17 +185,19 @@ def build_resnet(cfg: HFConfig) -> str:
 - sequence:
 {_indent(''.join(stages), "    ")}  name: encoder
   source: encoder
-- global_avg_pool: {{}}  # AdaptiveAvgPool2d((1, 1))
+""" + ("""\
+- global_avg_pool: {}  # AdaptiveAvgPool2d((1, 1))
   name: pooler
   source: pooler
-""")
+""" if cfg.pooler else ""))
     cfg.check_understood(RESNET_IGNORED)
     return spec.render()
 
 
 RESNET = Family(("resnet",), "ResNetModel", build_resnet,
                 "ResNet (bottleneck or basic blocks, projection shortcuts; no classifier)",
-                architectures=("ResNetForImageClassification",),
+                architectures=("ResNetForImageClassification",), options=(POOLER,),
+                variant=lambda cfg: Variant("ResNetModel", output=None if cfg.pooler else "last_hidden_state"),
                 refused=("hidden_sizes and depths of different lengths",
                          "a bottleneck stage narrower than 4 channels"),
                 keys=(rules.size("num_channels"), rules.size("embedding_size"),
