@@ -9,11 +9,11 @@ BERT-like family is one entry in ENCODERS plus its test (tests/importer/test_enc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from costspec.importer.config import HFConfig, Key, heads, layers, size
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, Family, Variant
 from costspec.importer.families.common import ENCODER_KEYS, GELU_NEW_NOTE, activation, check_divides
 
 NO_HEAD = "the spec is the encoder without pooler: no masked-LM head whose weight could be tied"
@@ -23,6 +23,7 @@ BERT_IGNORED = {
     "classifier_dropout": "a classification head's dropout (no head in the spec)",
 }
 POOLED = "pooler_output"
+NO_POOLER = (("add_pooling_layer", "false"),)  # the constructor argument that builds the model without its pooler
 DEFAULT_DTYPE = "bf16"
 
 BERT_REFUSED = ("is_decoder: true (a causal BERT)", "add_cross_attention: true",
@@ -66,6 +67,8 @@ class Encoder:
     segments: bool = True  # token_type_embeddings (type_vocab_size)
     embedding_size: bool = False  # ELECTRA: embeddings of width embedding_size, projected to hidden_size
     pooler: bool = False  # the dense + tanh pooler on the first token (output: pooler_output)
+    # hf_class takes add_pooling_layer: --no-pooler builds it without the pooler (the spec: last_hidden_state)
+    drops_pooler: bool = False
     bert_keys: bool = True  # is_decoder, add_cross_attention, position_embedding_type (BertConfig's) are read
     sines_key: str = ""  # a bool key that initialises the position table with sines (DistilBERT's)
     parts: Parts = field(default_factory=Parts)
@@ -99,6 +102,8 @@ def _refuse_decoder(cfg: HFConfig, e: Encoder) -> None:
 
 
 def build_encoder(e: Encoder, cfg: HFConfig) -> str:
+    if e.pooler and not cfg.pooler:
+        e = replace(e, pooler=False, hf_kwargs=NO_POOLER)
     hf, label, parts = e.hf_class, e.title, e.parts
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' {hf})")
     _refuse_decoder(cfg, e)
@@ -156,7 +161,8 @@ def build_encoder(e: Encoder, cfg: HFConfig) -> str:
     kwargs = dict(e.hf_kwargs)
     if kwargs.get("add_pooling_layer") == "false":
         spec.header.append(f"# `source:` names modules of transformers' {hf} (add_pooling_layer=false: the spec has "
-                           "no pooler)")
+                           "no pooler)" + ("; the spec's output is its last_hidden_state (imported with --no-pooler)"
+                                           if not cfg.pooler else ""))
     else:
         spec.header.append(f"# `source:` names modules of transformers' {hf}"
                            + ("; the spec's output is its pooler_output" if e.pooler else ""))
@@ -236,13 +242,14 @@ ELECTRA_HEAD = "the sequence-summary head of ElectraFor{SequenceClassification,M
 DISTILBERT_HEAD = "a task head's dropout (DistilBertModel has no head)"
 ENCODERS = (
     Encoder("bert", "BertModel", "BERT", "BERT encoder (no pooler, no head)", bf16_default=False,
-            hf_kwargs=(("add_pooling_layer", "false"),), architectures=("BertForMaskedLM", "BertForPreTraining")),
+            hf_kwargs=NO_POOLER, drops_pooler=True, architectures=("BertForMaskedLM", "BertForPreTraining")),
     Encoder("roberta", "RobertaModel", "RoBERTa", "RoBERTa encoder (no pooler, no head)", positions_after_pad=True,
-            defaults=(768, 12, 12, 3072, 50265), bf16_default=False, hf_kwargs=(("add_pooling_layer", "false"),),
+            defaults=(768, 12, 12, 3072, 50265), bf16_default=False, hf_kwargs=NO_POOLER, drops_pooler=True,
             architectures=("RobertaForMaskedLM",)),
     Encoder("xlm-roberta", "XLMRobertaModel", "XLM-RoBERTa",
             "XLM-RoBERTa encoder with the pooler XLMRobertaModel builds (pooler_output); no LM head",
-            positions_after_pad=True, pooler=True, architectures=("XLMRobertaForMaskedLM", "XLMRobertaModel")),
+            positions_after_pad=True, pooler=True, drops_pooler=True,
+            architectures=("XLMRobertaForMaskedLM", "XLMRobertaModel")),
     Encoder("electra", "ElectraModel", "ELECTRA",
             "ELECTRA encoder: embeddings of width embedding_size projected to hidden_size (no pooler, no head)",
             defaults=(256, 4, 12, 1024, 30522), embedding_size=True,
@@ -258,6 +265,15 @@ ENCODERS = (
 )
 
 
+def encoder_variant(e: Encoder):
+    """The class an import describes: with --no-pooler, hf_class(add_pooling_layer=False)'s last_hidden_state."""
+    def variant(cfg: HFConfig) -> Variant:
+        if not cfg.pooler:
+            return Variant(e.hf_class, dict(NO_POOLER), "last_hidden_state")
+        return Variant(e.hf_class, dict(e.hf_kwargs), POOLED if e.pooler else None)
+    return variant
+
+
 def family(e: Encoder) -> Family:
     keys = e.keys + ((size("embedding_size"),) if e.embedding_size else ())
     refused: tuple[str, ...] = BERT_REFUSED if e.bert_keys else ()
@@ -265,7 +281,9 @@ def family(e: Encoder) -> Family:
         refused += ("max_position_embeddings below 3 (positions are numbered from pad_token_id + 1)",)
     return Family((e.model_type,), e.hf_class, lambda cfg: build_encoder(e, cfg), e.blurb, hf_kwargs=dict(e.hf_kwargs),
                   architectures=e.architectures, refused=refused, keys=keys,
-                  hf_output=(lambda cfg: POOLED) if e.pooler else None)
+                  hf_output=(lambda cfg: POOLED) if e.pooler else None,
+                  options=(POOLER,) if e.drops_pooler else (),
+                  variant=encoder_variant(e) if e.drops_pooler else None)
 
 
 FAMILY_LIST = tuple(family(e) for e in ENCODERS)
