@@ -27,6 +27,13 @@ CONFIGS = {
                                              image_size=32), 2, {"add_pooling_layer": "false"}),
     "resnet": (lambda: transformers.ResNetConfig(embedding_size=8, hidden_sizes=[16, 32], depths=[1, 1],
                                                  layer_type="bottleneck"), 2, {}),
+    "vit": (lambda: transformers.ViTConfig(**SMALL_ENCODER, image_size=32, patch_size=8), 2,
+            {"add_pooling_layer": "false"}),
+    "deit": (lambda: transformers.DeiTConfig(**SMALL_ENCODER, image_size=32, patch_size=8), 2,
+             {"add_pooling_layer": "false"}),
+    # Dinov2Model has no pooler module: its pooler_output is the class token of last_hidden_state
+    "dinov2": (lambda: transformers.Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=7, use_mask_token=False),
+               2, {}),
     # BERT-like encoders: batch 1 (the position lookup's scatter-add, as tests/importer/test_encoders.py)
     "bert": (lambda: transformers.BertConfig(**SMALL_ENCODER, vocab_size=100, max_position_embeddings=40), 1,
              {"add_pooling_layer": "false"}),
@@ -46,7 +53,7 @@ def imported(name, tmp_path):
 
 # families whose import already ends at last_hidden_state (built with add_pooling_layer=False): --no-pooler is
 # accepted and writes the same layers, the header saying what the output is
-ALREADY_BARE = {"bert", "roberta"}
+ALREADY_BARE = {"bert", "roberta", "vit", "deit", "dinov2"}
 
 
 def check(path, spec, batch):

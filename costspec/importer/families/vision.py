@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from costspec.importer.config import HFConfig, ImportProblem
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, Family, Variant
 from costspec.importer.families.common import (
     ENCODER_KEYS,
     GELU_NEW_NOTE,
@@ -15,6 +15,16 @@ from costspec.importer.families.common import (
 )
 
 DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
+LAST = "last_hidden_state"
+BARE = "; the spec's output is its last_hidden_state (imported with --no-pooler)"
+
+
+def bare_variant(hf_class: str, sets: dict[str, str]):
+    """A family that already writes its model without the pooler: --no-pooler describes the same class (built
+    with `sets`), its last_hidden_state named as the output."""
+    def variant(cfg: HFConfig) -> Variant:
+        return Variant(hf_class, dict(sets), None if cfg.pooler else LAST)
+    return variant
 
 
 def _vit_dims(spec: SpecText, cfg: HFConfig, mlp: int | None, patch_default: int = 16) -> tuple[int, int]:
@@ -90,7 +100,8 @@ def build_vit(cfg: HFConfig, deit: bool = False) -> str:
     - mlp: {{hidden: F, fn: {fn}}}  # hidden_act
       source: mlp
 """)
-    spec.header.extend([f"# `source:` and `ignore:` name modules of transformers' {hf} (add_pooling_layer=false)"])
+    spec.header.append(f"# `source:` and `ignore:` name modules of transformers' {hf} (add_pooling_layer=false)"
+                       + ("" if cfg.pooler else BARE))
     spec.ignore(qkv_grad_ignore("layers.*.attention"))
     if deit:
         # DeiT concatenates [cls, distillation, patches], then adds the (S, C) position table
@@ -123,11 +134,14 @@ def build_vit(cfg: HFConfig, deit: bool = False) -> str:
     return spec.render()
 
 
+NO_POOLER = {"add_pooling_layer": "false"}
 VIT = Family(("vit",), "ViTModel", build_vit, "ViT image encoder (no pooler)", keys=ENCODER_KEYS,
-             hf_kwargs={"add_pooling_layer": "false"}, architectures=("ViTForImageClassification",))
+             hf_kwargs=NO_POOLER, architectures=("ViTForImageClassification",), options=(POOLER,),
+             variant=bare_variant("ViTModel", NO_POOLER))
 DEIT = Family(("deit",), "DeiTModel", lambda cfg: build_vit(cfg, deit=True),
               "DeiT image encoder: class and distillation tokens (no pooler)", keys=ENCODER_KEYS,
-              hf_kwargs={"add_pooling_layer": "false"}, architectures=("DeiTForImageClassificationWithTeacher",))
+              hf_kwargs=NO_POOLER, architectures=("DeiTForImageClassificationWithTeacher",), options=(POOLER,),
+              variant=bare_variant("DeiTModel", NO_POOLER))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,7 +198,8 @@ def build_dinov2(cfg: HFConfig) -> str:
     - layer_scale: {{}}
       source: layer_scale2
 """)
-    spec.header.append("# `source:` and `ignore:` name modules of transformers' Dinov2Model")
+    spec.header.append("# `source:` and `ignore:` name modules of transformers' Dinov2Model"
+                       + ("" if cfg.pooler else BARE))
     spec.ignore(qkv_grad_ignore("encoder.layer.*.attention"))
     token = (", mask_token: true}  # use_mask_token: masked image modelling's token, held, not run (C params)"
              if mask else "}")
@@ -203,7 +218,7 @@ def build_dinov2(cfg: HFConfig) -> str:
 
 
 DINOV2 = Family(("dinov2",), "Dinov2Model", build_dinov2, "DINOv2 image encoder (layer scale, optional SwiGLU)",
-                keys=ENCODER_KEYS,
+                keys=ENCODER_KEYS, options=(POOLER,), variant=bare_variant("Dinov2Model", {}),
                 refused=("mlp_ratio that is not a positive number",))
 
 FAMILY_LIST = (VIT, DEIT, DINOV2)
