@@ -34,6 +34,10 @@ CONFIGS = {
     # Dinov2Model has no pooler module: its pooler_output is the class token of last_hidden_state
     "dinov2": (lambda: transformers.Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=7, use_mask_token=False),
                2, {}),
+    "beit": (lambda: transformers.BeitConfig(**SMALL_ENCODER, image_size=32, patch_size=8), 2,
+             {"add_pooling_layer": "false"}),
+    "beit_cls": (lambda: transformers.BeitConfig(**SMALL_ENCODER, image_size=32, patch_size=8,
+                                                 use_mean_pooling=False), 2, {"add_pooling_layer": "false"}),
     # BERT-like encoders: batch 1 (the position lookup's scatter-add, as tests/importer/test_encoders.py)
     "bert": (lambda: transformers.BertConfig(**SMALL_ENCODER, vocab_size=100, max_position_embeddings=40), 1,
              {"add_pooling_layer": "false"}),
@@ -71,6 +75,14 @@ def evaluated(expr, values) -> int:
     return int(expr.subs(values))
 
 
+def section(text: str, key: str) -> list[str]:
+    """The lines of the top-level `key:` section of a spec."""
+    lines = text.splitlines()
+    start = lines.index(f"{key}:")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1].isalpha()), len(lines))
+    return lines[start + 1:end]
+
+
 def layers(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.lstrip().startswith("#")]
 
@@ -91,7 +103,8 @@ def test_no_pooler_ends_at_last_hidden_state(name, tmp_path):
     assert totals["forward"]["spec_params"] <= whole_totals["forward"]["spec_params"]
     assert totals["forward"]["spec_matmul"] <= whole_totals["forward"]["spec_matmul"]
     assert (evaluated(model.cost("forward").flops, values)
-            < evaluated(whole.cost("forward").flops, whole_values))
+            <= evaluated(whole.cost("forward").flops, whole_values))  # BEiT's class-token pooler: no FLOPs
+    assert len(section(bare.text, "layers")) < len(section(pooled.text, "layers"))
 
 
 def test_the_printed_command_passes(tmp_path, capsys):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, Family, Variant
 from costspec.importer.families.common import activation, check_divides, check_whole_patches, square_size
 from costspec.importer.families.modern_template import precision
 
@@ -63,8 +63,10 @@ def build_beit(cfg: HFConfig) -> str:
                 + "; pre-LN layers (no key bias"
                 + (", a relative position bias table per layer" if per_layer else "") + f", {fn} MLP"
                 + (f", layer scale init {gamma})" if gamma > 0 else ", no layer scale)")
-                + ("; the pooler's LayerNorm of the mean patch token" if mean_pool
-                   else "; final LayerNorm, the class token") + " (pooler_output); no head")
+                + (("; the pooler's LayerNorm of the mean patch token" if mean_pool
+                    else "; final LayerNorm, the class token") + " (pooler_output); no head" if cfg.pooler
+                   else ("; the tokens" if mean_pool else "; final LayerNorm")
+                   + " (last_hidden_state: --no-pooler); no head"))
     scale = ("layer_scale: {}  # lambda: a (C,) parameter of the layer itself, so no source of its own" if gamma > 0
              else "scale: {by: 1}  # layer_scale_init_value 0: lambda is the number 1.0, which the layer still "
              "multiplies by")
@@ -86,7 +88,9 @@ def build_beit(cfg: HFConfig) -> str:
                                        ", relative_position_bias"))
     else:
         spec.block("layer", layer_text(plain, scale, fn))
-    spec.header.append("# `source:` names modules of transformers' BeitModel; the spec's output is its pooler_output")
+    spec.header.append("# `source:` names modules of transformers' BeitModel; the spec's output is its pooler_output"
+                       if cfg.pooler else "# `source:` names modules of transformers' BeitModel(add_pooling_layer="
+                       "False); the spec's output is its last_hidden_state (imported with --no-pooler)")
     if per_layer:
         spec.ignore(table_rule("layers.*.relative_position_bias", "L"))
     if shared:
@@ -105,7 +109,10 @@ def build_beit(cfg: HFConfig) -> str:
   body: layer
   source: layers
 """)
-    if mean_pool:
+    if not cfg.pooler:
+        if not mean_pool:  # with mean pooling, BeitModel's layernorm is the identity, and its pooler is not built
+            spec.layers("- layernorm: {}\n  source: layernorm\n")
+    elif mean_pool:
         spec.layers("""\
 # the model's layernorm is the identity with mean pooling
 - sequence:
@@ -177,7 +184,9 @@ KEYS = (size("hidden_size"), size("intermediate_size"), layers("num_hidden_layer
 BEIT = Family(("beit",), "BeitModel", build_beit,
               "BEiT image encoder with its pooler (mean of the patch tokens + LayerNorm, or the class token): no key "
               "bias, layer scale, optional relative position bias (per layer or shared) (pooler_output)",
-              architectures=("BeitForImageClassification",), hf_output=lambda cfg: "pooler_output",
+              architectures=("BeitForImageClassification",), options=(POOLER,),
+              variant=lambda cfg: (Variant("BeitModel", output="pooler_output") if cfg.pooler else
+                                   Variant("BeitModel", {"add_pooling_layer": "false"}, "last_hidden_state")),
               refused=("use_shared_relative_position_bias and use_relative_position_bias both true (" + REL_BIAS
                        + ")",), keys=KEYS)
 
