@@ -38,6 +38,9 @@ CONFIGS = {
              {"add_pooling_layer": "false"}),
     "beit_cls": (lambda: transformers.BeitConfig(**SMALL_ENCODER, image_size=32, patch_size=8,
                                                  use_mean_pooling=False), 2, {"add_pooling_layer": "false"}),
+    # MobileNetV2's layout is fixed (16 inverted residuals): small through the depth multiplier and the image
+    "mobilenet_v2": (lambda: transformers.MobileNetV2Config(depth_multiplier=0.35, image_size=45), 2,
+                     {"add_pooling_layer": "false"}),
     # BERT-like encoders: batch 1 (the position lookup's scatter-add, as tests/importer/test_encoders.py)
     "bert": (lambda: transformers.BertConfig(**SMALL_ENCODER, vocab_size=100, max_position_embeddings=40), 1,
              {"add_pooling_layer": "false"}),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from costspec.importer.config import HFConfig, ImportProblem, ratio, size
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, Family, Variant
 from costspec.importer.families.common import ACTIVATIONS, square_size
 from costspec.importer.families.modern_template import precision
 
@@ -112,9 +112,14 @@ def build_mobilenet_v2(cfg: HFConfig) -> str:
                 "projection; the residual where the stride is 1 and the width stays)"
                 + (f", dilated depthwise convs from layer {dilated[0]} (output_stride {output_stride})" if dilated
                    else "")
-                + f", a 1x1 conv to {last} with {act} and the global average pool (pooler_output); no classifier")
+                + f", a 1x1 conv to {last} with {act}"
+                + (" and the global average pool (pooler_output)" if cfg.pooler
+                   else " (last_hidden_state: --no-pooler)")
+                + "; no classifier")
     spec.header.append("# `source:` names modules of transformers' MobileNetV2Model; the spec's output is its "
-                       "pooler_output")
+                       "pooler_output" if cfg.pooler else "# `source:` names modules of transformers' "
+                       "MobileNetV2Model(add_pooling_layer=False); the spec's output is its last_hidden_state "
+                       "(imported with --no-pooler)")
     stem_layers = _conv(str(stem), 3, 2, "1", sides[0], 1, act, tf, "first_conv", "first_conv")
     level = 1
     if not first_is_expansion:
@@ -137,7 +142,8 @@ def build_mobilenet_v2(cfg: HFConfig) -> str:
             spec.layers(f"- sequence:  # no residual: {'stride 2' if stride == 2 else f'{cin} -> {cout} channels'}\n"
                         f"{_indent(body, '    ')}  name: layer{i}\n  source: layer.{i}\n")
     spec.layers(_conv(str(last), 1, 1, "1", sides[level], 1, act, tf, "conv_1x1", "conv_1x1"))
-    spec.layers("""\
+    if cfg.pooler:
+        spec.layers("""\
 - global_avg_pool: {}  # AdaptiveAvgPool2d((1, 1)), flattened
   name: pooler
   source: pooler
@@ -155,7 +161,10 @@ KEYS = (size("num_channels"), size("image_size", items=True), ratio("depth_multi
 MOBILENET_V2 = Family(("mobilenet_v2",), "MobileNetV2Model", build_mobilenet_v2,
                       "MobileNetV2: a stem, 16 inverted residuals and a 1x1 conv, widths from the depth multiplier; "
                       "average-pooled output (pooler_output)",
-                      architectures=("MobileNetV2ForImageClassification",), hf_output=lambda cfg: "pooler_output",
+                      architectures=("MobileNetV2ForImageClassification",), options=(POOLER,),
+                      variant=lambda cfg: (Variant("MobileNetV2Model", output="pooler_output") if cfg.pooler else
+                                           Variant("MobileNetV2Model", {"add_pooling_layer": "false"},
+                                                   "last_hidden_state")),
                       keys=KEYS)
 
 FAMILY_LIST = (MOBILENET_V2,)
