@@ -41,6 +41,10 @@ CONFIGS = {
     # MobileNetV2's layout is fixed (16 inverted residuals): small through the depth multiplier and the image
     "mobilenet_v2": (lambda: transformers.MobileNetV2Config(depth_multiplier=0.35, image_size=45), 2,
                      {"add_pooling_layer": "false"}),
+    "efficientnet": (lambda: transformers.EfficientNetConfig(
+        width_coefficient=0.25, depth_coefficient=0.5, hidden_dim=320, image_size=33, in_channels=[32, 16, 24],
+        out_channels=[16, 24, 40], kernel_sizes=[3, 3, 5], strides=[1, 2, 2], num_block_repeats=[1, 2, 3],
+        expand_ratios=[1, 6, 6]), 2, {}),
     # BERT-like encoders: batch 1 (the position lookup's scatter-add, as tests/importer/test_encoders.py)
     "bert": (lambda: transformers.BertConfig(**SMALL_ENCODER, vocab_size=100, max_position_embeddings=40), 1,
              {"add_pooling_layer": "false"}),

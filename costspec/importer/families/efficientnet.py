@@ -10,7 +10,7 @@ import math
 
 from costspec.importer.config import MAX_CONFIG_LAYERS, HFConfig, ImportProblem, count, ratio, size
 from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
+from costspec.importer.families import POOLER, Family, Variant
 from costspec.importer.families.common import activation, square_size
 from costspec.importer.families.modern_template import precision
 
@@ -143,23 +143,32 @@ def build_efficientnet(cfg: HFConfig) -> str:
 """
     spec.layers(_sequence("encoder", "encoder", "".join(blocks) + head))
     pool = "avg_pool2d" if pooling == "mean" else "max_pool2d"
-    spec.layers(f"""\
+    if cfg.pooler:
+        spec.layers(f"""\
 - {pool}: {{kernel: H, ceil_mode: true}}  # pooling_type {pooling}: one window clipped to the {side} x {side} map
   name: pooler
   source: pooler
 - flatten: {{start: 1}}
 """)
+    else:
+        spec.ignore(f"""\
+- module: pooler
+  reason: >-
+    the pooler: EfficientNetModel always runs it (the {pooling} pool over the last map, for pooler_output);
+    with --no-pooler the spec ends at last_hidden_state, before it, and no gradient reaches it
+""")
     spec.doc = (f"EfficientNet (width x{width:g}, depth x{depth:g}) imported from a Hugging Face config: stem (zero "
                 f"pad (0, 1, 0, 1) + 3x3/2 conv to {stem}, BatchNorm, {fn}); {number} MBConv blocks in "
                 f"{len(stages['kernel_sizes'])} stages (1x1 expansion, kxk depthwise, squeeze-excitation, 1x1 "
                 f"projection; the residual on a stage's later blocks); head 1x1 conv to {hidden}, BatchNorm, {fn}; "
-                f"the {pooling} pooler over the last map (pooler_output); no classifier")
+                + (f"the {pooling} pooler over the last map (pooler_output)" if cfg.pooler
+                   else "its last_hidden_state (--no-pooler: no pooler)") + "; no classifier")
     spec.note("BatchNorm in eval mode (running statistics, as validate --against runs the model); dropout and "
               "drop-connect are identities in eval mode. A stride-2 depthwise conv is zero-padded as transformers "
               "pads it ((k//2 - 1, k//2) per axis, or k//2 on each side for the blocks in depthwise_padding), then "
               "a valid conv; a stride-1 one pads k//2 on each side (padding='same').")
     spec.header.append("# `source:` names modules of transformers' EfficientNetModel; the spec's output is its "
-                       "pooler_output")
+                       + ("pooler_output" if cfg.pooler else "last_hidden_state (imported with --no-pooler)"))
     cfg.check_understood(IGNORED)
     return spec.render()
 
@@ -223,7 +232,9 @@ KEYS = (size("num_channels"), size("image_size", items=True), ratio("width_coeff
 EFFICIENTNET = Family(("efficientnet",), "EfficientNetModel", build_efficientnet,
                       "EfficientNet: a stem, MBConv stages with squeeze-excitation, a head conv, widths and repeats "
                       "scaled by the coefficients; pooled output (pooler_output)",
-                      architectures=("EfficientNetForImageClassification",), hf_output=lambda cfg: "pooler_output",
+                      architectures=("EfficientNetForImageClassification",), options=(POOLER,),
+                      variant=lambda cfg: Variant("EfficientNetModel",
+                                                  output="pooler_output" if cfg.pooler else "last_hidden_state"),
                       refused=("an even kernel or a stride other than 1 and 2",
                                "hidden_dim other than round_filters(1280) (transformers' top BatchNorm fails)",
                                "an image whose last grid is larger than hidden_dim (the pooler's kernel)"),
