@@ -124,3 +124,17 @@ def test_the_printed_command_passes(tmp_path, capsys):
     assert main(argv) in (0, None)
     out = capsys.readouterr().out
     assert "last_hidden_state" in command and "[forward]" in out and "[backward]" in out and out.count("result: PASS") == 1, out
+
+
+@pytest.mark.parametrize("config", [
+    lambda: transformers.ElectraConfig(**SMALL_ENCODER, vocab_size=100, embedding_size=16),
+    lambda: transformers.DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=48, vocab_size=100),
+])
+def test_a_model_without_a_pooler_refuses_no_pooler(config, tmp_path, capsys):
+    """ElectraModel and DistilBertModel have no pooler: --no-pooler is a usage error naming the importer."""
+    data = config().to_dict()
+    path = write_config(data, tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "hf", str(path), "--no-pooler"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"--no-pooler: the {data['model_type']} importer does not take it" in err, err
