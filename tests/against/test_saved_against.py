@@ -18,14 +18,28 @@ from costspec.model import load  # noqa: E402
 from tests.common import ROOT, invoke  # noqa: E402
 
 CONFIGS = ROOT / "tests/data/hf_configs"
+SMALL_VIT = {"image_size": "32", "hidden_size": "64", "num_attention_heads": "2", "intermediate_size": "256"}
 CASES = {  # spec -> (target, config file, config sets, dims)
     "vit_b": ("hf:ViTModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2"}, {"L": 2, "B": 2}),
+    "vit_l": ("hf:ViTModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2", **SMALL_VIT},
+              {"L": 2, "B": 2, "img": 32, "C": 64, "heads": 2}),
+    "clip_vit_l14": ("hf:CLIPVisionModelWithProjection", None, {
+        "hidden_size": "64", "intermediate_size": "256", "num_hidden_layers": "2", "num_attention_heads": "2",
+        "patch_size": "14", "projection_dim": "16", "image_size": "28"}, {"L": 2, "B": 2, "img": 28, "C": 64,
+                                                                          "heads": 2, "E": 16}),
     "bert_base": ("hf:BertModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2"},
                   {"L": 2, "B": 2, "S": 16}),
     "gpt2_small": ("hf:GPT2LMHeadModel", None, {"activation_function": "gelu_pytorch_tanh", "n_layer": "2"},
                    {"L": 2, "B": 2, "S": 16}),
+    "pythia_160m": ("hf:GPTNeoXModel", None, {"hidden_size": "64", "num_hidden_layers": "2", "num_attention_heads": "2",
+                                              "intermediate_size": "128", "vocab_size": "100"},
+                    {"B": 2, "S": 16, "C": 64, "heads": 2, "F": 128, "L": 2, "V": 100}),
     "llama_1b": ("hf:LlamaForCausalLM", str(CONFIGS / "llama_1b.json"), {"num_hidden_layers": "2"},
                  {"L": 2, "B": 2, "S": 16}),
+    "mistral_7b": ("hf:MistralModel", None, {
+        "num_hidden_layers": "2", "hidden_size": "256", "intermediate_size": "384", "num_attention_heads": "8",
+        "num_key_value_heads": "2", "head_dim": "32", "vocab_size": "1000", "sliding_window": "16"},
+        {"B": 2, "S": 64, "W": 16, "L": 2, "C": 256, "F": 384, "heads": 8, "KV": 2, "V": 1000}),
 }
 
 
@@ -50,17 +64,20 @@ def used(comparison) -> dict[str, int]:
 def expected_rules(name: str, model, values) -> dict[str, int]:
     """Each named difference from the dims: layer norms' fp32 statistics (16-bit dtypes), the index tensors the
     real model makes, the rotary tables, transformers' written-out RMSNorm (x in fp32, rstd, x normalised)."""
-    d = {k: int(values[v.symbol]) for k, v in model.dims.dims.items() if v.symbol in values}
+    d = {str(k): int(v) for k, v in values.items()}
     b = model.precision.bytes_per_element
-    L, B = d["L"], d["B"]
-    S = d.get("S", 197)
+    L, B, S = d["L"], d["B"], d["S"]
     T = B * S
-    if name == "llama_1b":
+    if name in ("llama_1b", "mistral_7b"):
         C, head = d["C"], d["C"] // d["heads"]
         return {"rmsnorm-written-out": (2 * L + 1) * T * (4 * C + 4 + b * C), "rope-tables-per-forward": 2 * S * head * b}
+    if name == "clip_vit_l14":  # ln_post normalises the class token only (B rows)
+        return {"layernorm-fp32-statistics": 2 * ((2 * L + 1) * T + B) * (4 - b)}
     out = {"layernorm-fp32-statistics": (2 * L + 1) * 2 * T * (4 - b)}
     if name in ("bert_base", "gpt2_small"):
         out["index-tensors"] = 8 * S
+    if name == "pythia_160m":  # rotary_pct 0.25: the tables span a quarter of each head
+        out["rope-tables-per-forward"] = 2 * S * (d["C"] // d["heads"] // 4) * b
     return out
 
 
@@ -75,7 +92,7 @@ def test_saved_bytes_match_the_real_model_per_row(name):
     assert kernel > 0
     expected = expected_rules(name, model, values)
     written_out = 0
-    if name == "llama_1b":  # the rule replaces the spec's own bytes of the RMSNorm rows
+    if "rmsnorm-written-out" in found:  # the rule replaces the spec's own bytes of the RMSNorm rows
         norms = sum(s for row, s, _, _ in comparison.rows if "norm" in row)
         written_out = found.pop("rmsnorm-written-out")
         assert written_out == expected.pop("rmsnorm-written-out") - norms
