@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 FP32 = 4
 INT64 = 8
+INT32 = 4
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,23 @@ RULES: tuple[SavedRule, ...] = (
               lambda n: INT64 * _seq(n),
               "the real model looks this table up with int64 ids it makes itself (position ids, or the all-zero "
               "segment ids of a single-segment input), one sequence broadcast over the batch: 8*S bytes"),
+    SavedRule("t5-bucket-ids", lambda n: n.op.name == "attention" and str(getattr(n.call.attrs, "rel_bias", "")) == "t5"
+              and not getattr(n.call.attrs, "rel_bias_shared", False),
+              lambda n: INT64 * n.call.in_shape[-2] ** 2,
+              "transformers computes T5's relative-position buckets per forward (S x S int64 ids) and the bias "
+              "table's lookup keeps them: 8*S*S bytes in the layer that makes the bias (the spec's bucket ids are "
+              "a buffer)"),
+    SavedRule("router-fp32", lambda n: n.op.name == "moe" and str(n.call.attrs.scoring) == "softmax"
+              and bool(n.call.attrs.renorm) and _bytes(n) != FP32,
+              lambda n: _rows_cols(n)[0] * (n.call.attrs.experts + 2 * n.call.attrs.top_k + 1) * (FP32 - _bytes(n)),
+              "transformers' softmax routers (Mixtral) take the softmax in fp32 and keep the routing in fp32: the "
+              "scores (T*E), the top-k weights and their sum (T*k, T) and the renormalised weights the experts' "
+              "outputs are scaled by (T*k), where the spec keeps them at the dtype: T*(E + 2k + 1)*(4 - b) bytes"),
+    SavedRule("grouped-mm-routing-indices", lambda n: n.op.name == "moe",
+              lambda n: 3 * INT64 * _rows_cols(n)[0] * n.call.attrs.top_k + INT32 * n.call.attrs.experts,
+              "transformers' grouped_mm experts (the default) sort the T*k (token, expert) rows by expert: the sort "
+              "permutation, its inverse and the rows' token ids (int64, T*k each) and the experts' row offsets "
+              "(int32, E): 24*T*k + 4*E bytes a layer (the spec's balanced rows need no sort)"),
 )
 
 
