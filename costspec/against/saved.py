@@ -66,10 +66,16 @@ def _seq(node: OpNode) -> sympy.Expr:
 
 
 RULES: tuple[SavedRule, ...] = (
-    SavedRule("layernorm-fp32-statistics", lambda n: n.op.name == "layernorm" and _bytes(n) != FP32,
-              lambda n: 2 * _rows_cols(n)[0] * (FP32 - _bytes(n)),
+    SavedRule("layernorm-fp32-statistics", lambda n: n.op.name in ("layernorm", "layernorm2d") and _bytes(n) != FP32,
+              lambda n: 2 * n.op.statistics(n.call) * (FP32 - _bytes(n)),
               "torch's layer_norm keeps its mean and rstd in fp32 for 16-bit inputs on CUDA and meta (the spec counts "
-              "them at the layer's dtype, as cpu keeps them): 2*T*(4 - b) bytes a layer, T rows, b bytes per element"),
+              "them at the layer's dtype, as cpu keeps them): 2*T*(4 - b) bytes a layer, T rows (positions of a "
+              "channels-first layernorm2d), b bytes per element"),
+    SavedRule("batchnorm-eval-statistics-on-meta", lambda n: n.op.name == "batchnorm" and n.call.attrs.mode == "eval",
+              lambda n: 2 * n.call.in_shape[1] * FP32,
+              "on meta, batch_norm with running statistics still returns a per-channel mean and 1/std (fp32, C each) "
+              "that its backward keeps; cpu's and cuDNN's inference kernels return empty ones, as the spec counts "
+              "(none): 8*C bytes a layer"),
     SavedRule("rmsnorm-written-out", lambda n: n.op.name == "rmsnorm",
               lambda n: _rows_cols(n)[0] * (FP32 * _rows_cols(n)[1] + FP32 + _bytes(n) * _rows_cols(n)[1]),
               "transformers' RMSNorm classes upcast to fp32 and write the norm out (pow, mean, rsqrt, mul, cast, "
