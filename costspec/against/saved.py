@@ -61,6 +61,10 @@ def _rope_dims(node: OpNode) -> sympy.Expr:
     return a.rope_dims if getattr(a, "rope_dims", None) else geometry(node.call).d
 
 
+def _zero(value) -> bool:
+    return value is None or sympy.sympify(value) == 0
+
+
 def _seq(node: OpNode) -> sympy.Expr:
     return node.call.in_shape[-2] if node.op.name == "position_embedding" else node.call.in_shape[-1]
 
@@ -97,6 +101,10 @@ RULES: tuple[SavedRule, ...] = (
               "transformers computes T5's relative-position buckets per forward (S x S int64 ids) and the bias "
               "table's lookup keeps them: 8*S*S bytes in the layer that makes the bias (the spec's bucket ids are "
               "a buffer)"),
+    SavedRule("probe-repeated", lambda n: n.op.name == "attention" and not _zero(getattr(n.call.attrs, "queries", 0)),
+              lambda n: n.call.in_shape[0] * n.call.attrs.queries * n.call.in_shape[-1] * _bytes(n),
+              "the real head repeats its learned queries over the batch (probe.repeat(B, 1, 1)), a tensor of its own "
+              "that the query projection keeps: B*Q*C*b bytes (the spec's queries are a parameter)"),
     SavedRule("router-fp32", lambda n: n.op.name == "moe" and str(n.call.attrs.scoring) == "softmax"
               and bool(n.call.attrs.renorm) and _bytes(n) != FP32,
               lambda n: _rows_cols(n)[0] * (n.call.attrs.experts + 2 * n.call.attrs.top_k + 1) * (FP32 - _bytes(n)),
@@ -149,6 +157,13 @@ class SavedAgainst:
                      row("", "activations saved for backward", spec, real, rules), title="saved for backward",
                      label_title="saved for backward (train)")
 
+
+SDPA_ON_META = ("on meta, SDPA runs PyTorch's math decomposition, which keeps q and k scaled, the probabilities and "
+                "v (upcast to fp32 from 16 bits) where the spec's flash kernel keeps q, k, v, the output and the "
+                "logsumexp: the spec's bytes at backend math minus its own")
+EAGER = ("the real layer computes its attention with its own bmm, softmax and bmm at the dtype (torch's "
+         "nn.MultiheadAttention asked for its weights: SigLIP's pooling head), keeping q scaled, k, v and the "
+         "probabilities: the spec's bytes at backend eager minus its own")
 
 COLUMNS = (Column("spec", "spec bytes", "count"), Column("real", "real bytes", "count"),
            Column("rules", "named rules", "count"), Column("diff", "real - spec", "count"),
@@ -208,10 +223,12 @@ def measure_real_saved(target: "Target", dtype: str) -> list[tuple[str, int, tup
 
 
 def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], target: "Target",
-                          rowmap: RowMap, kernel_model: "Network | None" = None) -> SavedAgainst:
+                          rowmap: RowMap, kernel_model: "Network | None" = None,
+                          eager_model: "Network | None" = None) -> SavedAgainst:
     """The real model's saved bytes (`measure_real_saved`) against the spec's, per matched row. `kernel_model`:
     the spec with the attention kernel the real model ran (meta decomposes SDPA: backend math), when
-    `model` names another; the difference is the rule `sdpa-kernel-on-meta`."""
+    `model` names another; the difference is the rule `sdpa-kernel-on-meta`. `eager_model`: the spec at backend
+    eager, for attention the real model computes with its own bmm and softmax (`attention-eager-kernel`)."""
     from costspec.tree.saved import saved_bytes
 
     def ev(e) -> int:
@@ -228,15 +245,15 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
     for _, row, n, _, _ in tensors:
         real[row] = real.get(row, 0) + n
     candidates: dict[str, list[tuple[str, int, str]]] = {}
-    if kernel_model is not None:
-        other = {r: ev(e) for r, e in saved_bytes(kernel_model.root).items()}
+    for kernel, name, text in ((kernel_model, "sdpa-kernel-on-meta", SDPA_ON_META), (eager_model,
+                                                                                    "attention-eager-kernel", EAGER)):
+        if kernel is None:
+            continue
+        other = {r: ev(e) for r, e in saved_bytes(kernel.root).items()}
         for r in sorted(set(other) | set(spec_rows)):
             delta = other.get(r, 0) - spec_rows.get(r, 0)
             if delta:
-                candidates.setdefault(holder.get(r, MODEL_ROW), []).append((
-                    "sdpa-kernel-on-meta", delta, "on meta, SDPA runs PyTorch's math decomposition, which keeps q and "
-                    "k scaled, the probabilities and v (upcast to fp32 from 16 bits) where the spec's flash kernel "
-                    "keeps q, k, v, the output and the logsumexp: the spec's bytes at backend math minus its own"))
+                candidates.setdefault(holder.get(r, MODEL_ROW), []).append((name, delta, text))
     seen_once: set[str] = set()
     for step in model.walk():
         node = step.node
@@ -267,10 +284,11 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
 
 def saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], target: "Target", rowmap: RowMap,
                   pass_: str, device: str,
-                  kernel_model: Callable[[], "Network"]) -> tuple[SavedAgainst | None, list[str]]:
+                  kernel_model: Callable[[str], "Network"]) -> tuple[SavedAgainst | None, list[str]]:
     """The comparison after `validate_against` ran `target` (its `rowmap`, `pass_`, `device`), or the notes
-    saying why it is not made; `kernel_model` loads the spec with backend math (what meta runs) when an
-    attention layer names another."""
+    saying why it is not made; `kernel_model(backend)` loads the spec with another attention backend: math (what
+    meta runs for SDPA) when an attention layer names another, eager (a real layer's own softmax) when one
+    names other than eager."""
     from costspec.core.errors import UsageError
     from costspec.core.vocab import Backend, Pass
 
@@ -286,10 +304,22 @@ def saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]
         return None, [f"saved activations not compared: {why}"]
     kernels = {str(n.call.attrs.backend) for n in model.op_nodes() if any(a.name == "backend" for a in n.op.attrs)}
     try:
-        other = kernel_model() if kernels - {str(Backend.MATH)} else None
-        return compare_saved_against(model, values, target, rowmap, other), []
+        other = kernel_model(str(Backend.MATH)) if kernels - {str(Backend.MATH)} else None
+        eager = _eager(kernel_model) if kernels - {str(Backend.EAGER)} else None
+        return compare_saved_against(model, values, target, rowmap, other, eager), []
     except UsageError as e:  # a layer whose saved tensors are not modelled: the FLOPs are still checked
         return None, [f"saved activations not compared: {e}"]
+
+
+def _eager(kernel_model: Callable[[str], "Network"]) -> "Network | None":
+    """The spec at backend eager, or None where a layer cannot run it (no `attention-eager-kernel` candidate)."""
+    from costspec.core.errors import SpecError, UsageError
+    from costspec.core.vocab import Backend
+
+    try:
+        return kernel_model(str(Backend.EAGER))
+    except (SpecError, UsageError):
+        return None
 
 
 def _merged(found: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:

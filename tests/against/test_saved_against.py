@@ -27,6 +27,10 @@ CASES = {  # spec -> (target, config file, config sets, dims)
         "hidden_size": "64", "intermediate_size": "256", "num_hidden_layers": "2", "num_attention_heads": "2",
         "patch_size": "14", "projection_dim": "16", "image_size": "28"}, {"L": 2, "B": 2, "img": 28, "C": 64,
                                                                           "heads": 2, "E": 16}),
+    "siglip_b16": ("hf:SiglipVisionModel", None, {"hidden_size": "64", "intermediate_size": "128",
+                                                  "num_hidden_layers": "2", "num_attention_heads": "2",
+                                                  "image_size": "32", "patch_size": "16"},
+                   {"B": 2, "img": 32, "C": 64, "heads": 2, "L": 2, "F": 128}),
     "bert_base": ("hf:BertModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2"},
                   {"L": 2, "B": 2, "S": 16}),
     "gpt2_small": ("hf:GPT2LMHeadModel", None, {"activation_function": "gelu_pytorch_tanh", "n_layer": "2"},
@@ -60,12 +64,13 @@ CASES = {  # spec -> (target, config file, config sets, dims)
                                          "num_heads": "[1, 2, 2, 2]"},  # (depths 2, 2, 6, 2: the spec's variants)
                   {"B": 2, "img": 64, "win": 2, "C": 16, "H1": 1, "H2": 2, "H3": 2, "H4": 2}),
 }
-POOLED = {"resnet50", "mobilenet_v2", "convnext_tiny", "swin_tiny"}  # compared at pooler_output
+POOLED = {"resnet50", "mobilenet_v2", "convnext_tiny", "swin_tiny", "siglip_b16"}  # compared at pooler_output
 SAVED_CONFIG = {"mixtral_8x7b": {"_experts_implementation": "grouped_mm"}}  # set after the row mapping
 # Rules that are how the real model computes, not bookkeeping: the 1% comparison takes the spec with them
 # (the attention kernel meta ran, transformers' written-out RMSNorm, T5's bucket ids made per forward)
 # and, for the convolutional nets, the per-channel statistics meta's batch_norm returns in eval mode)
-AS_RUN = ("sdpa-kernel-on-meta", "rmsnorm-written-out", "t5-bucket-ids", "batchnorm-eval-statistics-on-meta")
+AS_RUN = ("sdpa-kernel-on-meta", "attention-eager-kernel", "rmsnorm-written-out", "t5-bucket-ids",
+          "batchnorm-eval-statistics-on-meta")
 # MobileNetV2's inverted residuals (Sandler et al. 2018, Table 2): expansion t, output channels c, repeats n
 MOBILENET_V2 = ((1, 16, 1), (6, 24, 2), (6, 32, 3), (6, 64, 4), (6, 96, 3), (6, 160, 3), (6, 320, 1))
 
@@ -80,7 +85,8 @@ def compared(name: str):
     for key, value in SAVED_CONFIG.get(name, {}).items():
         setattr(real.module.config, key, value)
     return model, values, compare_saved_against(model, values, real, result.rowmap,
-                                                load(ROOT / "specs" / f"{name}.yaml", backend="math"))
+                                                load(ROOT / "specs" / f"{name}.yaml", backend="math"),
+                                                load(ROOT / "specs" / f"{name}.yaml", backend="eager"))
 
 
 def used(comparison) -> dict[str, int]:
@@ -96,7 +102,7 @@ def expected_rules(name: str, model, values) -> dict[str, int]:
     real model makes, the rotary tables, transformers' written-out RMSNorm (x in fp32, rstd, x normalised)."""
     d = {str(k): int(v) for k, v in values.items()}
     b = model.precision.bytes_per_element
-    if name in POOLED:
+    if name in POOLED and name != "siglip_b16":
         return convnet_rules(name, d, b)
     L, B, S = d["L"], d["B"], d["S"]
     T = B * S
@@ -111,6 +117,8 @@ def expected_rules(name: str, model, values) -> dict[str, int]:
         return {"t5-bucket-ids": 8 * S * S}
     if name == "clip_vit_l14":  # ln_post normalises the class token only (B rows)
         return {"layernorm-fp32-statistics": 2 * ((2 * L + 1) * T + B) * (4 - b)}
+    if name == "siglip_b16":  # the pooling head: its norm over B rows (one query), its probe repeated B times
+        return {"layernorm-fp32-statistics": 2 * ((2 * L + 1) * T + B) * (4 - b), "probe-repeated": B * d["C"] * b}
     out = {"layernorm-fp32-statistics": (2 * L + 1) * 2 * T * (4 - b)}
     if name in ("bert_base", "gpt2_small"):
         out["index-tensors"] = 8 * S
@@ -150,10 +158,13 @@ def test_saved_bytes_match_the_real_model_per_row(name):
     assert spec + rules == real and len(comparison.rows) >= 5
     found = used(comparison)
     expected = expected_rules(name, model, values)
-    if name != "t5_small_encoder" and name not in POOLED:  # (T5 and Swin run their attention eagerly, as their
-        # specs do; the convnets have none)
+    if name != "t5_small_encoder" and name not in POOLED - {"siglip_b16"}:  # (T5 and Swin run their attention
+        # eagerly, as their specs do; the convnets have none)
         assert found["sdpa-kernel-on-meta"] > 0  # meta runs the math SDPA: the spec at backend math
         expected["sdpa-kernel-on-meta"] = found["sdpa-kernel-on-meta"]
+    if name == "siglip_b16":  # the pooling head's nn.MultiheadAttention runs its own softmax: the spec at eager
+        assert found["attention-eager-kernel"] > 0
+        expected["attention-eager-kernel"] = found["attention-eager-kernel"]
     if "rmsnorm-written-out" in found:  # the rule replaces the spec's own bytes of the RMSNorm rows
         norms = sum(s for row, s, _, _ in comparison.rows if "norm" in row)
         expected["rmsnorm-written-out"] -= norms
@@ -197,5 +208,5 @@ def test_when_the_real_model_is_not_compared_a_note_says_why(pass_, device, chec
     from costspec.against.saved import saved_against
 
     model = load(ROOT / "specs" / "vit_b.yaml", checkpoint=checkpoint)
-    compared_, notes = saved_against(model, model.bind(), None, None, pass_, device, lambda: model)
+    compared_, notes = saved_against(model, model.bind(), None, None, pass_, device, lambda _: model)
     assert compared_ is None and len(notes) == 1 and why in notes[0]
