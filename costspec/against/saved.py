@@ -170,9 +170,11 @@ COLUMNS = (Column("spec", "spec bytes", "count"), Column("real", "real bytes", "
            Column("saved", "saved", "text"))
 
 
-def measure_real_saved(target: "Target", dtype: str) -> list[tuple[str, int, tuple[int, ...], str]]:
+def measure_real_saved(target: "Target", dtype: str,
+                       calls: list[str] | None = None) -> list[tuple[str, int, tuple[int, ...], str]]:
     """One training forward of the real module under the pack hook: (module path, bytes, shape, dtype) of
-    every storage it saves, once, parameters and buffers left out (see the module docstring)."""
+    every storage it saves, once, parameters and buffers left out (see the module docstring); `calls`, when
+    given, gets the modules' paths in the order they were first called."""
     import torch
 
     from costspec.runtime.torch_build import TORCH_DTYPES
@@ -189,9 +191,14 @@ def measure_real_saved(target: "Target", dtype: str) -> list[tuple[str, int, tup
     names = {id(m): p for p, m in module.named_modules()}
     stack: list[str] = []
 
+    called: set[str] = set()
+
     def enter(m, _args):
         if id(m) in names:
             stack.append(names[id(m)])
+            if calls is not None and names[id(m)] not in called:
+                called.add(names[id(m)])
+                calls.append(names[id(m)])
 
     def leave(m, _args, _out):
         if id(m) in names and stack and stack[-1] == names[id(m)]:
@@ -240,8 +247,9 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
     spec: dict[str, int] = {}
     for r, n in spec_rows.items():
         spec[holder.get(r, MODEL_ROW)] = spec.get(holder.get(r, MODEL_ROW), 0) + n
-    tensors = [(path, rowmap.row_of(path), n, shape, dt) for path, n, shape, dt in
-               measure_real_saved(target, str(model.precision.dtype))]
+    calls: list[str] = []
+    measured = measure_real_saved(target, str(model.precision.dtype), calls)
+    tensors = [(path, _row_of(path, rowmap, calls), n, shape, dt) for path, n, shape, dt in measured]
     real: dict[str, int] = {}
     for _, row, n, _, _ in tensors:
         real[row] = real.get(row, 0) + n
@@ -315,6 +323,21 @@ def saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]
         return compare_saved_against(model, values, target, rowmap, other, eager), []
     except UsageError as e:  # a layer whose saved tensors are not modelled: the FLOPs are still checked
         return None, [f"saved activations not compared: {e}"]
+
+
+def _row_of(path: str, rowmap: RowMap, calls: list[str]) -> str:
+    """The row of a real module; a module no row names, called between two modules of one row with several
+    sources (Whisper's activation between the MLP's fc1 and fc2: `source: [fc1, fc2]`) and beside them, is
+    that row's."""
+    if not path or any(path in m.paths for m in rowmap.matches.values()) or path not in calls:
+        return rowmap.row_of(path)
+    parent = path.rpartition(".")[0]
+    siblings = [p for p in calls if p.rpartition(".")[0] == parent]
+    here = siblings.index(path)
+    before = {row for row, m in rowmap.matches.items() if len(m.paths) > 1 and set(siblings[:here]) & set(m.paths)}
+    after = {row for row, m in rowmap.matches.items() if len(m.paths) > 1 and set(siblings[here + 1:]) & set(m.paths)}
+    between = sorted(before & after)
+    return between[0] if len(between) == 1 else rowmap.row_of(path)
 
 
 def _eager(kernel_model: Callable[[str], "Network"]) -> "Network | None":

@@ -71,11 +71,19 @@ CASES = {  # spec -> (target, config file, config sets, dims)
     "mamba_130m": ("hf:MambaForCausalLM", None, {"num_hidden_layers": "2", "hidden_size": "64", "state_size": "4",
                                                  "time_step_rank": "4", "vocab_size": "100"},
                    {"B": 2, "S": 8, "L": 2, "C": 64, "N": 4, "R": 4, "V": 100}),
+    # (the activation between fc1 and fc2, a module of the MLP's two sources, is the MLP's)
+    "whisper_tiny_encoder": ("hf:WhisperEncoder", None, {
+        "encoder_layers": "2", "encoder_attention_heads": "2", "d_model": "64", "encoder_ffn_dim": "128",
+        "num_mel_bins": "8", "max_source_positions": "16"}, {"B": 2, "S": 16, "L": 2, "heads": 2, "C": 64, "F": 128,
+                                                              "M": 8}),
+    "efficientnet_b0": ("hf:EfficientNetModel", None, {  # narrower stages at 64 px, as tests/zoo checks them
+        "width_coefficient": "1.0", "depth_coefficient": "1.0", "hidden_dim": "1280", "image_size": "64", "in_channels": "[32, 8, 8, 16, 16, 16, 24]", "out_channels": "[8, 8, 16, 16, 16, 24, 24]"},
+        {"B": 2, "img": 64, "C1": 8, "C2": 8, "C3": 16, "C4": 16, "C5": 16, "C6": 24, "C7": 24}),
 }
 # the generated Mamba scan mixes fp32 states with 16-bit C, which the spec's saved bytes do not model: fp32
 DTYPES = {"mamba_130m": "fp32"}
-NO_SDPA = {"t5_small_encoder", "swin_tiny", "resnet50", "mobilenet_v2", "convnext_tiny", "mamba_130m"}
-POOLED = {"resnet50", "mobilenet_v2", "convnext_tiny", "swin_tiny", "siglip_b16"}  # compared at pooler_output
+NO_SDPA = {"efficientnet_b0", "t5_small_encoder", "swin_tiny", "resnet50", "mobilenet_v2", "convnext_tiny", "mamba_130m"}
+POOLED = {"efficientnet_b0", "resnet50", "mobilenet_v2", "convnext_tiny", "swin_tiny", "siglip_b16"}  # compared at pooler_output
 SAVED_CONFIG = {"mixtral_8x7b": {"_experts_implementation": "grouped_mm"}}  # set after the row mapping
 # Rules that are how the real model computes, not bookkeeping: the 1% comparison takes the spec with them
 # (the attention kernel meta ran, transformers' written-out RMSNorm, T5's bucket ids made per forward)
@@ -153,6 +161,14 @@ def convnet_rules(name: str, d: dict[str, int], b: int) -> dict[str, int]:
             for _ in range(n):
                 channels += (2 * t * cin if t > 1 else cin) + c
                 cin = c
+        return {"batchnorm-eval-statistics-on-meta": 8 * (channels + 1280)}
+    if name == "efficientnet_b0":  # the stem (32); a block: expand (6*in, not in stage 1), depthwise, project
+        channels, cin = 32, 32  # (its out channels); the head's 1x1 (1280). Stages 1 and 7 have one block
+        for i in range(1, 8):
+            t, cout = (1 if i == 1 else 6), d[f"C{i}"]
+            for _ in range(d.get(f"R{i}", 1)):
+                channels += (2 * t * cin if t > 1 else cin) + cout
+                cin = cout
         return {"batchnorm-eval-statistics-on-meta": 8 * (channels + 1280)}
     if name == "convnext_tiny":  # stage grids img/4, /8, /16, /32: the stem's and D_i blocks' norms at T_i rows,
         T = [B * (d["img"] // 4 // 2 ** i) ** 2 for i in range(4)]  # the downsamples' at T_(i-1), the pooled B
