@@ -318,8 +318,8 @@ def saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]
         return None, [f"saved activations not compared: {why}"]
     kernels = {str(n.call.attrs.backend) for n in model.op_nodes() if any(a.name == "backend" for a in n.op.attrs)}
     try:
-        other = kernel_model(str(Backend.MATH)) if kernels - {str(Backend.MATH)} else None
-        eager = _eager(kernel_model) if kernels - {str(Backend.EAGER)} else None
+        other = _kernel(kernel_model, Backend.MATH) if kernels - {str(Backend.MATH)} else None
+        eager = _kernel(kernel_model, Backend.EAGER) if kernels - {str(Backend.EAGER)} else None
         return compare_saved_against(model, values, target, rowmap, other, eager), []
     except UsageError as e:  # a layer whose saved tensors are not modelled: the FLOPs are still checked
         return None, [f"saved activations not compared: {e}"]
@@ -340,13 +340,13 @@ def _row_of(path: str, rowmap: RowMap, calls: list[str]) -> str:
     return between[0] if len(between) == 1 else rowmap.row_of(path)
 
 
-def _eager(kernel_model: Callable[[str], "Network"]) -> "Network | None":
-    """The spec at backend eager, or None where a layer cannot run it (no `attention-eager-kernel` candidate)."""
+def _kernel(kernel_model: Callable[[str], "Network"], backend: str) -> "Network | None":
+    """The spec at another attention backend, or None where a layer cannot run it (Gemma 2's soft-capping has no
+    math form): then that kernel gives no candidate."""
     from costspec.core.errors import SpecError, UsageError
-    from costspec.core.vocab import Backend
 
     try:
-        return kernel_model(str(Backend.EAGER))
+        return kernel_model(str(backend))
     except (SpecError, UsageError):
         return None
 
