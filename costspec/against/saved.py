@@ -61,6 +61,12 @@ def _rope_dims(node: OpNode) -> sympy.Expr:
     return a.rope_dims if getattr(a, "rope_dims", None) else geometry(node.call).d
 
 
+def _geom(node: OpNode):
+    from costspec.ops.attention.geometry import geometry
+
+    return geometry(node.call)
+
+
 def _zero(value) -> bool:
     return value is None or sympy.sympify(value) == 0
 
@@ -105,6 +111,16 @@ RULES: tuple[SavedRule, ...] = (
               lambda n: n.call.in_shape[0] * n.call.attrs.queries * n.call.in_shape[-1] * _bytes(n),
               "the real head repeats its learned queries over the batch (probe.repeat(B, 1, 1)), a tensor of its own "
               "that the query projection keeps: B*Q*C*b bytes (the spec's queries are a parameter)"),
+    SavedRule("rel-pos-index-ids", lambda n: n.op.name == "attention" and bool(getattr(n.call.attrs, "rel_pos", 0)),
+              lambda n: INT64 * (_geom(n).qh ** 2 + _geom(n).qw ** 2),
+              "transformers' SAM computes the relative coordinates its rel_pos tables are read at per forward "
+              "(Hq x Hk and Wq x Wk int64 ids), kept by the gathers: 8*(Hq^2 + Wq^2) bytes a layer (the spec's are "
+              "buffers)"),
+    SavedRule("rel-pos-qkv-storage", lambda n: n.op.name == "attention" and bool(getattr(n.call.attrs, "rel_pos", 0)),
+              lambda n: 2 * _geom(n).m * _geom(n).h * _geom(n).d * _bytes(n),
+              "transformers' SAM reads q for the relative-position einsums as a view of the fused qkv output, so "
+              "the whole qkv storage (3*M*h*d at the dtype, M rows) stays saved, and q reshaped (M*h*d) too, where "
+              "the spec's module keeps two q-sized tensors: 2*M*h*d*b bytes a layer"),
     SavedRule("router-fp32", lambda n: n.op.name == "moe" and str(n.call.attrs.scoring) == "softmax"
               and bool(n.call.attrs.renorm) and _bytes(n) != FP32,
               lambda n: _rows_cols(n)[0] * (n.call.attrs.experts + 2 * n.call.attrs.top_k + 1) * (FP32 - _bytes(n)),

@@ -79,17 +79,20 @@ CASES = {  # spec -> (target, config file, config sets, dims)
     "efficientnet_b0": ("hf:EfficientNetModel", None, {  # narrower stages at 64 px, as tests/zoo checks them
         "width_coefficient": "1.0", "depth_coefficient": "1.0", "hidden_dim": "1280", "image_size": "64", "in_channels": "[32, 8, 8, 16, 16, 16, 24]", "out_channels": "[8, 8, 16, 16, 16, 24, 24]"},
         {"B": 2, "img": 64, "C1": 8, "C2": 8, "C3": 16, "C4": 16, "C5": 16, "C6": 24, "C7": 24}),
+    "sam_vit_b": ("hf:SamVisionModel", None, {"hidden_size": "32", "num_attention_heads": "2", "image_size": "80",
+                                              "window_size": "3", "output_channels": "8"},
+                  {"B": 2, "img": 80, "C": 32, "heads": 2, "L": 12, "win": 3, "N": 8}),  # 5 x 5 tokens, padded to 6 x 6
 }
 # the generated Mamba scan mixes fp32 states with 16-bit C, which the spec's saved bytes do not model: fp32
 DTYPES = {"mamba_130m": "fp32"}
-NO_SDPA = {"efficientnet_b0", "t5_small_encoder", "swin_tiny", "resnet50", "mobilenet_v2", "convnext_tiny", "mamba_130m"}
+NO_SDPA = {"sam_vit_b", "efficientnet_b0", "t5_small_encoder", "swin_tiny", "resnet50", "mobilenet_v2", "convnext_tiny", "mamba_130m"}
 POOLED = {"efficientnet_b0", "resnet50", "mobilenet_v2", "convnext_tiny", "swin_tiny", "siglip_b16"}  # compared at pooler_output
 SAVED_CONFIG = {"mixtral_8x7b": {"_experts_implementation": "grouped_mm"}}  # set after the row mapping
 # Rules that are how the real model computes, not bookkeeping: the 1% comparison takes the spec with them
 # (the attention kernel meta ran, transformers' written-out RMSNorm, T5's bucket ids made per forward)
 # and, for the convolutional nets, the per-channel statistics meta's batch_norm returns in eval mode)
 AS_RUN = ("sdpa-kernel-on-meta", "attention-eager-kernel", "rmsnorm-written-out", "t5-bucket-ids",
-          "batchnorm-eval-statistics-on-meta")
+          "batchnorm-eval-statistics-on-meta", "rel-pos-qkv-storage")
 # MobileNetV2's inverted residuals (Sandler et al. 2018, Table 2): expansion t, output channels c, repeats n
 MOBILENET_V2 = ((1, 16, 1), (6, 24, 2), (6, 32, 3), (6, 64, 4), (6, 96, 3), (6, 160, 3), (6, 320, 1))
 
@@ -133,6 +136,15 @@ def expected_rules(name: str, model, values) -> dict[str, int]:
             E, K = d["E"], d["K"]
             out |= {"router-fp32": L * T * (E + 2 * K + 1) * (4 - b), "grouped-mm-routing-indices": L * (24 * T * K + 4 * E)}
         return out
+    if name == "sam_vit_b":  # global layers over the G x G grid, the others over windows padding it
+        from transformers import SamVisionConfig
+
+        G, w, C = d["img"] // 16, d["win"], d["C"]
+        g = len(SamVisionConfig().global_attn_indexes)
+        M = B * ((G + w - 1) // w * w) ** 2
+        return {"layernorm-fp32-statistics": (2 * L + 2) * 2 * T * (4 - b),  # the neck's two over the grid too
+                "rel-pos-index-ids": 8 * (g * 2 * G * G + (L - g) * 2 * w * w),
+                "rel-pos-qkv-storage": 2 * C * b * (g * T + (L - g) * M)}
     if name == "mamba_130m":  # a norm a block and the final one, written out; in fp32 as many bytes as the spec's
         return {"rmsnorm-written-out": (L + 1) * T * (4 * d["C"] + 4 + b * d["C"])}
     if name == "t5_small_encoder":  # the first block's bucket ids; T5's RMSNorm as the spec's
