@@ -61,6 +61,12 @@ def _rope_dims(node: OpNode) -> sympy.Expr:
     return a.rope_dims if getattr(a, "rope_dims", None) else geometry(node.call).d
 
 
+def _norm_rows(node: OpNode) -> sympy.Expr:
+    """The rows a layer norm normalises: all but the last dim, or all but the channels (dim 1) of layernorm2d."""
+    shape = node.call.in_shape
+    return numel(shape) / shape[1] if node.op.name == "layernorm2d" else numel(shape[:-1])
+
+
 def _geom(node: OpNode):
     from costspec.ops.attention.geometry import geometry
 
@@ -77,7 +83,7 @@ def _seq(node: OpNode) -> sympy.Expr:
 
 RULES: tuple[SavedRule, ...] = (
     SavedRule("layernorm-fp32-statistics", lambda n: n.op.name in ("layernorm", "layernorm2d") and _bytes(n) != FP32,
-              lambda n: 2 * n.op.statistics(n.call) * (FP32 - _bytes(n)),
+              lambda n: 2 * _norm_rows(n) * (FP32 - _bytes(n)),
               "torch's layer_norm keeps its mean and rstd in fp32 for 16-bit inputs on CUDA and meta (the spec counts "
               "them at the layer's dtype, as cpu keeps them): 2*T*(4 - b) bytes a layer, T rows (positions of a "
               "channels-first layernorm2d), b bytes per element"),
