@@ -3,8 +3,10 @@
 The real module runs one more training forward on `meta`, cast to the spec's dtype (as a model trained in it
 is), in eval mode as the FLOP comparison runs it (dropout is identity: no masks), under a
 `saved_tensors_hooks` pack hook: every saved storage once, parameters and buffers left out, charged to the
-innermost real module open when it was saved, and that module to its matched spec row (`mapping`). The
-spec's bytes (`costspec.tree.saved`) go to the deepest matched row holding each op row.
+innermost real module open when it was saved, and that module to its matched spec row (`mapping`; a module no
+row names, called between two sources of one row, to that row). The spec's bytes (`costspec.tree.saved`) go to
+the deepest matched row holding each op row; the spec at the attention kernels the real model may have run
+(math, eager) gives the kernel rules' candidates.
 
 Differences that are conventions of how the real model runs are named rules with their formulas
 (`RULES`), real = spec + rule, candidates per row: as in the FLOP comparison, a row uses the largest set of
