@@ -3,8 +3,10 @@
 The real module runs one more training forward on `meta`, cast to the spec's dtype (as a model trained in it
 is), in eval mode as the FLOP comparison runs it (dropout is identity: no masks), under a
 `saved_tensors_hooks` pack hook: every saved storage once, parameters and buffers left out, charged to the
-innermost real module open when it was saved, and that module to its matched spec row (`mapping`). The
-spec's bytes (`costspec.tree.saved`) go to the deepest matched row holding each op row.
+innermost real module open when it was saved, and that module to its matched spec row (`mapping`; a module no
+row names, called between two sources of one row, to that row). The spec's bytes (`costspec.tree.saved`) go to
+the deepest matched row holding each op row; the spec at the attention kernels the real model may have run
+(math, eager) gives the kernel rules' candidates.
 
 Differences that are conventions of how the real model runs are named rules with their formulas
 (`RULES`), real = spec + rule, candidates per row: as in the FLOP comparison, a row uses the largest set of
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 FP32 = 4
 INT64 = 8
+INT32 = 4
 
 
 @dataclass(frozen=True)
@@ -60,15 +63,37 @@ def _rope_dims(node: OpNode) -> sympy.Expr:
     return a.rope_dims if getattr(a, "rope_dims", None) else geometry(node.call).d
 
 
+def _norm_rows(node: OpNode) -> sympy.Expr:
+    """The rows a layer norm normalises: all but the last dim, or all but the channels (dim 1) of layernorm2d."""
+    shape = node.call.in_shape
+    return numel(shape) / shape[1] if node.op.name == "layernorm2d" else numel(shape[:-1])
+
+
+def _geom(node: OpNode):
+    from costspec.ops.attention.geometry import geometry
+
+    return geometry(node.call)
+
+
+def _zero(value) -> bool:
+    return value is None or sympy.sympify(value) == 0
+
+
 def _seq(node: OpNode) -> sympy.Expr:
     return node.call.in_shape[-2] if node.op.name == "position_embedding" else node.call.in_shape[-1]
 
 
 RULES: tuple[SavedRule, ...] = (
-    SavedRule("layernorm-fp32-statistics", lambda n: n.op.name == "layernorm" and _bytes(n) != FP32,
-              lambda n: 2 * _rows_cols(n)[0] * (FP32 - _bytes(n)),
+    SavedRule("layernorm-fp32-statistics", lambda n: n.op.name in ("layernorm", "layernorm2d") and _bytes(n) != FP32,
+              lambda n: 2 * _norm_rows(n) * (FP32 - _bytes(n)),
               "torch's layer_norm keeps its mean and rstd in fp32 for 16-bit inputs on CUDA and meta (the spec counts "
-              "them at the layer's dtype, as cpu keeps them): 2*T*(4 - b) bytes a layer, T rows, b bytes per element"),
+              "them at the layer's dtype, as cpu keeps them): 2*T*(4 - b) bytes a layer, T rows (positions of a "
+              "channels-first layernorm2d), b bytes per element"),
+    SavedRule("batchnorm-eval-statistics-on-meta", lambda n: n.op.name == "batchnorm" and n.call.attrs.mode == "eval",
+              lambda n: 2 * n.call.in_shape[1] * FP32,
+              "on meta, batch_norm with running statistics still returns a per-channel mean and 1/std (fp32, C each) "
+              "that its backward keeps; cpu's and cuDNN's inference kernels return empty ones, as the spec counts "
+              "(none): 8*C bytes a layer"),
     SavedRule("rmsnorm-written-out", lambda n: n.op.name == "rmsnorm",
               lambda n: _rows_cols(n)[0] * (FP32 * _rows_cols(n)[1] + FP32 + _bytes(n) * _rows_cols(n)[1]),
               "transformers' RMSNorm classes upcast to fp32 and write the norm out (pow, mean, rsqrt, mul, cast, "
@@ -84,6 +109,37 @@ RULES: tuple[SavedRule, ...] = (
               lambda n: INT64 * _seq(n),
               "the real model looks this table up with int64 ids it makes itself (position ids, or the all-zero "
               "segment ids of a single-segment input), one sequence broadcast over the batch: 8*S bytes"),
+    SavedRule("t5-bucket-ids", lambda n: n.op.name == "attention" and str(getattr(n.call.attrs, "rel_bias", "")) == "t5"
+              and not getattr(n.call.attrs, "rel_bias_shared", False),
+              lambda n: INT64 * n.call.in_shape[-2] ** 2,
+              "transformers computes T5's relative-position buckets per forward (S x S int64 ids) and the bias "
+              "table's lookup keeps them: 8*S*S bytes in the layer that makes the bias (the spec's bucket ids are "
+              "a buffer)"),
+    SavedRule("probe-repeated", lambda n: n.op.name == "attention" and not _zero(getattr(n.call.attrs, "queries", 0)),
+              lambda n: n.call.in_shape[0] * n.call.attrs.queries * n.call.in_shape[-1] * _bytes(n),
+              "the real head repeats its learned queries over the batch (probe.repeat(B, 1, 1)), a tensor of its own "
+              "that the query projection keeps: B*Q*C*b bytes (the spec's queries are a parameter)"),
+    SavedRule("rel-pos-index-ids", lambda n: n.op.name == "attention" and bool(getattr(n.call.attrs, "rel_pos", 0)),
+              lambda n: INT64 * (_geom(n).qh ** 2 + _geom(n).qw ** 2),
+              "transformers' SAM computes the relative coordinates its rel_pos tables are read at per forward "
+              "(Hq x Hk and Wq x Wk int64 ids), kept by the gathers: 8*(Hq^2 + Wq^2) bytes a layer (the spec's are "
+              "buffers)"),
+    SavedRule("rel-pos-qkv-storage", lambda n: n.op.name == "attention" and bool(getattr(n.call.attrs, "rel_pos", 0)),
+              lambda n: 2 * _geom(n).m * _geom(n).h * _geom(n).d * _bytes(n),
+              "transformers' SAM reads q for the relative-position einsums as a view of the fused qkv output, so "
+              "the whole qkv storage (3*M*h*d at the dtype, M rows) stays saved, and q reshaped (M*h*d) too, where "
+              "the spec's module keeps two q-sized tensors: 2*M*h*d*b bytes a layer"),
+    SavedRule("router-fp32", lambda n: n.op.name == "moe" and str(n.call.attrs.scoring) == "softmax"
+              and bool(n.call.attrs.renorm) and _bytes(n) != FP32,
+              lambda n: _rows_cols(n)[0] * (n.call.attrs.experts + 2 * n.call.attrs.top_k + 1) * (FP32 - _bytes(n)),
+              "transformers' softmax routers (Mixtral) take the softmax in fp32 and keep the routing in fp32: the "
+              "scores (T*E), the top-k weights and their sum (T*k, T) and the renormalised weights the experts' "
+              "outputs are scaled by (T*k), where the spec keeps them at the dtype: T*(E + 2k + 1)*(4 - b) bytes"),
+    SavedRule("grouped-mm-routing-indices", lambda n: n.op.name == "moe",
+              lambda n: 3 * INT64 * _rows_cols(n)[0] * n.call.attrs.top_k + INT32 * n.call.attrs.experts,
+              "transformers' grouped_mm experts (the default) sort the T*k (token, expert) rows by expert: the sort "
+              "permutation, its inverse and the rows' token ids (int64, T*k each) and the experts' row offsets "
+              "(int32, E): 24*T*k + 4*E bytes a layer (the spec's balanced rows need no sort)"),
 )
 
 
@@ -126,14 +182,23 @@ class SavedAgainst:
                      label_title="saved for backward (train)")
 
 
+SDPA_ON_META = ("on meta, SDPA runs PyTorch's math decomposition, which keeps q and k scaled, the probabilities and "
+                "v (upcast to fp32 from 16 bits) where the spec's flash kernel keeps q, k, v, the output and the "
+                "logsumexp: the spec's bytes at backend math minus its own")
+EAGER = ("the real layer computes its attention with its own bmm, softmax and bmm at the dtype (torch's "
+         "nn.MultiheadAttention asked for its weights: SigLIP's pooling head), keeping q scaled, k, v and the "
+         "probabilities: the spec's bytes at backend eager minus its own")
+
 COLUMNS = (Column("spec", "spec bytes", "count"), Column("real", "real bytes", "count"),
            Column("rules", "named rules", "count"), Column("diff", "real - spec", "count"),
            Column("saved", "saved", "text"))
 
 
-def measure_real_saved(target: "Target", dtype: str) -> list[tuple[str, int, tuple[int, ...], str]]:
+def measure_real_saved(target: "Target", dtype: str,
+                       calls: list[str] | None = None) -> list[tuple[str, int, tuple[int, ...], str]]:
     """One training forward of the real module under the pack hook: (module path, bytes, shape, dtype) of
-    every storage it saves, once, parameters and buffers left out (see the module docstring)."""
+    every storage it saves, once, parameters and buffers left out (see the module docstring); `calls`, when
+    given, gets the modules' paths in the order they were first called."""
     import torch
 
     from costspec.runtime.torch_build import TORCH_DTYPES
@@ -150,9 +215,14 @@ def measure_real_saved(target: "Target", dtype: str) -> list[tuple[str, int, tup
     names = {id(m): p for p, m in module.named_modules()}
     stack: list[str] = []
 
+    called: set[str] = set()
+
     def enter(m, _args):
         if id(m) in names:
             stack.append(names[id(m)])
+            if calls is not None and names[id(m)] not in called:
+                called.add(names[id(m)])
+                calls.append(names[id(m)])
 
     def leave(m, _args, _out):
         if id(m) in names and stack and stack[-1] == names[id(m)]:
@@ -184,10 +254,13 @@ def measure_real_saved(target: "Target", dtype: str) -> list[tuple[str, int, tup
 
 
 def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], target: "Target",
-                          rowmap: RowMap, kernel_model: "Network | None" = None) -> SavedAgainst:
+                          rowmap: RowMap, kernel_model: "Network | None" = None,
+                          eager_model: "Network | None" = None) -> SavedAgainst:
     """The real model's saved bytes (`measure_real_saved`) against the spec's, per matched row. `kernel_model`:
     the spec with the attention kernel the real model ran (meta decomposes SDPA: backend math), when
-    `model` names another; the difference is the rule `sdpa-kernel-on-meta`."""
+    `model` names another; the difference is the rule `sdpa-kernel-on-meta`. `eager_model`: the spec at backend
+    eager, for attention the real model computes with its own bmm and softmax (`attention-eager-kernel`)."""
+    from costspec.core.errors import UsageError
     from costspec.tree.saved import saved_bytes
 
     def ev(e) -> int:
@@ -198,21 +271,27 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
     spec: dict[str, int] = {}
     for r, n in spec_rows.items():
         spec[holder.get(r, MODEL_ROW)] = spec.get(holder.get(r, MODEL_ROW), 0) + n
-    tensors = [(path, rowmap.row_of(path), n, shape, dt) for path, n, shape, dt in
-               measure_real_saved(target, str(model.precision.dtype))]
+    calls: list[str] = []
+    measured = measure_real_saved(target, str(model.precision.dtype), calls)
+    tensors = [(path, _row_of(path, rowmap, calls), n, shape, dt) for path, n, shape, dt in measured]
     real: dict[str, int] = {}
     for _, row, n, _, _ in tensors:
         real[row] = real.get(row, 0) + n
     candidates: dict[str, list[tuple[str, int, str]]] = {}
-    if kernel_model is not None:
-        other = {r: ev(e) for r, e in saved_bytes(kernel_model.root).items()}
+    for kernel, name, text in ((kernel_model, "sdpa-kernel-on-meta", SDPA_ON_META), (eager_model,
+                                                                                    "attention-eager-kernel", EAGER)):
+        if kernel is None:
+            continue
+        try:
+            other = {r: ev(e) for r, e in saved_bytes(kernel.root).items()}
+        except UsageError:  # a layer whose eager form's saved tensors are not modelled (MLA): no such candidate
+            if kernel is kernel_model:
+                raise
+            continue
         for r in sorted(set(other) | set(spec_rows)):
             delta = other.get(r, 0) - spec_rows.get(r, 0)
             if delta:
-                candidates.setdefault(holder.get(r, MODEL_ROW), []).append((
-                    "sdpa-kernel-on-meta", delta, "on meta, SDPA runs PyTorch's math decomposition, which keeps q and "
-                    "k scaled, the probabilities and v (upcast to fp32 from 16 bits) where the spec's flash kernel "
-                    "keeps q, k, v, the output and the logsumexp: the spec's bytes at backend math minus its own"))
+                candidates.setdefault(holder.get(r, MODEL_ROW), []).append((name, delta, text))
     seen_once: set[str] = set()
     for step in model.walk():
         node = step.node
@@ -243,10 +322,11 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
 
 def saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], target: "Target", rowmap: RowMap,
                   pass_: str, device: str,
-                  kernel_model: Callable[[], "Network"]) -> tuple[SavedAgainst | None, list[str]]:
+                  kernel_model: Callable[[str], "Network"]) -> tuple[SavedAgainst | None, list[str]]:
     """The comparison after `validate_against` ran `target` (its `rowmap`, `pass_`, `device`), or the notes
-    saying why it is not made; `kernel_model` loads the spec with backend math (what meta runs) when an
-    attention layer names another."""
+    saying why it is not made; `kernel_model(backend)` loads the spec with another attention backend: math (what
+    meta runs for SDPA) when an attention layer names another, eager (a real layer's own softmax) when one
+    names other than eager."""
     from costspec.core.errors import UsageError
     from costspec.core.vocab import Backend, Pass
 
@@ -262,10 +342,37 @@ def saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer]
         return None, [f"saved activations not compared: {why}"]
     kernels = {str(n.call.attrs.backend) for n in model.op_nodes() if any(a.name == "backend" for a in n.op.attrs)}
     try:
-        other = kernel_model() if kernels - {str(Backend.MATH)} else None
-        return compare_saved_against(model, values, target, rowmap, other), []
+        other = _kernel(kernel_model, Backend.MATH) if kernels - {str(Backend.MATH)} else None
+        eager = _kernel(kernel_model, Backend.EAGER) if kernels - {str(Backend.EAGER)} else None
+        return compare_saved_against(model, values, target, rowmap, other, eager), []
     except UsageError as e:  # a layer whose saved tensors are not modelled: the FLOPs are still checked
         return None, [f"saved activations not compared: {e}"]
+
+
+def _row_of(path: str, rowmap: RowMap, calls: list[str]) -> str:
+    """The row of a real module; a module no row names, called between two modules of one row with several
+    sources (Whisper's activation between the MLP's fc1 and fc2: `source: [fc1, fc2]`) and beside them, is
+    that row's."""
+    if not path or any(path in m.paths for m in rowmap.matches.values()) or path not in calls:
+        return rowmap.row_of(path)
+    parent = path.rpartition(".")[0]
+    siblings = [p for p in calls if p.rpartition(".")[0] == parent]
+    here = siblings.index(path)
+    before = {row for row, m in rowmap.matches.items() if len(m.paths) > 1 and set(siblings[:here]) & set(m.paths)}
+    after = {row for row, m in rowmap.matches.items() if len(m.paths) > 1 and set(siblings[here + 1:]) & set(m.paths)}
+    between = sorted(before & after)
+    return between[0] if len(between) == 1 else rowmap.row_of(path)
+
+
+def _kernel(kernel_model: Callable[[str], "Network"], backend: str) -> "Network | None":
+    """The spec at another attention backend, or None where a layer cannot run it (Gemma 2's soft-capping has no
+    math form): then that kernel gives no candidate."""
+    from costspec.core.errors import SpecError, UsageError
+
+    try:
+        return kernel_model(str(backend))
+    except (SpecError, UsageError):
+        return None
 
 
 def _merged(found: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:

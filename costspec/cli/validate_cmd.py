@@ -123,6 +123,6 @@ def validate_command(spec: str, dims: Bindings, counting: Counting, display: Dis
 
             outcome.saved, outcome.saved_notes = saved_against(
                 model, values, real, outcome.rowmap, outcome.pass_, outcome.device,
-                lambda: replace(serving, backend="math", checkpoint=counting.checkpoint).load(spec))
+                lambda backend: replace(serving, backend=backend, checkpoint=counting.checkpoint).load(spec))
     click.echo(render(against_result(outcome), display.fmt))
     check_against(outcome)
