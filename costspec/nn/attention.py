@@ -199,9 +199,7 @@ class SelfAttention(nn.Module):
             shape = (batch, self.kv_heads, cached, head_dim)
             self.register_buffer("k_cache", torch.randn(shape), persistent=False)
             self.register_buffer("v_cache", torch.randn(shape), persistent=False)
-            self.causal = False
-            if scores.alibi:
-                self.register_buffer("window_mask", alibi_bias(heads, 1, cached + 1, False), persistent=False)
+            self.causal = False  # (the op's rules refuse ALiBi with a cache)
         elif scores.alibi:  # the causal mask folded into ALiBi's bias: one float mask
             self.register_buffer("window_mask", alibi_bias(heads, q_len, rope_len, causal), persistent=False)
         elif sliding_window or scores.local_window or (causal and scores.eager):  # an additive mask, built once
