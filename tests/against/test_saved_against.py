@@ -23,6 +23,9 @@ CASES = {  # spec -> (target, config file, config sets, dims)
     "vit_b": ("hf:ViTModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2"}, {"L": 2, "B": 2}),
     "vit_l": ("hf:ViTModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2", **SMALL_VIT},
               {"L": 2, "B": 2, "img": 32, "C": 64, "heads": 2}),
+    "vit_h": ("hf:ViTModel", None, {"add_pooling_layer": "false", "num_hidden_layers": "2", "hidden_size": "1280",
+                                    "num_attention_heads": "16", "intermediate_size": "5120", "patch_size": "14"},
+              {"L": 2, "B": 2}),
     "clip_vit_l14": ("hf:CLIPVisionModelWithProjection", None, {
         "hidden_size": "64", "intermediate_size": "256", "num_hidden_layers": "2", "num_attention_heads": "2",
         "patch_size": "14", "projection_dim": "16", "image_size": "28"}, {"L": 2, "B": 2, "img": 28, "C": 64,
