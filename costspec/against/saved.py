@@ -9,9 +9,10 @@ the deepest matched row holding each op row; the spec at the attention kernels t
 (math, eager) gives the kernel rules' candidates.
 
 Differences that are conventions of how the real model runs are named rules with their formulas
-(`RULES`), real = spec + rule, candidates per row: as in the FLOP comparison, a row uses the largest set of
-its candidate rules under which it agrees (all of them when none does), and the others are listed as not
-seen. What remains is a failure with both numbers.
+(`costspec.against.saved_rules`), real = spec + rule, candidates per row: as in the FLOP comparison, a row uses
+the largest set of its candidate rules under which it agrees (all of them when none does), and the others are
+listed as not seen. A rule kept once (`once`) goes to the first layer the model runs it in. What remains is a
+failure with both numbers.
 """
 from __future__ import annotations
 
@@ -22,126 +23,13 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import sympy
 
 from costspec.against.mapping import MODEL_ROW, RowMap
+from costspec.against.saved_rules import RULES, SavedRule
 from costspec.core.results import Column, Row, Table
-from costspec.ops.work import numel
-from costspec.tree.nodes import Node, OpNode
+from costspec.tree.nodes import GroupNode, Node, OpNode, RepeatNode
 
 if TYPE_CHECKING:
     from costspec.against.target import Target
     from costspec.tree.network import Network
-
-FP32 = 4
-INT64 = 8
-INT32 = 4
-
-
-@dataclass(frozen=True)
-class SavedRule:
-    """A named difference: the real model keeps `bytes(node)` more per instance of `node` (an expression of
-    the dims; `once`: in the first such layer only), for the reason `text`."""
-
-    name: str
-    applies: Callable[[OpNode], bool]
-    bytes: Callable[[OpNode], sympy.Expr]
-    text: str
-    once: bool = False
-
-
-def _rows_cols(node: OpNode) -> tuple[sympy.Expr, sympy.Expr]:
-    shape = node.call.in_shape
-    return numel(shape[:-1]), shape[-1]
-
-
-def _bytes(node: OpNode) -> sympy.Expr:
-    return node.precision.bytes_per_element
-
-
-def _rope_dims(node: OpNode) -> sympy.Expr:
-    from costspec.ops.attention.geometry import geometry
-
-    a = node.call.attrs
-    return a.rope_dims if getattr(a, "rope_dims", None) else geometry(node.call).d
-
-
-def _norm_rows(node: OpNode) -> sympy.Expr:
-    """The rows a layer norm normalises: all but the last dim, or all but the channels (dim 1) of layernorm2d."""
-    shape = node.call.in_shape
-    return numel(shape) / shape[1] if node.op.name == "layernorm2d" else numel(shape[:-1])
-
-
-def _geom(node: OpNode):
-    from costspec.ops.attention.geometry import geometry
-
-    return geometry(node.call)
-
-
-def _zero(value) -> bool:
-    return value is None or sympy.sympify(value) == 0
-
-
-def _seq(node: OpNode) -> sympy.Expr:
-    return node.call.in_shape[-2] if node.op.name == "position_embedding" else node.call.in_shape[-1]
-
-
-RULES: tuple[SavedRule, ...] = (
-    SavedRule("layernorm-fp32-statistics", lambda n: n.op.name in ("layernorm", "layernorm2d") and _bytes(n) != FP32,
-              lambda n: 2 * _norm_rows(n) * (FP32 - _bytes(n)),
-              "torch's layer_norm keeps its mean and rstd in fp32 for 16-bit inputs on CUDA and meta (the spec counts "
-              "them at the layer's dtype, as cpu keeps them): 2*T*(4 - b) bytes a layer, T rows (positions of a "
-              "channels-first layernorm2d), b bytes per element"),
-    SavedRule("batchnorm-eval-statistics-on-meta", lambda n: n.op.name == "batchnorm" and n.call.attrs.mode == "eval",
-              lambda n: 2 * n.call.in_shape[1] * FP32,
-              "on meta, batch_norm with running statistics still returns a per-channel mean and 1/std (fp32, C each) "
-              "that its backward keeps; cpu's and cuDNN's inference kernels return empty ones, as the spec counts "
-              "(none): 8*C bytes a layer"),
-    SavedRule("rmsnorm-written-out", lambda n: n.op.name == "rmsnorm",
-              lambda n: _rows_cols(n)[0] * (FP32 * _rows_cols(n)[1] + FP32 + _bytes(n) * _rows_cols(n)[1]),
-              "transformers' RMSNorm classes upcast to fp32 and write the norm out (pow, mean, rsqrt, mul, cast, "
-              "mul by the weight): they keep x in fp32 (4*T*C), rstd (4*T) and the normalised x at the dtype "
-              "(b*T*C) in place of what the spec's RMSNorm keeps (the rule replaces the spec's bytes of the layer)"),
-    SavedRule("rope-tables-per-forward", lambda n: n.op.name == "attention" and bool(getattr(n.call.attrs, "rope", 0)),
-              lambda n: 2 * n.call.in_shape[-2] * _rope_dims(n) * _bytes(n),
-              "transformers computes the rotary cos and sin per forward (1 x S x d at the dtype, shared by every "
-              "layer), kept by the first layer's rotation: 2*S*d*b bytes once (the spec's tables are buffers)",
-              once=True),
-    SavedRule("index-tensors", lambda n: n.op.name == "position_embedding" or (
-        n.op.name == "embedding" and bool(getattr(n.call.attrs, "segments", 0))),
-              lambda n: INT64 * _seq(n),
-              "the real model looks this table up with int64 ids it makes itself (position ids, or the all-zero "
-              "segment ids of a single-segment input), one sequence broadcast over the batch: 8*S bytes"),
-    SavedRule("t5-bucket-ids", lambda n: n.op.name == "attention" and str(getattr(n.call.attrs, "rel_bias", "")) == "t5"
-              and not getattr(n.call.attrs, "rel_bias_shared", False),
-              lambda n: INT64 * n.call.in_shape[-2] ** 2,
-              "transformers computes T5's relative-position buckets per forward (S x S int64 ids) and the bias "
-              "table's lookup keeps them: 8*S*S bytes in the layer that makes the bias (the spec's bucket ids are "
-              "a buffer)"),
-    SavedRule("probe-repeated", lambda n: n.op.name == "attention" and not _zero(getattr(n.call.attrs, "queries", 0)),
-              lambda n: n.call.in_shape[0] * n.call.attrs.queries * n.call.in_shape[-1] * _bytes(n),
-              "the real head repeats its learned queries over the batch (probe.repeat(B, 1, 1)), a tensor of its own "
-              "that the query projection keeps: B*Q*C*b bytes (the spec's queries are a parameter)"),
-    SavedRule("rel-pos-index-ids", lambda n: n.op.name == "attention" and bool(getattr(n.call.attrs, "rel_pos", 0)),
-              lambda n: INT64 * (_geom(n).qh ** 2 + _geom(n).qw ** 2),
-              "transformers' SAM computes the relative coordinates its rel_pos tables are read at per forward "
-              "(Hq x Hk and Wq x Wk int64 ids), kept by the gathers: 8*(Hq^2 + Wq^2) bytes a layer (the spec's are "
-              "buffers)"),
-    SavedRule("rel-pos-qkv-storage", lambda n: n.op.name == "attention" and bool(getattr(n.call.attrs, "rel_pos", 0)),
-              lambda n: 2 * _geom(n).m * _geom(n).h * _geom(n).d * _bytes(n),
-              "transformers' SAM reads q for the relative-position einsums as a view of the fused qkv output, so "
-              "the whole qkv storage (3*M*h*d at the dtype, M rows) stays saved, and q reshaped (M*h*d) too, where "
-              "the spec's module keeps two q-sized tensors: 2*M*h*d*b bytes a layer"),
-    SavedRule("router-fp32", lambda n: n.op.name == "moe" and str(n.call.attrs.scoring) == "softmax"
-              and bool(n.call.attrs.renorm) and _bytes(n) != FP32,
-              lambda n: _rows_cols(n)[0] * (n.call.attrs.experts + 2 * n.call.attrs.top_k + 1) * (FP32 - _bytes(n)),
-              "transformers' softmax routers (Mixtral) take the softmax in fp32 and keep the routing in fp32: the "
-              "scores (T*E), the top-k weights and their sum (T*k, T) and the renormalised weights the experts' "
-              "outputs are scaled by (T*k), where the spec keeps them at the dtype: T*(E + 2k + 1)*(4 - b) bytes"),
-    SavedRule("grouped-mm-routing-indices", lambda n: n.op.name == "moe",
-              lambda n: 3 * INT64 * _rows_cols(n)[0] * n.call.attrs.top_k + INT32 * n.call.attrs.experts,
-              "transformers' grouped_mm experts (the default) sort the T*k (token, expert) rows by expert: the sort "
-              "permutation, its inverse and the rows' token ids (int64, T*k each) and the experts' row offsets "
-              "(int32, E): 24*T*k + 4*E bytes a layer (the spec's balanced rows need no sort)"),
-)
-
 
 @dataclass(frozen=True)
 class RuleUse:
@@ -292,18 +180,17 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
             delta = other.get(r, 0) - spec_rows.get(r, 0)
             if delta:
                 candidates.setdefault(holder.get(r, MODEL_ROW), []).append((name, delta, text))
-    seen_once: set[str] = set()
+    ops = [n for n in _run_order(model.root) if isinstance(n, OpNode)]
+    first = {rule.name: next((n for n in ops if rule.applies(n)), None) for rule in RULES if rule.once}
     for step in model.walk():
         node = step.node
         if not isinstance(node, OpNode):
             continue
         for rule in RULES:
-            if rule.name in seen_once or not rule.applies(node):
+            if not rule.applies(node) or (rule.once and first[rule.name] is not node):
                 continue
-            if rule.once:
-                seen_once.add(rule.name)
             amount = ev(rule.bytes(node)) * (1 if rule.once else ev(step.instances))
-            if rule.name == "rmsnorm-written-out":  # in place of the spec's bytes of this layer
+            if rule.replaces(node):  # in place of the spec's bytes of this layer
                 amount -= spec_rows.get(node.name, 0)
             candidates.setdefault(holder.get(node.name, MODEL_ROW), []).append((rule.name, amount, rule.text))
     order = [MODEL_ROW] + [n.name for n in _preorder(model.root)]
@@ -398,6 +285,19 @@ def _preorder(node: Node):
     for child in node.children:
         yield child
         yield from _preorder(child)
+
+
+def _run_order(node: Node):
+    """The nodes under `node` in the order the model first runs them: pre-order, a repeat's groups by their first
+    instance (the group of the listed indices after the others' where the others hold index 0)."""
+    children = list(node.children)
+    if isinstance(node, RepeatNode):
+        listed = {i for g in children if isinstance(g, GroupNode) and g.indices is not None for i in g.indices}
+        rest = next(i for i in range(len(listed) + 1) if i not in listed)
+        children.sort(key=lambda g: min(g.indices) if isinstance(g, GroupNode) and g.indices else rest)
+    for child in children:
+        yield child
+        yield from _run_order(child)
 
 
 def _holders(root: Node, matched: set[str]) -> dict[str, str]:
