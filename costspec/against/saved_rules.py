@@ -168,6 +168,12 @@ RULES: tuple[SavedRule, ...] = (
               "transformers' grouped_mm experts (the default) sort the T*k (token, expert) rows by expert: the sort "
               "permutation, its inverse and the rows' token ids (int64, T*k each) and the experts' row offsets "
               "(int32, E): 24*T*k + 4*E bytes a layer (the spec's balanced rows need no sort)"),
+    SavedRule("batched-mm-gathered-weights", lambda n: n.op.name == "moe" and not n.call.attrs.bias,
+              lambda n: _rows_cols(n)[0] * n.call.attrs.top_k * (3 if n.call.attrs.gated else 2)
+              * n.call.attrs.hidden * _rows_cols(n)[1] * _bytes(n),
+              "transformers' batched_mm experts (`_experts_implementation=batched_mm`, what a FLOP check runs) gather "
+              "each (token, expert) row's own copy of its expert's weights for one bmm, which the bmm keeps: "
+              "T*k*(3 gated, else 2)*F*C*b bytes a layer (in place of grouped_mm's sort, which it does not run)"),
 )
 
 

@@ -261,6 +261,19 @@ def test_saved_bytes_match_the_real_model_per_row(name, tmp_path):
     assert abs(real - (spec + sum(found.get(r, 0) for r in AS_RUN))) / real < 0.01
 
 
+def test_batched_mm_experts_keep_their_gathered_weights(monkeypatch):
+    """As `validate --against` runs DeepSeek-V3 for its FLOPs (batched_mm): each (token, expert) row's gathered
+    gate_up and down weights, no grouped_mm sort."""
+    monkeypatch.setattr("tests.against.test_saved_against.SAVED_CONFIG", {})
+    model, values, comparison = compared("deepseek_v3")
+    assert not comparison.failures(), comparison.failures()
+    d = {str(k): int(v) for k, v in values.items()}
+    found = used(comparison)
+    T, b = d["B"] * d["S"], model.precision.bytes_per_element
+    assert found["batched-mm-gathered-weights"] == d["Lm"] * T * d["K"] * 3 * d["FE"] * d["C"] * b
+    assert "grouped-mm-routing-indices" not in found
+
+
 def test_a_difference_no_rule_names_fails(monkeypatch):
     monkeypatch.setattr(saved_module, "RULES", tuple(r for r in saved_module.RULES
                                                      if r.name != "layernorm-fp32-statistics"))
