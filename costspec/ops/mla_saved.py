@@ -49,8 +49,9 @@ def mla_saved(call: OpCall, g) -> list[Saved]:
         saved += _rmsnorm("q_a", m, g.rq, g.rq, b)
     saved += _rmsnorm("kv_a", m, g.r, g.r + g.dr, b)
     eager = a.backend == Backend.EAGER
+    acc = max(b, STAT_BYTES) if isinstance(b, int) else STAT_BYTES  # the math composite's fp32 from 16 bits
     if a.absorb:  # no kv_b: the latent is the key's concatenation's and v's (counted with the attention's)
-        return [s for s in saved if s.tensor != "kv_a_norm_out"] + _absorbed(g, b, eager)
+        return [s for s in saved if s.tensor != "kv_a_norm_out"] + _absorbed(g, b, b if eager else acc, eager)
     heads = g.b * h * g.s
     kv = Saved("kv", m * h * (g.dn + g.dv), b)
     if eager:
@@ -61,7 +62,6 @@ def mla_saved(call: OpCall, g) -> list[Saved]:
     flash = [Saved("query", heads * dq, b), Saved("key", heads * dq, b), kv,
              Saved("out", heads * g.dv, b), Saved("logsumexp", heads, STAT_BYTES),
              Saved("proj_input", sympy.Piecewise((0, view), (heads * g.dv, True)), b)]
-    acc = max(b, STAT_BYTES) if isinstance(b, int) else STAT_BYTES
     math = [Saved("q_scaled", heads * dq, acc), Saved("k_scaled", heads * dq, acc),
             Saved("probabilities", heads * g.s, acc), *_math_v(g, b), Saved("proj_input", heads * g.dv, b)]
     kernel = sympy.Eq(dq, g.dv) if a.backend == Backend.FLASH else sympy.false
@@ -76,11 +76,11 @@ def _rmsnorm(source: str, m, width, source_width, b) -> list[Saved]:
             Saved(f"{source}_norm_out", m * width, b)]
 
 
-def _absorbed(g, b, eager: bool) -> list[Saved]:
+def _absorbed(g, b, acc, eager: bool) -> list[Saved]:
     """The weight-absorbed form's uk input, attention over the latent and uv and proj inputs (see the module
-    docstring); `eager`: the attention in the layer's dtype, else the math composite's (fp32 from 16 bits)."""
+    docstring); the attention's tensors at `acc` bytes an element (eager: the layer's dtype; the math
+    composite: fp32 from 16 bits)."""
     heads, dk = g.b * g.h * g.s, g.r + g.dr
-    acc = b if eager or not isinstance(b, int) else max(b, STAT_BYTES)
     if eager:  # repeat_kv's expand folds to the h heads without a copy for one sample: the key's and the latent's
         one = sympy.Eq(g.b, 1)
         key = Saved("key", sympy.Piecewise((g.m * dk, one), (heads * dk, True)), b)
