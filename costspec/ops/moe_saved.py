@@ -10,7 +10,10 @@
 * the weighted sum: the k expert outputs (T*k x C) and the final weights;
 * the shared MLP on every token, with a gate its sigmoid and its output.
 
-gpt-oss's clamped experts (`swiglu_limit`, `interleaved_gate_up`) are not modelled yet.
+gpt-oss's experts: with interleaved columns alone, gate and up are strided views of gate_up, kept as a fused
+expert's are (gate_up's whole storage); with a clamp limit, the two clamps keep their inputs (views of gate_up:
+its storage), the activation keeps what it keeps of the clamped gate (a tensor of its own), and the product
+act(gate) * (up + 1) keeps both sides (up + 1 a tensor of its own).
 """
 from __future__ import annotations
 
@@ -24,8 +27,6 @@ from costspec.ops.work import is_zero, numel
 def moe_saved(call: OpCall, rows) -> list[Saved]:
     """See the module docstring; `rows`: R, the routed rows the experts process."""
     a = call.attrs
-    if a.swiglu_limit or a.interleaved_gate_up:
-        raise NotImplementedError("what gpt-oss's clamped experts save for backward is not modelled")
     b = call.precision.bytes_per_element
     t, c = numel(call.in_shape[:-1]), call.in_shape[-1]
     k = a.top_k
@@ -33,7 +34,10 @@ def moe_saved(call: OpCall, rows) -> list[Saved]:
     # k = 1, or one token (its k slots a stride-0 view): the experts read the input
     slots = sympy.Piecewise((0, sympy.Eq(k, 1) | sympy.Eq(t, 1)), (t * k * c, True))
     saved.append(Saved("slots", slots, b))
-    saved += _mlp("expert.", rows, a.hidden, a.fn, a.gated, a.fused_gate_up, b)
+    if a.swiglu_limit:
+        saved += _clamped_mlp("expert.", rows, a.hidden, a.fn, b)
+    else:
+        saved += _mlp("expert.", rows, a.hidden, a.fn, a.gated, a.fused_gate_up, b)
     saved.append(Saved("expert_outputs", t * k * c, b))
     if not is_zero(a.shared_experts):
         saved += _mlp("shared.", t, a.shared_experts * a.shared_hidden, a.fn, a.gated, False, b)
@@ -77,3 +81,12 @@ def _mlp(prefix: str, m, hidden, fn: str, gated: bool, fused: bool, b) -> list[S
     if gated:
         saved += [Saved(first if fused else prefix + "up", 2 * h if fused else h, b), Saved(prefix + "product", h, b)]
     return saved
+
+
+def _clamped_mlp(prefix: str, m, hidden, fn: str, b) -> list[Saved]:
+    """gpt-oss's clamped expert on m rows (its input kept by the caller): gate_up (the clamps' inputs are views
+    of it), what the activation keeps of the clamped gate, act(gate), up + 1 and their product."""
+    h = m * hidden
+    saved = [Saved(prefix + "gate_up", 2 * h, b)]
+    saved += activation_saved(fn, h, b, prefix + "gate_clamped", prefix + "act", prefix + "act.")
+    return saved + [Saved(prefix + "act", h, b), Saved(prefix + "up_plus_one", h, b), Saved(prefix + "product", h, b)]
