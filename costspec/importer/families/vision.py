@@ -14,7 +14,6 @@ from costspec.importer.families.common import (
     square_size,
 )
 
-DROPPED_HEAD = "the spec stops at the last hidden state (no pooler, no classifier)"
 LAST = "last_hidden_state"
 BARE = "; the spec's output is its last_hidden_state (imported with --no-pooler)"
 
@@ -69,10 +68,32 @@ def _qkv_bias(cfg: HFConfig) -> str:
 # ----------------------------------------------------------------------------------------------
 # ViT and DeiT
 # ----------------------------------------------------------------------------------------------
-VIT_IGNORED = {
-    "encoder_stride": "ViTForMaskedImageModeling's decoder only",
-    "pooler_output_size": DROPPED_HEAD, "pooler_act": DROPPED_HEAD,
-}
+VIT_IGNORED = {"encoder_stride": "ViTForMaskedImageModeling's decoder only"}
+POOLER_DROPPED = "the pooler's (--no-pooler: the spec stops at the last hidden state)"
+POOLED = "pooler_output"
+
+
+def dense_pooler(spec: SpecText, cfg: HFConfig, C: int, ignored: dict[str, str]) -> None:
+    """ViTPooler / DeiTPooler: dense (hidden_size -> pooler_output_size) and pooler_act on the class token,
+    the spec's output then the model's pooler_output; with --no-pooler its keys are ignored, named."""
+    if not cfg.pooler:
+        ignored.update(pooler_output_size=POOLER_DROPPED, pooler_act=POOLER_DROPPED)
+        return
+    size = cfg.get("pooler_output_size", C)
+    out = C if size == 0 and not isinstance(size, bool) else cfg.get_int("pooler_output_size", C)  # 0: hidden_size
+    if out != C:
+        spec.dim("Cp", out, "pooler output width", "pooler_output_size")
+    fn = activation(cfg, "pooler_act", "tanh")
+    spec.layers(f"""\
+- sequence:
+    - take_token: {{index: 0}}  # the class token
+    - linear: {{out: {"Cp" if out != C else "C"}}}  # pooler_output_size
+      source: dense
+    - activation: {{fn: {fn}}}  # pooler_act
+      source: activation
+  name: pooler
+  source: pooler
+""")
 
 
 def build_vit(cfg: HFConfig, deit: bool = False) -> str:
@@ -87,7 +108,9 @@ def build_vit(cfg: HFConfig, deit: bool = False) -> str:
     spec.input(["B", _channels(cfg), "img", "img"], "num_channels")
     spec.doc = (f"{'DeiT' if deit else 'ViT'} image encoder imported from a Hugging Face config: patch "
                 f"{square_size(cfg, 'patch_size', 16)}, width {C}, {heads} heads, pre-LN blocks, {fn} MLP, final "
-                "LayerNorm" + (", class and distillation tokens" if deit else ", class token") + "; no pooler, no head")
+                "LayerNorm" + (", class and distillation tokens" if deit else ", class token")
+                + ("; the pooler (dense + pooler_act on the class token, pooler_output)" if cfg.pooler
+                   else "; no pooler (--no-pooler)") + ", no head")
     spec.block("encoder_block", f"""\
 - residual:
     - layernorm: {{}}  # layernorm_before (layer_norm_eps does not change the cost)
@@ -100,8 +123,9 @@ def build_vit(cfg: HFConfig, deit: bool = False) -> str:
     - mlp: {{hidden: F, fn: {fn}}}  # hidden_act
       source: mlp
 """)
-    spec.header.append(f"# `source:` and `ignore:` name modules of transformers' {hf} (add_pooling_layer=false)"
-                       + ("" if cfg.pooler else BARE))
+    spec.header.append(f"# `source:` and `ignore:` name modules of transformers' {hf}"
+                       + ("; the spec's output is its pooler_output" if cfg.pooler else
+                          " (add_pooling_layer=false)" + BARE))
     spec.ignore(qkv_grad_ignore("layers.*.attention"))
     if deit:
         # DeiT concatenates [cls, distillation, patches], then adds the (S, C) position table
@@ -130,18 +154,30 @@ def build_vit(cfg: HFConfig, deit: bool = False) -> str:
 - layernorm: {}
   source: layernorm
 """)
-    cfg.check_understood(VIT_IGNORED)
+    ignored = dict(VIT_IGNORED)
+    dense_pooler(spec, cfg, C, ignored)
+    cfg.check_understood(ignored)
     return spec.render()
 
 
 NO_POOLER = {"add_pooling_layer": "false"}
-VIT = Family(("vit",), "ViTModel", build_vit, "ViT image encoder (no pooler)", keys=ENCODER_KEYS,
-             hf_kwargs=NO_POOLER, architectures=("ViTForImageClassification",), options=(POOLER,),
-             variant=bare_variant("ViTModel", NO_POOLER))
+
+
+def pooled_variant(hf_class: str):
+    """A class whose pooler the spec keeps by default (its pooler_output); --no-pooler: the class built with
+    add_pooling_layer=False, its last_hidden_state."""
+    def variant(cfg: HFConfig) -> Variant:
+        return Variant(hf_class, {}, POOLED) if cfg.pooler else Variant(hf_class, dict(NO_POOLER), LAST)
+    return variant
+
+
+VIT = Family(("vit",), "ViTModel", build_vit, "ViT image encoder with the pooler ViTModel builds (pooler_output)",
+             keys=ENCODER_KEYS, architectures=("ViTForImageClassification",), options=(POOLER,),
+             hf_output=lambda cfg: POOLED, variant=pooled_variant("ViTModel"))
 DEIT = Family(("deit",), "DeiTModel", lambda cfg: build_vit(cfg, deit=True),
-              "DeiT image encoder: class and distillation tokens (no pooler)", keys=ENCODER_KEYS,
-              hf_kwargs=NO_POOLER, architectures=("DeiTForImageClassificationWithTeacher",), options=(POOLER,),
-              variant=bare_variant("DeiTModel", NO_POOLER))
+              "DeiT image encoder: class and distillation tokens, the pooler DeiTModel builds (pooler_output)",
+              keys=ENCODER_KEYS, architectures=("DeiTForImageClassificationWithTeacher",), options=(POOLER,),
+              hf_output=lambda cfg: POOLED, variant=pooled_variant("DeiTModel"))
 
 
 # ----------------------------------------------------------------------------------------------
