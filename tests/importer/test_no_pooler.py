@@ -38,6 +38,8 @@ CONFIGS = {
              {"add_pooling_layer": "false"}),
     "beit_cls": (lambda: transformers.BeitConfig(**SMALL_ENCODER, image_size=32, patch_size=8,
                                                  use_mean_pooling=False), 2, {"add_pooling_layer": "false"}),
+    "yolos": (lambda: transformers.YolosConfig(**SMALL_ENCODER, image_size=[16, 24], patch_size=8,
+                                               num_detection_tokens=2), 2, {"add_pooling_layer": "false"}),
     # MobileNetV2's layout is fixed (16 inverted residuals): small through the depth multiplier and the image
     "mobilenet_v2": (lambda: transformers.MobileNetV2Config(depth_multiplier=0.35, image_size=45), 2,
                      {"add_pooling_layer": "false"}),
