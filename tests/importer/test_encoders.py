@@ -27,6 +27,9 @@ ENCODERS = {
     "vit_no_qkv_bias": (lambda: transformers.ViTConfig(**SMALL, intermediate_size=96, image_size=24, patch_size=8,
                                                        qkv_bias=False, hidden_act="gelu_pytorch_tanh"), 2),
     "deit": (lambda: transformers.DeiTConfig(**SMALL, intermediate_size=96, image_size=32, patch_size=8), 2),
+    # the pooler ViTModel / DeiTModel build: dense to pooler_output_size, then pooler_act
+    "deit_pooler_width": (lambda: transformers.DeiTConfig(**SMALL, intermediate_size=96, image_size=16, patch_size=8,
+                                                          pooler_output_size=40, pooler_act="gelu"), 2),
     "dinov2": (lambda: transformers.Dinov2Config(**SMALL, image_size=28, patch_size=7, use_mask_token=False), 2),
     "dinov2_swiglu": (lambda: transformers.Dinov2Config(**SMALL, image_size=28, patch_size=7, use_mask_token=False,
                                                         use_swiglu_ffn=True, mlp_ratio=3), 2),

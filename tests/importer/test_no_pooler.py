@@ -38,6 +38,8 @@ CONFIGS = {
              {"add_pooling_layer": "false"}),
     "beit_cls": (lambda: transformers.BeitConfig(**SMALL_ENCODER, image_size=32, patch_size=8,
                                                  use_mean_pooling=False), 2, {"add_pooling_layer": "false"}),
+    "yolos": (lambda: transformers.YolosConfig(**SMALL_ENCODER, image_size=[16, 24], patch_size=8,
+                                               num_detection_tokens=2), 2, {"add_pooling_layer": "false"}),
     # MobileNetV2's layout is fixed (16 inverted residuals): small through the depth multiplier and the image
     "mobilenet_v2": (lambda: transformers.MobileNetV2Config(depth_multiplier=0.35, image_size=45), 2,
                      {"add_pooling_layer": "false"}),
@@ -62,9 +64,9 @@ def imported(name, tmp_path):
     return path, import_hf(path, pooler=False), import_hf(path), batch, sets
 
 
-# families whose import already ends at last_hidden_state (built with add_pooling_layer=False): --no-pooler is
-# accepted and writes the same layers, the header saying what the output is
-ALREADY_BARE = {"bert", "roberta", "vit", "deit", "dinov2"}
+# Dinov2Model has no pooler module (its pooler_output is the class token of last_hidden_state, no work): its
+# import ends at last_hidden_state either way; --no-pooler writes the same layers, the header saying what it is
+ALREADY_BARE = {"dinov2"}
 
 
 def check(path, spec, batch):
@@ -114,16 +116,22 @@ def test_no_pooler_ends_at_last_hidden_state(name, tmp_path):
     assert len(section(bare.text, "layers")) < len(section(pooled.text, "layers"))
 
 
-def test_the_printed_command_passes(tmp_path, capsys):
-    path, bare, _, _, _ = imported("swin", tmp_path)
-    out = tmp_path / "swin.yaml"
-    assert main(["import", "hf", str(path), "--no-pooler", "-o", str(out)]) in (0, None)
+@pytest.mark.parametrize("name, pooler", [("swin", False), ("vit", True), ("vit", False), ("bert", True),
+                                          ("roberta", False)])
+def test_the_printed_command_passes(name, pooler, tmp_path, capsys):
+    """The `validate --against` command the header prints, run as written: PASS, forward and backward, on the
+    output the header names (pooler_output by default, last_hidden_state with --no-pooler)."""
+    path = write_config(CONFIGS[name][0](), tmp_path)
+    out = tmp_path / f"{name}.yaml"
+    assert main(["import", "hf", str(path), *([] if pooler else ["--no-pooler"]), "-o", str(out)]) in (0, None)
     command = next(line for line in out.read_text().splitlines() if line.startswith("#   costspec validate"))
     argv = command.removeprefix("#   costspec ").split()
     capsys.readouterr()
     assert main(argv) in (0, None)
     out = capsys.readouterr().out
-    assert "last_hidden_state" in command and "[forward]" in out and "[backward]" in out and out.count("result: PASS") == 1, out
+    field = "pooler_output" if pooler else "last_hidden_state"
+    assert f"--output-field {field}" in command and ("add_pooling_layer=false" in command) == (not pooler)
+    assert "[forward]" in out and "[backward]" in out and out.count("result: PASS") == 1, out
 
 
 @pytest.mark.parametrize("config", [

@@ -23,6 +23,7 @@ ZOO = ["vit_b", "vit_l", "vit_h", "clip_vit_l14", "sam_vit_b", "bert_base", "gpt
        "t5_small_encoder", "whisper_tiny_encoder",
        "mistral_7b", "mixtral_8x7b"]
 BACKBONES = {"mistral_7b", "mixtral_8x7b"}  # zoo specs without the LM head: `import hf --backbone`
+NO_POOLER = {"vit_b", "vit_l", "vit_h", "bert_base"}  # zoo specs without the pooler: `import hf --no-pooler`
 # imported at S = min(4096, max_position_embeddings), the zoo spec at its own S (Llama 3: 131,072 positions)
 OTHER_S = {"llama_1b", "llama3_8b", "mistral_7b", "mixtral_8x7b"}
 DEFAULT_S = 4096
@@ -46,7 +47,7 @@ def numbers(model, pass_: str, batch: int, sets: dict | None = None,
 
 @pytest.mark.parametrize("name", ZOO)
 def test_import_reproduces_the_zoo_spec(name):
-    imported = loads(import_hf(CONFIGS / f"{name}.json", backbone=name in BACKBONES).text)
+    imported = loads(import_hf(CONFIGS / f"{name}.json", backbone=name in BACKBONES, pooler=name not in NO_POOLER).text)
     zoo = load(ROOT / f"specs/{name}.yaml")
     assert imported.precision.dtype == zoo.precision.dtype == "bf16"
     sets = None
@@ -65,12 +66,14 @@ def test_every_zoo_spec_with_a_config_is_covered():
 
 
 def test_vit_b_numbers_are_the_known_ones():
-    """ViT-B/16 at 224 px, batch 1: the matmul FLOPs by hand (as tests/golden/test_golden.py's)."""
-    model = loads(import_hf(CONFIGS / "vit_b.json").text)
+    """ViT-B/16 at 224 px, batch 1: the matmul FLOPs by hand (as tests/golden/test_golden.py's), ViTModel's
+    pooler (a C x C dense on the class token) included by default and dropped by --no-pooler."""
     S, C, L, F, P = 197, 768, 12, 3072, 196
     per_layer = 2 * S * C * 3 * C + 2 * S * S * C * 2 + 2 * S * C * C + 2 * 2 * S * C * F  # qkv, QK^T+AV, proj, MLP
     patch = 2 * P * C * 3 * 16 * 16
-    assert model.report("forward", model.bind(1)).tc == L * per_layer + patch
+    for pooler, pooler_flops in ((True, 2 * C * C), (False, 0)):
+        model = loads(import_hf(CONFIGS / "vit_b.json", pooler=pooler).text)
+        assert model.report("forward", model.bind(1)).tc == L * per_layer + patch + pooler_flops
 
 
 @pytest.mark.slow

@@ -73,7 +73,7 @@ def _register(module_name: str) -> None:
 
 
 # One line per family group (keep this list additive: each group's owner appends its line).
-_register("vision")  # vit, deit, dinov2
+_register("vision")  # the ViT-like template: vit, deit, dinov2, beit, yolos
 _register("towers")  # clip, clip_vision_model, sam, sam_vision_model
 _register("bert")  # the BERT-like template: bert, roberta, xlm-roberta, electra, distilbert
 _register("deberta")  # deberta-v2: disentangled attention
@@ -93,8 +93,6 @@ _register("opt")  # opt: OPTForCausalLM, LM head included
 _register("ssm")  # mamba, mamba2: MambaForCausalLM, Mamba2ForCausalLM, LM head included
 _register("mobilenet")  # mobilenet_v2
 _register("efficientnet")  # efficientnet
-_register("yolos")  # yolos
-_register("beit")  # beit
 _register("bloom")  # bloom: BloomForCausalLM (ALiBi), LM head included
 _register("jamba")  # jamba: JambaForCausalLM (attention / Mamba, MoE / dense layers), LM head included
 _register("segformer")  # segformer: SegformerModel (the MiT encoder)

@@ -66,15 +66,14 @@ class Encoder:
     positions_after_pad: bool = False  # RoBERTa's create_position_ids_from_input_ids
     segments: bool = True  # token_type_embeddings (type_vocab_size)
     embedding_size: bool = False  # ELECTRA: embeddings of width embedding_size, projected to hidden_size
-    pooler: bool = False  # the dense + tanh pooler on the first token (output: pooler_output)
-    # hf_class takes add_pooling_layer: --no-pooler builds it without the pooler (the spec: last_hidden_state)
-    drops_pooler: bool = False
+    # the dense + tanh pooler on the first token (output: pooler_output); hf_class then takes add_pooling_layer,
+    # and --no-pooler builds it without the pooler (the spec: last_hidden_state)
+    pooler: bool = False
     bert_keys: bool = True  # is_decoder, add_cross_attention, position_embedding_type (BertConfig's) are read
     sines_key: str = ""  # a bool key that initialises the position table with sines (DistilBERT's)
     parts: Parts = field(default_factory=Parts)
     keys: tuple[Key, ...] = ENCODER_KEYS
     bf16_default: bool = True  # no dtype in the config: bf16 (BERT and RoBERTa keep transformers' fp32)
-    hf_kwargs: tuple[tuple[str, str], ...] = ()
     architectures: tuple[str, ...] = ()
     ignored: tuple[tuple[str, str], ...] = ()
 
@@ -102,8 +101,9 @@ def _refuse_decoder(cfg: HFConfig, e: Encoder) -> None:
 
 
 def build_encoder(e: Encoder, cfg: HFConfig) -> str:
-    if e.pooler and not cfg.pooler:
-        e = replace(e, pooler=False, hf_kwargs=NO_POOLER)
+    dropped = e.pooler and not cfg.pooler  # --no-pooler: the class built with add_pooling_layer=False
+    if dropped:
+        e = replace(e, pooler=False)
     hf, label, parts = e.hf_class, e.title, e.parts
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' {hf})")
     _refuse_decoder(cfg, e)
@@ -158,11 +158,9 @@ def build_encoder(e: Encoder, cfg: HFConfig) -> str:
 - layernorm: {{}}  # {parts.mlp_norm}
   source: {parts.mlp_norm}
 """)
-    kwargs = dict(e.hf_kwargs)
-    if kwargs.get("add_pooling_layer") == "false":
+    if dropped:
         spec.header.append(f"# `source:` names modules of transformers' {hf} (add_pooling_layer=false: the spec has "
-                           "no pooler)" + ("; the spec's output is its last_hidden_state (imported with --no-pooler)"
-                                           if not cfg.pooler else ""))
+                           "no pooler); the spec's output is its last_hidden_state (imported with --no-pooler)")
     else:
         spec.header.append(f"# `source:` names modules of transformers' {hf}"
                            + ("; the spec's output is its pooler_output" if e.pooler else ""))
@@ -241,14 +239,15 @@ def build_encoder(e: Encoder, cfg: HFConfig) -> str:
 ELECTRA_HEAD = "the sequence-summary head of ElectraFor{SequenceClassification,MultipleChoice} (not ElectraModel)"
 DISTILBERT_HEAD = "a task head's dropout (DistilBertModel has no head)"
 ENCODERS = (
-    Encoder("bert", "BertModel", "BERT", "BERT encoder (no pooler, no head)", bf16_default=False,
-            hf_kwargs=NO_POOLER, drops_pooler=True, architectures=("BertForMaskedLM", "BertForPreTraining")),
-    Encoder("roberta", "RobertaModel", "RoBERTa", "RoBERTa encoder (no pooler, no head)", positions_after_pad=True,
-            defaults=(768, 12, 12, 3072, 50265), bf16_default=False, hf_kwargs=NO_POOLER, drops_pooler=True,
+    Encoder("bert", "BertModel", "BERT", "BERT encoder with the pooler BertModel builds (pooler_output); no LM head",
+            bf16_default=False, pooler=True, architectures=("BertForMaskedLM", "BertForPreTraining")),
+    Encoder("roberta", "RobertaModel", "RoBERTa",
+            "RoBERTa encoder with the pooler RobertaModel builds (pooler_output); no LM head", positions_after_pad=True,
+            defaults=(768, 12, 12, 3072, 50265), bf16_default=False, pooler=True,
             architectures=("RobertaForMaskedLM",)),
     Encoder("xlm-roberta", "XLMRobertaModel", "XLM-RoBERTa",
             "XLM-RoBERTa encoder with the pooler XLMRobertaModel builds (pooler_output); no LM head",
-            positions_after_pad=True, pooler=True, drops_pooler=True,
+            positions_after_pad=True, pooler=True,
             architectures=("XLMRobertaForMaskedLM", "XLMRobertaModel")),
     Encoder("electra", "ElectraModel", "ELECTRA",
             "ELECTRA encoder: embeddings of width embedding_size projected to hidden_size (no pooler, no head)",
@@ -270,7 +269,7 @@ def encoder_variant(e: Encoder):
     def variant(cfg: HFConfig) -> Variant:
         if not cfg.pooler:
             return Variant(e.hf_class, dict(NO_POOLER), "last_hidden_state")
-        return Variant(e.hf_class, dict(e.hf_kwargs), POOLED if e.pooler else None)
+        return Variant(e.hf_class, {}, POOLED if e.pooler else None)
     return variant
 
 
@@ -279,11 +278,11 @@ def family(e: Encoder) -> Family:
     refused: tuple[str, ...] = BERT_REFUSED if e.bert_keys else ()
     if e.positions_after_pad:
         refused += ("max_position_embeddings below 3 (positions are numbered from pad_token_id + 1)",)
-    return Family((e.model_type,), e.hf_class, lambda cfg: build_encoder(e, cfg), e.blurb, hf_kwargs=dict(e.hf_kwargs),
+    return Family((e.model_type,), e.hf_class, lambda cfg: build_encoder(e, cfg), e.blurb,
                   architectures=e.architectures, refused=refused, keys=keys,
                   hf_output=(lambda cfg: POOLED) if e.pooler else None,
-                  options=(POOLER,) if e.drops_pooler else (),
-                  variant=encoder_variant(e) if e.drops_pooler else None)
+                  options=(POOLER,) if e.pooler else (),
+                  variant=encoder_variant(e) if e.pooler else None)
 
 
 FAMILY_LIST = tuple(family(e) for e in ENCODERS)
