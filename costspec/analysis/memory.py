@@ -173,7 +173,7 @@ def training_moments(model: Network, kinds: list[Kind]) -> list[Moment]:
     by_name = {k.name: k.bytes for k in kinds}
     state = {_category(k.name): k.bytes for k in kinds if not k.transient and k.name != ACTIVATIONS}
     return step_moments(model, state, by_name[ACTIVATIONS], by_name.get(OPT_BUFFER, sympy.Integer(0)),
-                        by_name.get(RECOMPUTED, sympy.Integer(0)))
+                        saved_activations(model), by_name.get(RECOMPUTED, sympy.Integer(0)))
 
 
 def _category(name: str) -> Category:

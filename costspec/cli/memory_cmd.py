@@ -65,11 +65,11 @@ def memory_command(spec: str, dims: Bindings, training: Training, serving: Servi
     model = serving.load(spec, training.dtype)
     values = dims.bind(model)
     if training.check:
-        from costspec.runtime.mem_tracker import check_memory, check_result
+        from costspec.runtime.mem_tracker import check_memory, check_result, passed
 
         checks = check_memory(model, values, training.optimizer, training.master_weights)
         click.echo(render(check_result(model, values, checks), fmt))
-        raise SystemExit(0 if checks[0].ok else 1)
+        raise SystemExit(0 if passed(checks) else 1)
     tensors = None
     if training.pass_ == "train" and training.optimizer in ("adafactor", "adam8bit"):
         from costspec.runtime.param_tensors import parameter_tensors
