@@ -13,13 +13,18 @@ Every moment holds the state: weights, gradients, master weights and optimizer s
   gradient from the head, the embedding's own and their sum live together: 3 x the table's bytes (the
   activations are freed by then: the embedding is the first layer), with the loss and its gradient (the
   backward's seed, one element each);
+* **checkpointed recompute** (activation checkpointing): torch.utils.checkpoint has re-run a checkpointed
+  part's forward in backward (a repeat's last checkpointed instance, the first re-run): the saves of
+  everything before it (those of the ops and plain instances after it are freed), the re-run's saves and
+  output, the gradient of its output and a tied table's pending gradient (`recompute_parts`);
 * **optimizer step**: adam / adamw's `_foreach_sqrt` of the second moments, one state-sized copy of
   every trainable parameter (in the state's dtype), alive until the update; sgd (no momentum) updates
   in place.
 
-Not modelled (named in docs/conventions.md, memory): the gradients of activations in flight during the
-backward, the CUDA allocator's 512-byte rounding, buffers (RoPE tables) and the host-side `step`
-counters.
+Not modelled (named in docs/conventions.md, memory): the activation gradients in flight while an op's
+backward runs (where the backward's own peak is: each moment above is exact, so their maximum is a lower
+bound of the step's peak), the CUDA allocator's 512-byte rounding, buffers (RoPE tables) and the
+host-side `step` counters.
 """
 from __future__ import annotations
 
