@@ -8,7 +8,10 @@ import json
 
 import pytest
 
-from costspec.analysis.memory_peak import RECOMPUTE
+import costspec
+from costspec.analysis.memory import memory_kinds, training_moments
+from costspec.analysis.memory_peak import RECOMPUTE, RECOMPUTE_BOUND
+from costspec.core.errors import UsageError
 from costspec.model import load
 from costspec.runtime.mem_tracker import check_memory
 from tests.common import ROOT
@@ -50,3 +53,40 @@ def test_cli_reports_the_recompute_and_fails_on_none(cli):
     assert out.returncode == (0 if data["ok"] else 1), out.stderr
     assert data["recompute"]["exact"] and data["recompute"]["costspec"] > 0
     assert data["recompute"]["categories"]["Temp"]["costspec"] == data["recompute"]["categories"]["Temp"]["memtracker"]
+
+
+BLOCK_USE = """
+costspec: 1
+name: ck
+dims: {B: 2, S: 8, C: 16, L: 2}
+input: [B, S, C]
+blocks:
+  mlp_block:
+    - residual: [{layernorm: {}}, {mlp: {hidden: 4*C}}]
+layers:
+  - linear: {out: C}
+  - repeat: L
+    name: blocks
+    body: mlp_block
+  - block: mlp_block
+    name: last
+    checkpoint: true
+  - linear: {out: C}
+"""
+
+
+def test_a_checkpointed_block_use():
+    """`checkpoint: true` on a block use: the plain repeat's saves before it are held, the last linear's freed."""
+    model = costspec.loads(BLOCK_USE)
+    _, _, recompute = check_memory(model, model.bind(), "adam")
+    assert recompute.exact, recompute.rows
+
+
+def test_variant_groups_keep_the_bound_and_are_not_checked():
+    text = BLOCK_USE.replace("    body: mlp_block\n", "    body: mlp_block\n    checkpoint: {every: 2}\n"
+                             "    at: [{indices: [1], name: odd}]\n").replace("    checkpoint: true\n", "")
+    model = costspec.loads(text)
+    names = [m.name for m in training_moments(model, memory_kinds(model, "train"))]
+    assert RECOMPUTE_BOUND in names and RECOMPUTE not in names
+    with pytest.raises(UsageError, match="upper bound"):
+        check_memory(model, model.bind(), "adam")
