@@ -39,7 +39,9 @@ training = options.option_group(
     click.option("--check", is_flag=True,
                  help="With --pass train (needs torch): run one training step of the generated module under "
                       "PyTorch's MemTracker (FakeTensorMode, nothing allocated) and compare its peak and its "
-                      "categories with the modelled ones; exit 1 when the peak differs by more than 5%."))
+                      "categories with the modelled ones (with --checkpoint, also the moment a checkpointed "
+                      "block's forward has been re-run); exit 1 when the peak differs by more than 5% or that "
+                      "moment in a category without a named rule."))
 
 
 @cli.command("memory")
