@@ -248,11 +248,14 @@ class RecomputePoint:
 def recompute_points(root: ScopeNode) -> list[RecomputePoint] | None:
     """The recompute moment of every checkpointed part (`RecomputePoint`), in forward order; None where one is
     not modelled exactly: a repeat of variant groups (which instance re-runs the most is not followed), or
-    plain instances that keep their own output (the next one then saves its input again or not)."""
+    plain instances that keep their own output (the next one then saves its input again or not), or a
+    checkpointed part inside a repeat (its rows count every instance of that repeat)."""
     points: list[RecomputePoint] = []
-    for node in _nodes(root):
+    for node, repeated in _nodes_in(root, False):
         if not node.checkpoint:
             continue
+        if repeated:
+            return None
         if not isinstance(node, RepeatNode):
             points.append(_point(node, node, _plain))
             continue
@@ -280,10 +283,16 @@ def _point(part: Node, body: Node, run) -> RecomputePoint:
     last = list(body.op_nodes())[-1]
     size = out.storage if out.storage is not None else last.canonical(
         numel(last.out_shape) * last.precision.bytes_per_element)
-    kept = inner.counted.get(out.key, sympy.false)
-    output = sympy.Integer(0) if kept is sympy.true else sympy.Piecewise((0, kept), (size, True)) \
-        if kept is not sympy.false else size
+    kept = inner.counted.get(out.key, sympy.false)  # the dims at which one of its ops keeps its output
+    output = sympy.Piecewise((0, kept), (size, True)) if kept is not sympy.false else size
     return RecomputePoint(part, saved_total(inner.rows), sympy.sympify(output), sympy.sympify(size))
+
+
+def _nodes_in(node: Node, repeated: bool):
+    """Every node under `node`, with whether a repeat above it (not itself) holds it."""
+    yield node, repeated
+    for child in node.children:
+        yield from _nodes_in(child, repeated or isinstance(node, RepeatNode))
 
 
 def _nodes(node: Node):

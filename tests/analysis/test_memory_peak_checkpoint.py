@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sympy
 
+import costspec
 from costspec.analysis.memory import memory_kinds, training_moments
-from costspec.analysis.memory_peak import RECOMPUTE, Category
+from costspec.analysis.memory_peak import RECOMPUTE, RECOMPUTE_BOUND, Category
 from costspec.model import load
 from costspec.tree.saved import saved_bytes
 from tests.common import ROOT
@@ -66,3 +67,30 @@ def test_vit_blocks():
     assert got[Category.RECOMPUTED] == inner - x  # its first LayerNorm's input is the checkpoint's
     assert got[Category.RECOMPUTED_OUTPUT] == x and got[Category.GRADIENT_IN_FLIGHT] == x
     assert Category.TIED_GRADIENTS not in got
+
+
+NESTED = """
+costspec: 1
+name: nested
+dims: {B: 2, S: 8, C: 16, L: 2}
+input: [B, S, C]
+blocks:
+  mlp_block:
+    - residual: [{layernorm: {}}, {mlp: {hidden: 4*C}}]
+  outer:
+    - block: mlp_block
+      checkpoint: true
+    - linear: {out: C}
+layers:
+  - linear: {out: C}
+  - repeat: L
+    name: blocks
+    body: outer
+"""
+
+
+def test_a_checkpointed_block_inside_a_repeat_keeps_the_bound():
+    """Its rows count every instance of the repeat around it, so what is held when one re-runs is not followed."""
+    model = costspec.loads(NESTED)
+    names = [m.name for m in training_moments(model, memory_kinds(model, "train"))]
+    assert RECOMPUTE_BOUND in names and RECOMPUTE not in names
