@@ -20,8 +20,9 @@ Conventions (docs/conventions.md, memory):
   backward, each counted once (`costspec.tree.saved`; each op's `OpDef.saved`), attention's by its kernel
   family (`backend:` / --backend);
 * the train total is the peak of a training step after the first (`costspec.analysis.memory_peak`): the
-  largest of its forward end (the state, every saved activation, the output and the loss), a tied weight's
-  gradients at its backward and the optimizer's step (the state and the optimizer's buffer).
+  largest of its forward end (the state, every saved activation, the output and the loss), a checkpointed
+  part's re-run in backward, a tied weight's gradients at its backward and the optimizer's step (the state
+  and the optimizer's buffer).
 """
 from __future__ import annotations
 
@@ -118,8 +119,8 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
             recomputed = recomputed_bytes(model.root)
             if recomputed != 0:
                 kinds.append(Kind(RECOMPUTED, recomputed, "the most one checkpointed part saves again while its "
-                                  "forward re-runs in backward (its input already held): with the forward's saved "
-                                  "activations, an upper bound of the step's activation peak", transient=True))
+                                  "forward re-runs in backward (its input already held), held at the checkpointed "
+                                  "recompute moment", transient=True))
     if cache:
         kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
         kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
@@ -173,7 +174,7 @@ def training_moments(model: Network, kinds: list[Kind]) -> list[Moment]:
     by_name = {k.name: k.bytes for k in kinds}
     state = {_category(k.name): k.bytes for k in kinds if not k.transient and k.name != ACTIVATIONS}
     return step_moments(model, state, by_name[ACTIVATIONS], by_name.get(OPT_BUFFER, sympy.Integer(0)),
-                        by_name.get(RECOMPUTED, sympy.Integer(0)))
+                        saved_activations(model), by_name.get(RECOMPUTED, sympy.Integer(0)))
 
 
 def _category(name: str) -> Category:

@@ -23,13 +23,13 @@ Its categories: Parameter, Buffer, Gradient, Activation, Temp (tensors made in t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 import sympy
 
 from costspec.analysis.memory import exact_bytes, memory_kinds, training_moments, unmodelled_activations
-from costspec.analysis.memory_peak import Category, Moment
+from costspec.analysis.memory_peak import RECOMPUTE, RECOMPUTE_BOUND, Category, Moment
 from costspec.core.errors import UsageError
 from costspec.core.results import Column, Result, Row, Table
 from costspec.runtime.torch_build import TORCH_DTYPES, build_module, import_torch
@@ -44,7 +44,8 @@ TRACKED = ("sgd", "adam", "adamw")
 # costspec's categories -> MemTracker's reference types (their values in `_MemRefType`)
 REFTYPE = {Category.WEIGHTS: "Parameter", Category.GRADIENTS: "Gradient", Category.OPTIMIZER: "Optstate",
            Category.OPT_BUFFER: "Optstate", Category.ACTIVATIONS: "Activation", Category.OUTPUT: "Activation",
-           Category.TIED_GRADIENTS: "Temp", Category.RECOMPUTED: "Activation"}
+           Category.TIED_GRADIENTS: "Temp", Category.RECOMPUTED: "Activation", Category.RECOMPUTED_OUTPUT: "Activation",
+           Category.GRADIENT_IN_FLIGHT: "Temp"}  # (MemTracker counts a re-run's tensors as activations)
 REFTYPES = ("Parameter", "Buffer", "Gradient", "Activation", "Temp", "Optstate", "Other")
 
 
@@ -59,6 +60,7 @@ class Tracked:
     step_counters: int
     input_bytes: int
     rounding: int
+    recomputes: list[dict[str, int]] = field(default_factory=list)  # at the end of each checkpointed re-run
 
 
 def _rounded(nbytes: int) -> int:
@@ -90,17 +92,31 @@ def track_step(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], o
             _step(module, opt, x)
             tracker = MemTracker()
             tracker.track_external(module, opt, x)
+            recomputes: list[dict[str, int]] = []
+            hooks = [sub.register_forward_hook(_recompute_end(torch, tracker, recomputes))
+                     for sub in module.modules() if getattr(sub, "checkpointed", False)]
             with tracker:
                 forward_end = _step(module, opt, x, tracker)
+            for hook in hooks:
+                hook.remove()
             counters = sum(_nbytes(v) for s in opt.state.values() for k, v in s.items() if k == "step")
             states = [v for s in opt.state.values() for k, v in s.items()
                       if isinstance(v, torch.Tensor) and k != "step"]
             kept = [*module.parameters(), *(p.grad for p in module.parameters() if p.grad is not None), *states]
             rounding = sum(_rounded(_nbytes(t)) - _nbytes(t) for t in kept)
             peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
-            return Tracked(_by_name(peak), forward_end, counters, _nbytes(x), rounding)
+            return Tracked(_by_name(peak), forward_end, counters, _nbytes(x), rounding, recomputes)
     finally:
         torch.set_default_dtype(previous)
+
+
+def _recompute_end(torch, tracker, into: list[dict[str, int]]):
+    """A forward hook for a checkpointed scope: in backward (its forward re-run by torch.utils.checkpoint),
+    MemTracker's snapshot at the re-run's end goes into `into`."""
+    def hook(module, inputs, output) -> None:
+        if torch._C._current_graph_task_id() != -1:
+            into.append(_by_name(tracker.get_tracker_snapshot()[torch.device("cpu")]))
+    return hook
 
 
 def _optimizer(torch, name: str, module):
@@ -150,11 +166,23 @@ class MemoryCheck:
     def ok(self) -> bool:
         return abs(self.peak_error) <= TOLERANCE
 
+    @property
+    def exact(self) -> bool:
+        """Every category without a named rule equal."""
+        return all(ours == theirs for _, ours, theirs, rule in self.rows if not rule)
+
+
+def passed(checks: tuple[MemoryCheck, ...]) -> bool:
+    """The peak within TOLERANCE and a checkpointed recompute moment (a third check) exact."""
+    return checks[0].ok and all(check.exact for check in checks[2:])
+
 
 def check_memory(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], optimizer: str = "adamw",
-                 master: bool = False) -> tuple[MemoryCheck, MemoryCheck]:
+                 master: bool = False) -> tuple[MemoryCheck, ...]:
     """Track a step (track_step); compare the moment of `memory --pass train` that peaks with MemTracker's
-    peak, and its forward end with MemTracker's snapshot after the forward (the loss made)."""
+    peak, its forward end with MemTracker's snapshot after the forward (the loss made), and, with activation
+    checkpointing, its largest recompute moment with the largest of MemTracker's snapshots at the end of a
+    checkpointed re-run (a third check)."""
     if optimizer not in TRACKED:
         raise UsageError(f"--check runs torch.optim's optimizers ({', '.join(TRACKED)}); {optimizer} is not one")
     if master:
@@ -166,20 +194,29 @@ def check_memory(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer],
     totals = [exact_bytes(m.total, values) for m in moments]
     top = moments[totals.index(max(totals))]
     tracked = track_step(model, values, optimizer)
-    return compare(top, values, tracked.peak, tracked), compare(moments[0], values, tracked.forward_end, tracked)
+    checks = (compare(top, values, tracked.peak, tracked), compare(moments[0], values, tracked.forward_end, tracked))
+    recomputes = [(n, m) for m, n in zip(moments, totals) if m.name.startswith(RECOMPUTE)]
+    if not recomputes or not tracked.recomputes:
+        return checks
+    if any(m.name == RECOMPUTE_BOUND for _, m in recomputes):
+        raise UsageError("--check compares a checkpointed recompute moment modelled exactly; this spec's is an "
+                         "upper bound (a repeat of variant groups, or plain instances keeping their own output)")
+    largest = max(recomputes, key=lambda pair: pair[0])[1]
+    theirs = max(tracked.recomputes, key=lambda snapshot: snapshot["Total"])
+    return (*checks, compare(largest, values, theirs, tracked))
 
 
 def compare(moment: Moment, values: Mapping[sympy.Symbol, sympy.Integer], snapshot: dict[str, int],
             tracked: Tracked) -> MemoryCheck:
     """Per reference type: costspec's bytes at `moment` and MemTracker's in `snapshot`, with the host step
-    counters taken out of Optstate (a row of their own). At the forward end the input batch (Other) is
-    compared with the activations, where costspec counts it when a layer saves it."""
+    counters taken out of Optstate (a row of their own). Where the saved activations are held (the forward
+    end, a recompute) the input batch (Other) is compared with them: costspec counts it when a layer saves it."""
     ours = dict.fromkeys(REFTYPES, 0)
     for category, amount in moment.parts.items():
         ours[REFTYPE[category]] += exact_bytes(amount, values)
     theirs = {ref: snapshot.get(ref, 0) for ref in REFTYPES}
     theirs["Optstate"] -= tracked.step_counters
-    if moment.name == FORWARD_END:
+    if Category.ACTIVATIONS in moment.parts:  # (the forward end, a recompute: the saved activations held)
         theirs["Activation"] += theirs.pop("Other")
         del ours["Other"]
     rows = [(ref, ours[ref], theirs[ref], _RULES.get(ref, "")) for ref in ours]
@@ -191,9 +228,11 @@ RULES = {"host step counters": "adam's 0-d fp32 `step` per parameter tensor, 4 B
                                "beside CUDA parameters (torch's default), on the device only in this cpu run",
          "buffers": "the module's buffers (RoPE's cos / sin tables): not parameters, not counted",
          "input batch": "the caller's input (numel x its element size): counted only where a layer saves it, "
-                        "at the forward end",
-         "backward buffers": "tensors the backward makes: modelled are a tied weight's three gradients; the "
-                             "gradients of activations in flight are not",
+                        "where the saved activations are held (the forward end, a checkpointed re-run)",
+         "backward buffers": "tensors the backward makes: modelled are a tied weight's three gradients and, at a "
+                             "checkpointed re-run's end, its output's gradient and a tied table's pending gradient; "
+                             "the gradients an op's backward makes while it runs are not (docs/conventions.md, "
+                             "memory: activation gradients in flight)",
          "allocator rounding": "a CUDA storage takes ceil(bytes / 512) x 512 (MemTracker rounds on cuda only; "
                                "this run is on cpu)"}
 _RULES = {"Buffer": "buffers", "Other": "input batch", "Temp": "backward buffers", "Activation": ""}
@@ -204,23 +243,31 @@ CHECK_COLUMNS = [Column("costspec", "costspec bytes", "count"), Column("memtrack
 
 
 def check_result(model: "Network", values: Mapping[sympy.Symbol, sympy.Integer],
-                 checks: tuple[MemoryCheck, MemoryCheck]) -> Result:
-    """The comparison as a Result: the peak, then the forward end, one row per reference type."""
-    peak, forward = checks
-    tables = [_table(c, title) for c, title in ((peak, f"peak (costspec: {peak.moment})"),
-                                                  (forward, "after the forward (the loss made)"))]
+                 checks: tuple[MemoryCheck, ...]) -> Result:
+    """The comparison as a Result: the peak, then the forward end, then a checkpointed recompute (where the
+    spec has one), one row per reference type."""
+    peak, forward, *recomputes = checks
+    titled = [(peak, f"peak (costspec: {peak.moment})"), (forward, "after the forward (the loss made)")]
+    titled += [(check, f"at the end of a checkpointed re-run (costspec: {check.moment})") for check in recomputes]
+    tables = [_table(c, title) for c, title in titled]
     ours, theirs = peak.peak
     dims = " ".join(f"{k}={values[d.symbol]}" for k, d in model.dims.dims.items() if d.symbol in values)
     verdict = "within" if peak.ok else "OUTSIDE"
     notes = [f"the peak is {verdict} {TOLERANCE:.0%} of MemTracker's ({100 * peak.peak_error:+.3f}%): the "
-             "gradients of activations in flight during the backward are not modelled",
+             "gradients an op's backward makes while it runs (activation gradients in flight) are not modelled",
              f"on a GPU, allocator rounding would add {peak.rounding:,} bytes to the parameters, gradients and "
              "optimizer states (both sides count exact bytes here)"]
+    notes += [f"the checkpointed re-run's end is {'exact' if check.exact else 'NOT exact'} in every category "
+              "without a rule" for check in recomputes]
     notes += [f"{name}: {how}" for name, how in RULES.items()]
     meta = {"spec": model.name, "moment": peak.moment, "peak": {"costspec": ours, "memtracker": theirs},
             "categories": _categories(peak), "forward_end": {"costspec": forward.peak[0], "memtracker": forward.peak[1],
                                                              "categories": _categories(forward)},
-            "rounding_bytes": peak.rounding, "ok": peak.ok}
+            "rounding_bytes": peak.rounding, "ok": passed(checks)}
+    if recomputes:
+        check = recomputes[0]
+        meta["recompute"] = {"moment": check.moment, "costspec": check.peak[0], "memtracker": check.peak[1],
+                             "exact": check.exact, "categories": _categories(check)}
     return Result(f"{model.name} | memory check vs MemTracker (FakeTensorMode, cpu) | {dims}", tables, {}, notes, meta)
 
 
@@ -241,4 +288,4 @@ def _categories(check: MemoryCheck) -> dict:
 
 
 __all__ = ["ALLOCATOR_BLOCK", "MemoryCheck", "TOLERANCE", "Tracked", "check_memory", "check_result", "compare",
-           "track_step"]
+           "passed", "track_step"]

@@ -228,6 +228,73 @@ def recomputed_bytes(root: ScopeNode) -> sympy.Expr:
     return sympy.Max(*found) if found else sympy.Integer(0)
 
 
+@dataclass(frozen=True)
+class RecomputePoint:
+    """A checkpointed part at the moment backward has re-run its forward: for a repeat, its last checkpointed
+    instance (the first one backward re-runs). `saved`: what the re-run keeps (its input, held already by the
+    checkpoint, excluded); `output`: the bytes of the output the re-run returns (0 where one of its ops keeps
+    it), `gradient`: the bytes of that output's gradient (its size, in its dtype); `later_plain`: the
+    repeat's plain instances after it (their backward ran before, their saves freed), each keeping
+    `plain_saved`."""
+
+    part: Node
+    saved: sympy.Expr
+    output: sympy.Expr
+    gradient: sympy.Expr
+    later_plain: sympy.Expr = sympy.S.Zero
+    plain_saved: sympy.Expr = sympy.S.Zero
+
+
+def recompute_points(root: ScopeNode) -> list[RecomputePoint] | None:
+    """The recompute moment of every checkpointed part (`RecomputePoint`), in forward order; None where one is
+    not modelled exactly: a repeat of variant groups (which instance re-runs the most is not followed), or
+    plain instances that keep their own output (the next one then saves its input again or not), or a
+    checkpointed part inside a repeat (its rows count every instance of that repeat)."""
+    points: list[RecomputePoint] = []
+    for node, repeated in _nodes_in(root, False):
+        if not node.checkpoint:
+            continue
+        if repeated:
+            return None
+        if not isinstance(node, RepeatNode):
+            points.append(_point(node, node, _plain))
+            continue
+        if node.grouped:
+            return None
+        group = node.first_group()
+        every = node.checkpoint_every
+        later = node.times - 1 - every * (sympy.ceiling(node.times / every) - 1)
+        point = _point(node, group, lambda w, g, x, v: _sequence(w, g.children, x, v))
+        if later == 0:
+            points.append(point)
+            continue
+        probe = _Walk()
+        out = _sequence(probe, group.children, _fresh(True), {})
+        if out.key in probe.counted:
+            return None
+        points.append(RecomputePoint(node, point.saved, point.output, point.gradient, later, saved_total(probe.rows)))
+    return points
+
+
+def _point(part: Node, body: Node, run) -> RecomputePoint:
+    x = _fresh(True)  # (the re-run's input, held already: the checkpoint saved it)
+    inner = _Walk(counted={x.key: sympy.true})
+    out = run(inner, body, x, {})
+    last = list(body.op_nodes())[-1]
+    size = out.storage if out.storage is not None else last.canonical(
+        numel(last.out_shape) * last.precision.bytes_per_element)
+    kept = inner.counted.get(out.key, sympy.false)  # the dims at which one of its ops keeps its output
+    output = sympy.Piecewise((0, kept), (size, True)) if kept is not sympy.false else size
+    return RecomputePoint(part, saved_total(inner.rows), sympy.sympify(output), sympy.sympify(size))
+
+
+def _nodes_in(node: Node, repeated: bool):
+    """Every node under `node`, with whether a repeat above it (not itself) holds it."""
+    yield node, repeated
+    for child in node.children:
+        yield from _nodes_in(child, repeated or isinstance(node, RepeatNode))
+
+
 def _nodes(node: Node):
     yield node
     for child in node.children:
@@ -342,5 +409,5 @@ def saved_total(rows: Mapping[str, sympy.Expr]) -> sympy.Expr:
     return sympy.expand(sum(rows.values(), sympy.Integer(0)))
 
 
-__all__ = ["Value", "entry_op", "frozen_saved", "input_bytes", "recomputed_bytes", "saved_bytes", "saved_total",
-           "subtree"]
+__all__ = ["RecomputePoint", "Value", "entry_op", "frozen_saved", "input_bytes", "recompute_points", "recomputed_bytes",
+           "saved_bytes", "saved_total", "subtree"]
