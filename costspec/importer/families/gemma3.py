@@ -76,7 +76,8 @@ def whole_refusal(cfg: HFConfig) -> str | None:
     try:
         img, patch = square_size(vision, "image_size", 224), square_size(vision, "patch_size", 16)
         if img % patch:
-            return f"{vision.where('image_size')} = {img} is not a multiple of patch_size = {patch}"
+            return (f"{vision.where('image_size')} = {img} is not a multiple of patch_size = {patch}: the whole "
+                    "model's projector reshapes the patches to a square grid")
         projector(cfg, vision, img, patch)
     except ImportProblem as exc:
         return str(exc)
@@ -142,7 +143,7 @@ def _whole(cfg: HFConfig) -> str:
     text decoder on S tokens, M of them the image's (gemma3_model.join)."""
     reason = whole_refusal(cfg)
     if reason is not None:
-        raise ImportProblem(f"the whole model (--tower both): {reason}")
+        raise ImportProblem(reason)
     text, vision = _text(cfg), _vision(cfg)
     image_token = cfg.get_int("image_token_index", 262144, minimum=0)
     vocab = text.get_int("vocab_size", 262208)
