@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costspec.against.check import validate_against
+from costspec.against.meta_checks import META_CHECK_NOTE
 from costspec.against.target import load_target
 from costspec.cli import main
 from costspec.importer import import_hf
@@ -46,6 +47,8 @@ def check(path, tower=None, dims=None, batch=2):
                                                                 str(path), imported.hf_kwargs,
                                                                 output=imported.output), p)
                for p in ("forward", "train")}
+    if imported.described in ("Gemma3ForConditionalGeneration", "Gemma3Model"):  # the placeholder-count check
+        assert all(META_CHECK_NOTE in result.described for result in results.values())
     return imported, assert_exact(results)
 
 

@@ -111,8 +111,10 @@ def build_gemma3(cfg: HFConfig) -> str:
     ignored = {f"text_config.{key}": why for key, why in text.ignored.items()}
     ignored.update({key: "read by the text decoder" for key in text.read_keys()})
     why = PART if cfg.tower == "text" else f"{PART}; the whole model is not written: {whole_refusal(cfg)}"
+    alone = ("--tower text: the text decoder alone" if cfg.tower == "text" else "the text decoder alone: the whole "
+             "model's projector cannot pool this config's patch grid to mm_tokens_per_image tokens")
     for key in ("vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index"):
-        ignored[key] = "the text decoder alone: " + why
+        ignored[key] = alone
     cfg.check_understood(ignored)
     said = "--tower text" if cfg.tower == "text" else "the text decoder (the whole model cannot be written)"
     return _header(spec, f"{said}: the spec is Gemma 3's text decoder (Gemma3ForCausalLM); " + why)
