@@ -158,11 +158,12 @@ def _whole(cfg: HFConfig) -> str:
     decoder = head.whole(head.backbone(_text_spec(text), LM), DECODER_LM, cfg)
     siglip = FAMILIES["siglip_vision_model"]
     vision.validate(siglip.keys)
+    depth = vision.get_int("num_hidden_layers", 12)
     doc = (f"Gemma 3 imported from a Hugging Face config: the SigLIP vision tower on one {img}x{img} image a "
-           f"sequence (patch {patch}, {vision.get_int('num_hidden_layers', 12)} layers of width "
+           f"sequence (patch {patch}, {depth} layer{'' if depth == 1 else 's'} of width "
            f"{vision.get_int('hidden_size', 768)}, its last_hidden_state), the multimodal projector (average pool to "
            f"M = {M} tokens, RMSNorm, a matmul to the text width), the image features written over M of the S "
-           "tokens, the text decoder (" + _decoder_doc(decoder) + ") and the LM head"
+           "tokens, then the text decoder, " + _decoder_doc(decoder) + ", and the LM head"
            + (" (tied to the embedding)" if cfg.get_bool("tie_word_embeddings", True) else ""))
     spec = join(decoder, siglip.build(vision), M, K, vision.get_int("num_channels", 3), doc)
     cfg.sub("text_config")
@@ -176,9 +177,13 @@ def _whole(cfg: HFConfig) -> str:
     cfg.check_understood(ignored)
     if cfg.backbone:
         spec = head.backbone(spec, WHOLE_LM)
-    return _header(spec, "the whole model: the image's M placeholder tokens are among the S tokens (the decoder's "
-                   "cost depends on S alone); the masked scatter of the image features over them is a copy "
-                   "(no FLOPs), written as slice + concat")
+    said = ("the whole model: the image's M placeholder tokens are among the S tokens (the decoder's cost depends "
+            "on S alone); the masked scatter of the image features over them is a copy (no FLOPs), written as slice "
+            "+ concat")
+    if vision.get_bool("vision_use_head", True):
+        said += ("; vision_config.vision_use_head is true: the class runs SiglipVisionModel's head, whose output it "
+                 "discards, in every forward; the spec leaves it out (its forward and parameters, named in ignore:)")
+    return _header(spec, said)
 
 
 # the text decoder's backbone is Gemma3TextModel (transformers' Gemma3Model is the multimodal one)

@@ -80,6 +80,30 @@ def _vision_line(line: str, top: bool) -> str:
     return _rename(line)
 
 
+_HEAD = """\
+  - module: "model.vision_tower.head"
+    reason: >-
+      vision_use_head: SiglipVisionModel runs its attention-pooling head in every forward, for a
+      pooler_output that Gemma3Model overwrites with the projector's output (no loss reads it: no backward);
+      the spec, which Gemma 3's checkpoints match (vision_use_head false), leaves its forward and its
+      parameters out: the totals of eval are below the class's by them
+""".splitlines()
+
+
+def _vision_ignore(lines: list[str]) -> list[str]:
+    """The vision tower's ignore entries under its path; its head's (left out) with the reason Gemma 3 gives."""
+    out: list[str] = []
+    skipping = False
+    for line in lines:
+        if line.startswith("  - "):
+            skipping = line.strip() == '- module: "head"'
+            if skipping:
+                out.extend(_HEAD)
+        if not skipping:
+            out.append(_vision_line(line, True))
+    return out
+
+
 def projector(cfg: HFConfig, vision: HFConfig, img: int, patch: int) -> tuple[int, int]:
     """mm_tokens_per_image M and the pooling kernel K: Gemma3MultiModalProjector pools the G x G patch grid
     (G = image_size // patch_size) with AvgPool2d(K, K), K = G // sqrt(M), and the model writes the pooled
@@ -121,7 +145,7 @@ def join(text_spec: str, vision_spec: str, M: int, K: int, channels: int, doc: s
                 'sqrt(M))"}  # (image_size // patch_size) // sqrt(mm_tokens_per_image)')
     dims.append('  G: {value: "img // patch", doc: "patches a side"}')
     blocks = text.get("blocks", []) + [_vision_line(line, False) for line in vision.get("blocks", [])]
-    ignore = text.get("ignore", []) + [_vision_line(line, True) for line in vision.get("ignore", [])] + _MERGE
+    ignore = text.get("ignore", []) + _vision_ignore(vision.get("ignore", [])) + _MERGE
     layers = text["layers"]
     cut = next(i for i, line in enumerate(layers) if line.startswith("  - ") and "scale:" not in line
                and "embedding:" not in line)
@@ -156,7 +180,9 @@ def join(text_spec: str, vision_spec: str, M: int, K: int, channels: int, doc: s
     ] + layers[cut:]
     out = text["header"] + text["costspec:line"] + text["name:line"] + ["doc: >-"]
     out += textwrap.wrap(doc, 106, initial_indent="  ", subsequent_indent="  ")
-    out += text["source:line"] + text["source"] + vision["source"]
+    out += text["source:line"] + [line.replace("model_type gemma3_text", "model_type gemma3", 1)
+                                  for line in text["source"]]
+    out += [line for line in vision["source"] if line.startswith("#")]  # its notes, not its source
     out += ["dims:"] + dims + text["precision:line"] + text["input:line"]
     out += ["inputs:", f"  pixel_values: [B, {channels}, img, img]  # the images, one a sequence (passed by name)"]
     out += ["blocks:"] + blocks + (["ignore:"] + ignore if ignore else []) + ["layers:"] + joined
