@@ -12,6 +12,7 @@ placeholders sit changes no cost). The vision tower's dims that share a name wit
 """
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 
@@ -110,16 +111,13 @@ def projector(cfg: HFConfig, vision: HFConfig, img: int, patch: int) -> tuple[in
     tokens over exactly M placeholder tokens: M a square whose side divides G (else the class itself fails:
     a kernel of 0, or a token count the placeholders do not match)."""
     M = cfg.get_int("mm_tokens_per_image", 256)
-    side = int(M ** 0.5)
-    while side * side > M:
-        side -= 1
-    while (side + 1) ** 2 <= M:
-        side += 1
+    side = math.isqrt(M)
     grid = img // patch
     if side * side != M:
         raise ImportProblem(f"{cfg.where('mm_tokens_per_image')} = {M} is not a square: Gemma3MultiModalProjector "
-                            "pools the patch grid to int(sqrt(mm_tokens_per_image)) tokens a side, and the model writes them over exactly "
-                            "mm_tokens_per_image placeholders; --tower text or --tower vision imports one tower")
+                            "pools the patch grid to int(sqrt(mm_tokens_per_image)) tokens a side, and the model "
+                            "writes them over exactly mm_tokens_per_image placeholders; --tower text or --tower vision "
+                            "imports one tower")
     if grid % side:
         raise ImportProblem(
             f"{cfg.where('mm_tokens_per_image')} = {M} ({side} tokens a side) does not divide the {grid} patches a "
