@@ -14,13 +14,14 @@ from costspec.against.check import validate_against
 from costspec.against.meta_checks import META_CHECK_NOTE
 from costspec.against.target import load_target
 from costspec.cli import main
+from costspec.core.errors import CostspecError
 from costspec.importer import import_hf
 from costspec.model import loads
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from tests.importer.check import assert_exact, hostile_sweep, read_keys, write_config  # noqa: E402
+from tests.importer.check import HOSTILE, assert_exact, hostile_sweep, read_keys, write_config  # noqa: E402
 
 TEXT = {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 2,
         "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 64, "sliding_window": 4}
@@ -169,6 +170,25 @@ def test_hostile_values_are_refused_cleanly(tmp_path):
     base = config().to_dict()
     refused, tried = hostile_sweep(base, tmp_path, keys=read_keys(base), per_key=2)
     assert tried and refused, (refused, tried)
+
+
+def test_hostile_values_in_a_whole_model_config_are_refused_cleanly(tmp_path):
+    """The whole model's own keys and its vision_config's (read now) under hostile values: a spec that loads
+    (the whole model, or the decoder where the projector can no longer pool) or a named refusal, never a crash."""
+    base = whole_config().to_dict()
+    refused, tried = hostile_sweep(base, tmp_path, keys=["mm_tokens_per_image", "image_token_index",
+                                                         "vision_config"], per_key=3)
+    vision = base["vision_config"]
+    for number, key in enumerate(k for k in read_keys(vision) if k != "model_type"):
+        for value in (HOSTILE[number % len(HOSTILE)], HOSTILE[(number + 5) % len(HOSTILE)]):
+            path = write_config({**base, "vision_config": {**vision, key: value}}, tmp_path)
+            tried += 1
+            try:
+                loads(import_hf(path).text)
+            except CostspecError as exc:
+                assert str(path) in str(exc), exc
+                refused += 1
+    assert tried > 20 and refused, (refused, tried)
 
 
 @pytest.mark.slow
