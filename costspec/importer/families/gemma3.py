@@ -18,7 +18,7 @@ from costspec.importer import head
 from costspec.importer.config import HFConfig, ImportProblem, size, under
 from costspec.importer.families import FAMILIES, TOWER, Family, Variant
 from costspec.importer.families.common import ENCODER_KEYS, square_size
-from costspec.importer.families.gemma3_model import join, projector, sections
+from costspec.importer.families.gemma3_model import TOWERS, join, projector, sections
 from costspec.importer.head import CausalLM
 
 WHOLE = "both"
@@ -79,6 +79,12 @@ def whole_refusal(cfg: HFConfig) -> str | None:
             return (f"{vision.where('image_size')} = {img} is not a multiple of patch_size = {patch}: the whole "
                     "model's projector reshapes the patches to a square grid")
         projector(cfg, vision, img, patch)
+        image_token = cfg.get_int("image_token_index", 262144, minimum=0)
+        vocab = _text(cfg).get_int("vocab_size", 262208)
+        if image_token >= vocab:
+            return (f"{cfg.where('image_token_index')} = {image_token} is not below text_config.vocab_size = {vocab}: "
+                    "Gemma3Model then clones the ids and sets the placeholders to 0 before the lookup (an index_put "
+                    f"the spec does not write); {TOWERS}")
     except ImportProblem as exc:
         return str(exc)
     return None
@@ -110,14 +116,16 @@ def build_gemma3(cfg: HFConfig) -> str:
     cfg.sub("text_config")
     ignored = {f"text_config.{key}": why for key, why in text.ignored.items()}
     ignored.update({key: "read by the text decoder" for key in text.read_keys()})
-    why = PART if cfg.tower == "text" else f"{PART}; the whole model is not written: {whole_refusal(cfg)}"
     alone = ("--tower text: the text decoder alone" if cfg.tower == "text" else "the text decoder alone: the whole "
              "model's projector cannot pool this config's patch grid to mm_tokens_per_image tokens")
     for key in ("vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index"):
         ignored[key] = alone
     cfg.check_understood(ignored)
-    said = "--tower text" if cfg.tower == "text" else "the text decoder (the whole model cannot be written)"
-    return _header(spec, f"{said}: the spec is Gemma 3's text decoder (Gemma3ForCausalLM); " + why)
+    if cfg.tower == "text":
+        return _header(spec, "--tower text: the spec is Gemma 3's text decoder (Gemma3ForCausalLM); " + PART)
+    reason = str(whole_refusal(cfg)).removesuffix(f"; {TOWERS}")
+    return _header(spec, "the spec is Gemma 3's text decoder (Gemma3ForCausalLM): the default falls back to it "
+                   f"because the whole model cannot be written for this config: {reason}")
 
 
 def _decoder_doc(spec: str) -> str:
@@ -147,12 +155,6 @@ def _whole(cfg: HFConfig) -> str:
     if reason is not None:
         raise ImportProblem(reason)
     text, vision = _text(cfg), _vision(cfg)
-    image_token = cfg.get_int("image_token_index", 262144, minimum=0)
-    vocab = text.get_int("vocab_size", 262208)
-    if image_token >= vocab:
-        raise ImportProblem(f"{cfg.where('image_token_index')} = {image_token} is not below text_config.vocab_size "
-                            f"= {vocab}: Gemma3Model then clones the ids and sets the placeholders to 0 before the "
-                            "lookup (an index_put the spec does not write); --tower text or vision imports a tower")
     img, patch = square_size(vision, "image_size", 224), square_size(vision, "patch_size", 16)
     M, K = projector(cfg, vision, img, patch)
     decoder = head.whole(head.backbone(_text_spec(text), LM), DECODER_LM, cfg)
@@ -200,11 +202,10 @@ GEMMA3 = Family(("gemma3",), "Gemma3ForConditionalGeneration", build_gemma3,
                 "decoder (Gemma3ForCausalLM, LM head included), --tower vision its vision tower "
                 "(SiglipVisionModel's last_hidden_state)",
                 architectures=("Gemma3ForConditionalGeneration",), lm=LM,
-                refused=("the whole model when mm_tokens_per_image is not a square whose side divides the patch "
-                         "grid (image_size // patch_size): the projector's AvgPool2d cannot give that many tokens "
-                         "(the default then imports the text decoder)",
-                         "the whole model when image_token_index >= text_config.vocab_size (the ids are cloned "
-                         "and the placeholders set to 0 first)"),
+                refused=("the whole model (--tower both) when mm_tokens_per_image is not a square whose side divides "
+                         "the patch grid (image_size // patch_size): the projector's AvgPool2d cannot give that many "
+                         "tokens; or when image_token_index >= text_config.vocab_size (the ids are cloned and the "
+                         "placeholders set to 0 first); the default then imports the text decoder",),
                 keys=under("text_config", FAMILIES["gemma3_text"].keys) + under("vision_config", ENCODER_KEYS)
                 + (size("mm_tokens_per_image"),),
                 options=(TOWER,), variant=gemma3_variant)

@@ -18,6 +18,7 @@ import textwrap
 
 from costspec.importer.config import HFConfig, ImportProblem
 
+TOWERS = "--tower text or --tower vision imports one tower"
 VISION_PREFIX = "model.vision_tower."
 PROJECTOR = "model.multi_modal_projector"
 # the vision tower's dims as the joined spec names them (the decoder keeps its own)
@@ -116,15 +117,14 @@ def projector(cfg: HFConfig, vision: HFConfig, img: int, patch: int) -> tuple[in
     if side * side != M:
         raise ImportProblem(f"{cfg.where('mm_tokens_per_image')} = {M} is not a square: Gemma3MultiModalProjector "
                             "pools the patch grid to int(sqrt(mm_tokens_per_image)) tokens a side, and the model "
-                            "writes them over exactly mm_tokens_per_image placeholders; --tower text or --tower vision "
-                            "imports one tower")
+                            f"writes them over exactly mm_tokens_per_image placeholders; {TOWERS}")
     if grid % side:
         raise ImportProblem(
             f"{cfg.where('mm_tokens_per_image')} = {M} ({side} tokens a side) does not divide the {grid} patches a "
             "side (vision_config.image_size // patch_size): the whole model's Gemma3MultiModalProjector pools "
             f"with AvgPool2d(kernel {grid} // {side} = {grid // side}), which "
             + ("fails (a kernel of 0)" if grid < side else f"gives {(grid // (grid // side)) ** 2} tokens, not {M}")
-            + "; --tower text or --tower vision imports one tower")
+            + f"; {TOWERS}")
     return M, grid // side
 
 
