@@ -6,6 +6,8 @@ and train, exact); a config whose projector cannot pool (transformers' defaults)
 refusals with their reasons; hostile values; random configs (slow)."""
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +23,7 @@ from costspec.model import loads
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from tests.common import invoke  # noqa: E402
 from tests.importer.check import HOSTILE, assert_exact, hostile_sweep, read_keys, write_config  # noqa: E402
 
 TEXT = {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -73,6 +76,19 @@ def test_whole_model_is_the_default(tmp_path):
     decoder = 2 * (2 * B * S * C * (2 * 16 + 2 * 16) + 2 * B * S * 2 * 16 * C + 2 * 2 * B * 2 * S * S * 16
                    + 3 * 2 * B * S * C * 48)
     assert totals["forward"]["spec_matmul"] == vision + 2 * B * M * Cv * C + decoder + 2 * B * S * C * 64
+
+
+def test_whole_model_printed_check_command_passes(tmp_path):
+    """The `validate --against` command the header prints, run as printed (at B = 1, S = 8): PASS on meta."""
+    path = write_config(whole_config(), tmp_path)
+    spec = tmp_path / "gemma3.yaml"
+    imported = invoke("import", "hf", path, "-o", spec)
+    assert imported.returncode == 0, imported.stderr
+    words = shlex.split(spec.read_text().splitlines()[3].removeprefix("#   "))
+    assert words[:4] == ["costspec", "validate", str(spec), "--against"], words
+    result = invoke(*words[1:], "--set", "S=8")
+    assert result.returncode == 0 and "result: PASS" in result.stdout, result.stdout + result.stderr
+    assert META_CHECK_NOTE.split(";")[0] in " ".join(result.stdout.split()), result.stdout
 
 
 def test_whole_model_backbone(tmp_path):
