@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import sympy
 import yaml
 
+from costspec.against.meta_checks import skip_meta_value_checks
 from costspec.core.errors import CostspecError, MissingExtraError, UsageError
 from costspec.core.expr import evaluator
 from costspec.runtime.torch_build import import_torch
@@ -183,6 +184,7 @@ def load_target(target: str, model: "Network", values: Mapping[sympy.Symbol, sym
     _guard_forward(module, target)
     if target.startswith(HF_PREFIX) and device == "meta":
         _meta_padding_masks(module, described)
+        skip_meta_value_checks(module, described)
     if inputs is None:
         args: tuple = (spec_input(model, values, device),)
         kwargs: dict[str, Any] = further_inputs(model, values, device) if target.startswith(HF_PREFIX) else {}

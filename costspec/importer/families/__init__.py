@@ -97,5 +97,5 @@ _register("bloom")  # bloom: BloomForCausalLM (ALiBi), LM head included
 _register("jamba")  # jamba: JambaForCausalLM (attention / Mamba, MoE / dense layers), LM head included
 _register("segformer")  # segformer: SegformerModel (the MiT encoder)
 _register("detr")  # detr: DetrModel, refused with the reasons (timm backbone; what is not modelled)
-_register("gemma3")  # gemma3 (multimodal config): its text decoder through the template's gemma3_text
-_register("siglip2")  # siglip2: refused with the reasons (NaFlex vision tower: not on meta, no spec construct)
+_register("gemma3")  # gemma3 (multimodal config): the whole model, or its text decoder / vision tower
+_register("siglip2")  # siglip2: the text tower; the NaFlex vision tower refused with the reasons (not on meta)
