@@ -350,8 +350,9 @@ class ImportParts:
 import_parts = option_group(
     "parts", ImportParts,
     click.option("--tower", type=click.Choice(["vision", "text", "both"]), default=None,
-                 help="A dual-tower model (CLIP, SigLIP): the towers the spec describes (default: both, with the "
-                      "projections and the logits, as its AutoModel class runs them)."),
+                 help="A model of two towers (CLIP, SigLIP, SigLIP 2, Gemma 3's vision tower and text decoder): the "
+                      "towers the spec describes (default: both, joined as the class the header names runs them; "
+                      "SigLIP 2: text only)."),
     click.option("--no-pooler", is_flag=True,
                  help="End the spec before the pooler the model's AutoModel class builds (the header names the "
                       "class and output it then equals)."))
