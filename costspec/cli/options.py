@@ -349,9 +349,10 @@ class ImportParts:
 
 import_parts = option_group(
     "parts", ImportParts,
-    click.option("--tower", type=click.Choice(["vision", "text", "both"]), default=None,
+    click.option("--tower", type=click.Choice(["vision", "text", "both", "encoder"]), default=None,
                  help="A dual-tower model (CLIP, SigLIP): the towers the spec describes (default: both, with the "
-                      "projections and the logits, as its AutoModel class runs them)."),
+                      "projections and the logits, as its AutoModel class runs them); an encoder-decoder (T5): "
+                      "encoder, the encoder alone (default: the whole model)."),
     click.option("--no-pooler", is_flag=True,
                  help="End the spec before the pooler the model's AutoModel class builds (the header names the "
                       "class and output it then equals)."))

@@ -302,8 +302,10 @@ class SelfAttention(nn.Module):
             shifted = self.shift_mask.unsqueeze(0).expand(b, -1, -1, -1).reshape(-1, 1, *self.shift_mask.shape[1:])
             mask = shifted if mask is None else shifted + mask  # + the bias table (1, h, t, t)
         causal = self.causal
-        if self.causal_bias and mask is not None:
-            mask, causal = causal_bias_mask(mask, self.get_buffer("allowed")), False
+        if self.causal_bias and mask is not None:  # (one token sees only itself: no where, as transformers)
+            if mask.shape[-1] > 1:
+                mask = causal_bias_mask(mask, self.get_buffer("allowed"))
+            causal = False
         if hasattr(self, "window_mask"):
             mask, causal = self.window_mask, False
         if self.eager:

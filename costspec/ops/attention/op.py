@@ -180,8 +180,8 @@ class Attention(OpDef):
         sdpa = sdpa_forward(sdpa_call(call), a.backend)
         if not is_zero(a.shift) and a.rel_bias != "none":  # shift mask + bias table: one mask for the SDPA
             sdpa = sdpa + pointwise("add", g.nb * g.h * g.t * g.t)
-        if causal_bias(call):  # T5's decoder: the bias kept below the diagonal by a where (the mask: a constant)
-            sdpa = sdpa + pointwise("select", g.h * g.t * g.t)
+        if causal_bias(call):  # T5's decoder: the bias kept below the diagonal by a where (the mask: a constant);
+            sdpa = sdpa + pointwise("select", above_one(g.t) * g.h * g.t * g.t)  # one token sees itself: none
         parts.append(Part("sdpa", sdpa, own=True))
         n, m, k, o, bias = proj
         parts.append(Part(n, linear_forward(m, k, o, bias), k * o + (o if bias else 0)))
@@ -210,7 +210,7 @@ class Attention(OpDef):
         if a.rel_bias != "none":  # the bias, broadcast over the nb problems, gets their gradients summed
             sdpa = sdpa + pointwise("bias_grad", above_one(g.nb) * g.nb * g.h * g.t * g.t)
         if causal_bias(call):  # the where's backward: the bias gradient kept below the diagonal
-            sdpa = sdpa + pointwise("select", g.h * g.t * g.t)
+            sdpa = sdpa + pointwise("select", above_one(g.t) * g.h * g.t * g.t)
         parts.append(Part("sdpa", sdpa, own=True))
         n, m, k, o, bias = proj
         parts.append(Part(n, linear_backward(m, k, o, bias, True)))
