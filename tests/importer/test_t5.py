@@ -26,8 +26,10 @@ from tests.common import ROOT  # noqa: E402
 from tests.importer.check import (  # noqa: E402
     assert_exact,
     assert_refused,
+    hostile_sweep,
     import_and_check,
     import_and_check_file,
+    read_keys,
     write_config,
 )
 
@@ -171,6 +173,15 @@ def test_the_header_and_the_check_command_name_the_class(tmp_path, capsys):
 ])
 def test_configs_the_importer_cannot_price_are_refused(key, value, message, tmp_path, capsys):
     assert_refused(tmp_path, capsys, {**transformers.T5Config(**SMALL).to_dict(), key: value}, message, key)
+
+
+def test_hostile_values_in_every_key_are_refused_naming_the_file(tmp_path):
+    """Each key T5's importer reads, given hostile values in turn (huge, negative, zero, fractional, strings,
+    lists, null...): the spec loads or the import is a CostspecError naming the file, never another exception."""
+    base = {**transformers.T5Config().to_dict(), "num_layers": 2, "num_decoder_layers": 2}
+    keys = read_keys(base)
+    refused, tried = hostile_sweep(base, tmp_path, keys, per_key=2)
+    assert tried == 2 * len(keys) and refused > len(keys) // 2
 
 
 def test_the_encoder_alone_keeps_the_encoders_bucket_rule(tmp_path):
