@@ -255,7 +255,8 @@ class Attention(OpDef):
         (plus its cos/sin tables); the relative positions read q and the tables, write rel_h and rel_w
         and read them back into the bias; a rel_bias table is gathered into a bias per (query, key)
         pair of one problem (written once, read per score by the SDPA); with readers, their gradients are
-        read and added into it. Learned queries and sinks are read once; q/k norms read and write q and k."""
+        read and added into it; a causal T5 bias is read and written once more per layer by its where.
+        Learned queries and sinks are read once; q/k norms read and write q and k."""
         a, g = call.attrs, geometry(call)
         qkv, proj = projections(call)
         shape = sdpa_call(call)
@@ -263,12 +264,14 @@ class Attention(OpDef):
         unfused = fusion == Fusion.NONE or a.backend != Backend.FLASH
         extra = (6 if a.softcap else 3) * scores if unfused else ZERO
         bias = scores if a.rel_pos or a.rel_bias != "none" or a.alibi or a.zero_bias else ZERO
+        # T5's decoder: the where reads the (1, h, S, S) bias and writes it masked (backward: its gradient)
+        folded = above_one(g.t) * g.h * g.t * g.t if causal_bias(call) else ZERO
         if pass_ == Phase.FORWARD:
-            sdpa = Traffic("sdpa", g.nq + 2 * g.nkc + bias + extra, g.nq + extra)
+            sdpa = Traffic("sdpa", g.nq + 2 * g.nkc + bias + extra + folded, g.nq + extra + folded)
         else:
             grouped = 2 * g.nq * shape.grouped if shape.gqa else ZERO
-            sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nkc + bias + grouped + extra,
-                           g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO))
+            sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nkc + bias + grouped + extra + folded,
+                           g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO) + folded)
         out = [linear_traffic(n, m, k, o, bias_, pass_, computes_dx(call, n, input_grad))
                for n, m, k, o, bias_ in qkv]
         if learned_queries(call):
