@@ -201,6 +201,13 @@ def test_towers_other_than_encoder_are_refused(tmp_path, capsys):
         capsys.readouterr().err)
 
 
+def test_an_encoder_checkpoints_config_points_at_the_encoder_tower(tmp_path):
+    data = {**transformers.T5Config(**SMALL).to_dict(), "architectures": ["T5EncoderModel"]}
+    path = write_config(data, tmp_path)
+    assert "costspec import hf --tower encoder` imports that" in import_hf(path).text
+    assert "architectures name" not in import_hf(write_config(transformers.T5Config(**SMALL), tmp_path)).text
+
+
 def test_num_decoder_layers_default_to_num_layers(tmp_path):
     data = transformers.T5Config(**SMALL).to_dict()
     data.pop("num_decoder_layers")

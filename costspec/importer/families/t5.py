@@ -217,6 +217,9 @@ def build_whole(cfg: HFConfig) -> str:
               "5's T5Config ties the head whatever tie_word_embeddings says (false, T5 v1.1 / Flan-T5, only turns off "
               "the decoder's output scale). Each stack's relative-position bias is made in its first block and read "
               "by the others, their gradients summed where it is made; the decoder's is causal.")
+    if ENCODER in (cfg.get("architectures") or []):
+        spec.note(f"The config's architectures name {ENCODER} (a checkpoint of the encoder alone, e.g. a text "
+                  "encoder): `costspec import hf --tower encoder` imports that; this spec is the whole model.")
     spec.input(["B", "S"], "the encoder's token ids (input_ids)")
     spec.further_input("decoder_input_ids", ["B", "T"], "the decoder's token ids (passed by name)")
     spec.doc = (f"T5 encoder-decoder imported from a Hugging Face config: one token table shared by the encoder's and "
