@@ -38,7 +38,6 @@ T5_REFUSED = ("feed_forward_proj with an activation the importer does not price"
               "buckets), or, with the decoder, not above relative_attention_num_buckets / 2 (its one-directional "
               "buckets: a log of max_distance / exact distances that is not positive)")
 DEFAULT_DTYPE = "bf16"
-SCORES = ("scale: none, fused_qkv: false, qkv_bias: false, proj_bias: false")
 
 
 def _t5_mlp(cfg: HFConfig) -> tuple[bool, str, str]:
@@ -69,8 +68,8 @@ layers:
       - rmsnorm: {{}}  # T5LayerNorm: no mean subtracted, no bias (layer_norm_epsilon does not change the cost)
         name: norm1
         source: layer.0.layer_norm
-      {comment}      - attention: {{heads: heads, head_dim: D, {mask}{SCORES},
-                    rel_bias: t5, buckets: {buckets}, max_distance: {distance},
+      {comment}      - attention: {{heads: heads, head_dim: D, fused_qkv: false, qkv_bias: false, proj_bias: false,
+                    {mask}scale: none, rel_bias: t5, buckets: {buckets}, max_distance: {distance},
                     rel_bias_shared: reads, rel_bias_readers: readers}}
         source: layer.0.SelfAttention
 """
@@ -82,7 +81,8 @@ layers:
         source: layer.1.layer_norm
       # queries from the decoder's T tokens, keys and values from the encoder's S states; no bias table of its
       # own: T5Attention makes a zero position bias, added to every score as the SDPA's float mask
-      - attention: {heads: heads, head_dim: D, kv: enc, zero_bias: true, """ + SCORES + """}
+      - attention: {heads: heads, head_dim: D, kv: enc, zero_bias: true, fused_qkv: false, qkv_bias: false,
+                    proj_bias: false, scale: none}
         source: layer.1.EncDecAttention
 """
     last = 2 if causal else 1
