@@ -349,10 +349,11 @@ class ImportParts:
 
 import_parts = option_group(
     "parts", ImportParts,
-    click.option("--tower", type=click.Choice(["vision", "text", "both"]), default=None,
+    click.option("--tower", type=click.Choice(["vision", "text", "both", "encoder"]), default=None,
                  help="A model of two towers (CLIP, SigLIP, SigLIP 2, Gemma 3's vision tower and text decoder): the "
                       "towers the spec describes (default: both, joined as the class the header names runs them; "
-                      "SigLIP 2: text only)."),
+                      "SigLIP 2: text only); an encoder-decoder (T5): encoder, the encoder alone (default: the whole "
+                      "model)."),
     click.option("--no-pooler", is_flag=True,
                  help="End the spec before the pooler the model's AutoModel class builds (the header names the "
                       "class and output it then equals)."))

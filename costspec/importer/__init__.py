@@ -145,6 +145,9 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
             raise UsageError(f"{option}: the {cfg.model_type or family.model_types[0]} importer does not take it "
                              f"(it writes {family.hf_class}; {option} is for dual-tower models and models with a "
                              "pooler: docs/import.md)")
+    if tower is not None and tower not in family.towers:
+        raise UsageError(f"--tower {tower}: the {cfg.model_type or family.model_types[0]} importer takes --tower "
+                         f"{' | '.join(family.towers)} (docs/import.md)")
     lm = family.lm or head.inferred(family.hf_class)  # a family that does not declare its classes: by name
     if backbone and lm is None:
         raise UsageError(f"--backbone: the {cfg.model_type or family.model_types[0]} importer writes "

@@ -29,6 +29,7 @@ class Scores:
     q_len: int = 0  # 0: as many queries as keys
     math: bool = False
     alibi: bool = False
+    zero_bias: bool = False  # T5's cross-attention: an all-zero float mask, added to every score
 
 
 def alibi_slopes(heads: int) -> torch.Tensor:
@@ -73,6 +74,13 @@ def band_mask(q_len: int, k_len: int, causal: bool, sliding: int = 0, local: int
     if local:
         allowed &= (i - j).abs() <= local // 2
     return torch.zeros(q_len, k_len).masked_fill(~allowed, float("-inf"))
+
+
+def causal_bias_mask(bias: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """A (1, h, S, S) bias kept where `allowed` (the [S, S] lower triangle), the dtype's lowest value above it:
+    a where (h*S*S), in every layer, as transformers' create_position_bias_mask does for T5's decoder (SDPA
+    takes is_causal or a float mask, not both)."""
+    return torch.where(allowed, bias, torch.finfo(bias.dtype).min)
 
 
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
@@ -188,9 +196,14 @@ class SelfAttention(nn.Module):
         self.bias_source: tuple[RelBiasTable, int] | None = None
         if rel_bias is not None and rel_bias[0] != "shared":
             self.rel_bias = RelBiasTable(heads, *rel_bias)
-            if rel_bias[0] == "t5":
-                self.rel_bias.set_tokens(rope_len)
+            if rel_bias[0] == "t5":  # a causal layer (T5's decoder) buckets one direction
+                self.rel_bias.set_tokens(rope_len, bidirectional=not causal)
         self.reads_bias = rel_bias is not None and rel_bias[0] == "shared"
+        # T5's decoder: its bias (own or read) is masked causally by a where before the SDPA call
+        self.causal_bias = causal and rel_bias is not None
+        if self.causal_bias:  # which keys each query sees: positions only (a buffer, as transformers' is a constant)
+            allowed = torch.arange(rope_len)[:, None] >= torch.arange(rope_len)[None, :]
+            self.register_buffer("allowed", allowed, persistent=False)
         if cache is not None:
             # decode: one new token per sequence after `cached` earlier ones (a sliding window's cache holds
             # at most w - 1, so the new query sees every key: no mask); their k and v, already normed and
@@ -200,9 +213,12 @@ class SelfAttention(nn.Module):
             self.register_buffer("k_cache", torch.randn(shape), persistent=False)
             self.register_buffer("v_cache", torch.randn(shape), persistent=False)
             self.causal = False  # (the op's rules refuse ALiBi with a cache)
+        elif scores.zero_bias:  # T5's cross-attention: its zero position bias, passed as the float mask
+            self.register_buffer("window_mask", torch.zeros(1, heads, q_len, rope_len), persistent=False)
         elif scores.alibi:  # the causal mask folded into ALiBi's bias: one float mask
             self.register_buffer("window_mask", alibi_bias(heads, q_len, rope_len, causal), persistent=False)
-        elif sliding_window or scores.local_window or (causal and scores.eager):  # an additive mask, built once
+        elif sliding_window or scores.local_window or (causal and scores.eager and not self.causal_bias):
+            # an additive mask, built once
             self.register_buffer("window_mask", band_mask(q_len, rope_len, causal, sliding_window, scores.local_window),
                                  persistent=False)
         if scores.sinks:
@@ -286,6 +302,10 @@ class SelfAttention(nn.Module):
             shifted = self.shift_mask.unsqueeze(0).expand(b, -1, -1, -1).reshape(-1, 1, *self.shift_mask.shape[1:])
             mask = shifted if mask is None else shifted + mask  # + the bias table (1, h, t, t)
         causal = self.causal
+        if self.causal_bias and mask is not None:  # (one token sees only itself: no where, as transformers)
+            if mask.shape[-1] > 1:
+                mask = causal_bias_mask(mask, self.get_buffer("allowed"))
+            causal = False
         if hasattr(self, "window_mask"):
             mask, causal = self.window_mask, False
         if self.eager:

@@ -67,7 +67,8 @@ class RelBiasTable(nn.Module):
     """A learned relative-position bias (heads columns) gathered per (query, key) pair: T5's log-bucketed
     distances ("t5", buckets, max_distance; bidirectional, as T5's encoder), Swin's offsets in a
     qh x qw window ("swin", qh, qw), or BEiT's offsets in a qh x qw patch grid after a class token ("beit",
-    qh, qw: three more rows for class to patch, patch to class and class to class). The pair -> row index
+    qh, qw: three more rows for class to patch, patch to class and class to class; T5's decoder buckets one
+    direction, `set_tokens(s, bidirectional=False)`). The pair -> row index
     depends on positions only: a buffer.
 
     A T5 or BEiT table with `readers` hands its bias to that many later layers (T5 computes it in its
@@ -95,20 +96,25 @@ class RelBiasTable(nn.Module):
             self.register_buffer("index", index, persistent=False)
         self.table = nn.Parameter(torch.zeros(rows, heads))
 
-    def t5_index(self, s: int) -> torch.Tensor:
-        """T5's _relative_position_bucket (bidirectional) for s positions, as a (s, s) index."""
+    def t5_index(self, s: int, bidirectional: bool = True) -> torch.Tensor:
+        """T5's _relative_position_bucket for s positions, as a (s, s) index: bidirectional (the encoder: half
+        the buckets per direction) or one-directional (the causal decoder: every bucket for the keys at or
+        before the query, the later ones in bucket 0, which the causal mask hides)."""
         rel = torch.arange(s)[None, :] - torch.arange(s)[:, None]  # key - query
-        half = self.buckets // 2
-        bucket = (rel > 0).long() * half
-        n = rel.abs()
+        if bidirectional:
+            half = self.buckets // 2
+            bucket = (rel > 0).long() * half
+            n = rel.abs()
+        else:
+            half, bucket, n = self.buckets, torch.zeros_like(rel), (-rel).clamp(min=0)
         exact = half // 2
         large = exact + (torch.log(n.float().clamp(min=1) / exact) / math.log(self.max_distance / exact)
                          * (half - exact)).long()
         return bucket + torch.where(n < exact, n, large.clamp(max=half - 1))
 
-    def set_tokens(self, s: int) -> None:
+    def set_tokens(self, s: int, bidirectional: bool = True) -> None:
         self.tokens = s
-        self.register_buffer("index", self.t5_index(s), persistent=False)
+        self.register_buffer("index", self.t5_index(s, bidirectional), persistent=False)
 
     def add_reader(self) -> int | None:
         """The slot of `shared` the next reading layer takes, or None when all `readers` are taken."""

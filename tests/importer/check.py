@@ -46,9 +46,10 @@ def path_model(path: Path):
 
 
 def import_and_check_file(path: Path, passes=("forward", "train"), sets: dict | None = None, batch: int = 2,
-                          dims: dict | None = None, backbone: bool = False):
-    """`import_and_check` of a config.json file (`backbone`: a causal LM without its head): {pass: AgainstResult}."""
-    imported = import_hf(path, backbone=backbone)
+                          dims: dict | None = None, backbone: bool = False, tower: str | None = None):
+    """`import_and_check` of a config.json file (`backbone`: a causal LM without its head; `tower`: --tower):
+    {pass: AgainstResult}."""
+    imported = import_hf(path, backbone=backbone, tower=tower)
     model = loads(imported.text, str(path.with_suffix(".yaml")))
     values = model.bind(batch, dims)
     results = {}

@@ -28,9 +28,16 @@ CASES = {
         "causal attention with a relative position bias is not supported (SDPA takes either is_causal or an "
         "additive mask)"),
     "causal-with-rel-bias": Case(
-        "heads: 2, causal: true, rel_bias: t5",
-        "causal attention with a relative position bias is not supported (SDPA takes either is_causal or an "
-        "additive mask)"),
+        "heads: 2, causal: true, rel_bias: beit, grid: [5, 7]",
+        "causal attention with a beit relative-position bias is not supported (only T5's decoder masks its bias "
+        "causally, with one-directional buckets)"),
+    "causal-t5-bias-without-window": Case(
+        "heads: 2, causal: true, rel_bias: t5, sliding_window: 4",
+        "a causal T5 bias is masked to the lower triangle: no sliding_window or window with it"),
+    "zero-bias-alone": Case(
+        "heads: 2, zero_bias: true, causal: true",
+        "zero_bias is T5's all-zero position bias of a layer without a table (its cross-attention): no rel_pos, "
+        "rel_bias, alibi, causal or cache with it"),
     "one-position-bias": Case(
         "heads: 2, rel_pos: true, rel_bias: t5",
         "rel_pos and rel_bias are two position biases: choose one"),
@@ -167,6 +174,9 @@ ACCEPTED = {
     "kv with rope": "heads: 2, kv: enc, rope: true",
     "kv with causal": "heads: 2, kv: enc, causal: true",
     "kv with causal and rope, fewer keys": "heads: 2, kv: enc, causal: true, rope: true, causal_flops: useful",
+    # T5's decoder: its one-directional bias masked causally, its cross-attention's zero position bias
+    "causal with a t5 bias": "heads: 2, causal: true, rel_bias: t5, buckets: 8, max_distance: 20",
+    "kv with a zero bias": "heads: 2, kv: enc, zero_bias: true",
 }
 
 

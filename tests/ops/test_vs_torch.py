@@ -86,8 +86,8 @@ def _attention(draw, layout=None):
     if attrs["backend"] != "math" and draw(st.booleans()):  # PyTorch's SDPA has neither: run eagerly
         attrs.update(softcap=draw(st.sampled_from([0, 5.0, 50.0])), sinks=draw(st.booleans()))
     layout = layout or draw(st.sampled_from(["global", "window", "rel_pos", "window+rel_pos", "causal", "sliding",
-                                             "queries", "t5", "swin", "beit", "shifted", "local", "cross",
-                                             "alibi"]))
+                                             "queries", "t5", "t5_causal", "swin", "beit", "shifted", "local",
+                                             "cross", "alibi"]))
     grid = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
     s = grid[0] * grid[1] if layout in ("window", "rel_pos", "window+rel_pos", "swin") else draw(small)
     if "window" in layout:  # windows that do not divide the grid pad it, as SAM does
@@ -107,6 +107,8 @@ def _attention(draw, layout=None):
         pre = [{"linear": {"out": c}, "save": "src"}, {"slice": {"axis": 1, "start": 0, "end": t}, "save": "enc"},
                {"layernorm": {}, "input": "src"}]
         attrs.update(kv="enc", causal=draw(st.booleans()), causal_flops=draw(st.sampled_from(["executed", "useful"])))
+        if not attrs["causal"] and draw(st.booleans()):  # T5's cross-attention: a zero position bias added
+            attrs["zero_bias"] = True
     if layout == "alibi":  # BLOOM: a per-head linear bias (the causal mask folded in), no other positions
         attrs.update(alibi=True, causal=draw(st.booleans()), rope=False)
         for key in ("rope_dims", "softcap", "sinks"):
@@ -116,6 +118,10 @@ def _attention(draw, layout=None):
         attrs.pop("rope_dims", None)
     if layout == "t5":
         attrs.update(rel_bias="t5", buckets=draw(st.integers(4, 8)), max_distance=draw(st.integers(3, 16)))
+    if layout == "t5_causal":  # T5's decoder: one-directional buckets, the bias masked causally
+        buckets = draw(st.integers(4, 8))
+        attrs.update(rel_bias="t5", causal=True, buckets=buckets, max_distance=draw(st.integers(buckets // 2 + 1, 16)),
+                     causal_flops=draw(st.sampled_from(["executed", "useful"])))
     if layout == "swin":
         s = grid[0] * grid[1]
         attrs.update(rel_bias="swin", window=draw(st.integers(1, 3)) if min(grid) > 1 else 1, grid=grid)
@@ -637,6 +643,27 @@ def test_attention_beit_bias_matches_torch(data, dtype):
     model = costspec.loads(text)
     result = validate(model, model.bind(), "train", "meta")
     assert result.ok, text + "\n" + render_table(result)
+
+
+@SETTINGS
+@given(st.data(), dtypes, st.booleans())
+def test_attention_causal_t5_bias_matches_torch(data, dtype, shared):
+    """T5's decoder self-attention: the one-directional bias kept below the diagonal by a where (h*S*S selects,
+    its backward another), the SDPA adding it as the float mask, every backend; `shared`: a second layer reads
+    the first one's bias (its where its own, its gradient summed into the table's), forward and backward."""
+    dims, shape, layers = data.draw(st.composite(_attention)(layout="t5_causal"))
+    if shared:
+        attn = layers[-1]["attention"]
+        attn["rel_bias_readers"] = 1
+        reader = {k: v for k, v in attn.items() if k not in ("buckets", "max_distance", "rel_bias_readers")}
+        layers = layers + [{"attention": {**reader, "rel_bias_shared": True}}]
+    text = spec_text(dims, shape, layers, dtype)
+    model = costspec.loads(text)
+    result = validate(model, model.bind(), "train", "meta", saved=True)
+    assert result.ok, text + "\n" + render_table(result)
+    for phase in ("forward", "backward"):
+        total = result.total(phase)
+        assert total.matmul_reconciled == total.matmul_analytic
 
 
 def test_every_op_has_a_case():

@@ -24,6 +24,7 @@ ZOO = ["vit_b", "vit_l", "vit_h", "clip_vit_l14", "sam_vit_b", "bert_base", "gpt
        "mistral_7b", "mixtral_8x7b"]
 BACKBONES = {"mistral_7b", "mixtral_8x7b"}  # zoo specs without the LM head: `import hf --backbone`
 NO_POOLER = {"vit_b", "vit_l", "vit_h", "bert_base"}  # zoo specs without the pooler: `import hf --no-pooler`
+TOWERS = {"t5_small_encoder": "encoder"}  # zoo specs of one part of the model: `import hf --tower`
 # imported at S = min(4096, max_position_embeddings), the zoo spec at its own S (Llama 3: 131,072 positions)
 OTHER_S = {"llama_1b", "llama3_8b", "mistral_7b", "mixtral_8x7b"}
 DEFAULT_S = 4096
@@ -47,7 +48,8 @@ def numbers(model, pass_: str, batch: int, sets: dict | None = None,
 
 @pytest.mark.parametrize("name", ZOO)
 def test_import_reproduces_the_zoo_spec(name):
-    imported = loads(import_hf(CONFIGS / f"{name}.json", backbone=name in BACKBONES, pooler=name not in NO_POOLER).text)
+    imported = loads(import_hf(CONFIGS / f"{name}.json", backbone=name in BACKBONES, pooler=name not in NO_POOLER,
+                               tower=TOWERS.get(name)).text)
     zoo = load(ROOT / f"specs/{name}.yaml")
     assert imported.precision.dtype == zoo.precision.dtype == "bf16"
     sets = None
@@ -84,4 +86,4 @@ def test_zoo_import_matches_its_transformers_model(name):
     pytest.importorskip("transformers")
     from tests.importer.check import assert_exact, import_and_check_file
 
-    assert_exact(import_and_check_file(CONFIGS / f"{name}.json", batch=1))
+    assert_exact(import_and_check_file(CONFIGS / f"{name}.json", batch=1, tower=TOWERS.get(name)))

@@ -44,6 +44,8 @@ class Family:
     # HFConfig.tower / .pooler) and what the spec then describes (a Variant of the config); None: hf_class
     options: tuple[str, ...] = ()
     variant: Callable[[HFConfig], Variant] | None = None
+    # the values --tower takes (a dual tower's vision | text | both; an encoder-decoder's encoder)
+    towers: tuple[str, ...] = ("vision", "text", "both")
 
 
 TOWER, POOLER = "--tower", "--no-pooler"
@@ -79,7 +81,7 @@ _register("bert")  # the BERT-like template: bert, roberta, xlm-roberta, electra
 _register("deberta")  # deberta-v2: disentangled attention
 _register("modernbert")  # modernbert: global and local layers
 _register("decoders")  # gpt2
-_register("encdec")  # t5: the encoder of the encoder-decoder
+_register("t5")  # t5: T5ForConditionalGeneration (--tower encoder: T5EncoderModel)
 _register("whisper")  # whisper: the whole encoder-decoder with its LM head
 _register("bart")  # bart, mbart, pegasus, marian: whole encoder-decoders, one token table shared
 _register("resnet")  # resnet

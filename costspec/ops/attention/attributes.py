@@ -64,7 +64,10 @@ ATTRS = (
          "the H x W patch grid of `grid` plus three class-token entries (class to patch, patch to class, class "
          "to class): S = H*W + 1 tokens, the class token first, BEiT). The bucket / offset of each (query, key) "
          "pair depends on positions only and is computed once (a buffer); gathering the table is free, adding "
-         "it is one add per score", default="none", choices=("none", "t5", "swin", "beit")),
+         "it is one add per score. t5 with causal: true is T5's decoder: one-directional buckets (max_distance "
+         "above buckets/2), the bias kept at and below the diagonal by a where in every layer (heads*S*S selects, "
+         "its backward as many) and passed to the SDPA as its float mask (no other mask)", default="none",
+         choices=("none", "t5", "swin", "beit")),
     Attr("rel_bias_shared", "bool", "rel_bias: t5 or beit -- this layer reads the bias of the nearest earlier layer "
          "with a table of its kind (T5 computes it in its first layer and passes it to every later one; BEiT's "
          "shared_position_bias, once for all layers): it adds it to its "
@@ -109,6 +112,11 @@ ATTRS = (
          "With causal: true the causal mask is folded into the same float bias (built once), so math and eager add "
          "one tensor per score where flash masks in registers (one select) and adds the bias. Self-attention over "
          "one sequence, without other positions (rope, rel_pos, rel_bias), windows, queries, kv or cache",
+         default=False),
+    Attr("zero_bias", "bool", "an all-zero float bias of [1, heads, Sq, Sk] passed to the SDPA and added to every "
+         "score (one add per score, forward only: a constant, no parameters, no gradient): what transformers' T5 "
+         "runs in a layer without a bias table of its own, its cross-attention (the zero position bias becomes the "
+         "float mask). Without other positions (rel_pos, rel_bias, alibi), causal masking or a cache",
          default=False),
     Attr("cache", "count", "tokens already in the layer's key/value cache (serving: `--phase decode --context N` "
          "sets it to N with one new token; `--phase prefill --context N` to N with the input's S new tokens): the "

@@ -138,8 +138,15 @@ def sdpa_call(call: OpCall) -> Sdpa:
     return Sdpa(g.nb, g.h, g.kv, g.tq, g.sk, g.d, g.d, gqa=gqa(call), grouped=grouped(call),
                 causal=a.causal and not single, offset=g.cached, window=a.sliding_window, local=a.local_window,
                 useful=(a.causal or local(call)) and a.causal_flops == "useful",
-                bias=a.rel_pos or a.rel_bias != "none" or not is_zero(a.shift) or a.alibi, alibi=a.alibi,
-                softcap=bool(a.softcap), sinks=bool(a.sinks))
+                bias=a.rel_pos or a.rel_bias != "none" or not is_zero(a.shift) or a.alibi or a.zero_bias,
+                alibi=a.alibi,
+                softcap=bool(a.softcap), sinks=bool(a.sinks), folded=causal_bias(call))
+
+
+def causal_bias(call: OpCall) -> bool:
+    """T5's decoder: a causal layer with a T5 bias (its own table or an earlier layer's), the causal mask folded
+    into the bias by a where before the SDPA call (which takes is_causal or a float mask, not both)."""
+    return call.attrs.causal and call.attrs.rel_bias == "t5"
 
 
 def projections(call: OpCall) -> tuple[list[Projection], Projection]:

@@ -9,6 +9,7 @@ from costspec.core.vocab import Backend, Fusion, Phase
 from costspec.ops.attention import positions, qk_norm, rules
 from costspec.ops.attention.attributes import ATTRS
 from costspec.ops.attention.geometry import (
+    causal_bias,
     computes_dx,
     cross,
     eager,
@@ -113,9 +114,14 @@ class Attention(OpDef):
                                   "rel_bias: beit on a grid {gh} x {gw} needs {gh} x {gw} + 1 tokens (the class token "
                                   "first), not {s}", a.where("grid"), {"gh": gh, "gw": gw, "s": s},
                                   "grid: [H, W] with H*W + 1 = the input's tokens"))
-        if a.rel_bias == "t5":  # half the buckets per direction, half of those exact distances: at least one
+        if a.rel_bias == "t5" and not causal_bias(call):  # half the buckets per direction, half of those exact
             out.append(Constraint(sympy.Ge(a.buckets, 4) & sympy.Gt(a.max_distance, sympy.floor(a.buckets / 4)),
                                   "T5 buckets {n} and max_distance {m}: need buckets >= 4 and max_distance > buckets/4",
+                                  a.where("buckets"), {"n": a.buckets, "m": a.max_distance}))
+        elif a.rel_bias == "t5":  # one direction: all the buckets for it, half of them exact distances
+            out.append(Constraint(sympy.Ge(a.buckets, 4) & sympy.Gt(a.max_distance, sympy.floor(a.buckets / 2)),
+                                  "causal T5 buckets {n} and max_distance {m}: need buckets >= 4 and max_distance > "
+                                  "buckets/2 (one direction: half the buckets are exact distances)",
                                   a.where("buckets"), {"n": a.buckets, "m": a.max_distance}))
         if local(call) and not sympy.sympify(a.local_window).is_number:
             out.append(Constraint(sympy.Ge(a.local_window, 2), "local_window {w} must be at least 2 (0 means global "
@@ -174,6 +180,8 @@ class Attention(OpDef):
         sdpa = sdpa_forward(sdpa_call(call), a.backend)
         if not is_zero(a.shift) and a.rel_bias != "none":  # shift mask + bias table: one mask for the SDPA
             sdpa = sdpa + pointwise("add", g.nb * g.h * g.t * g.t)
+        if causal_bias(call):  # T5's decoder: the bias kept below the diagonal by a where (the mask: a constant);
+            sdpa = sdpa + pointwise("select", above_one(g.t) * g.h * g.t * g.t)  # one token sees itself: none
         parts.append(Part("sdpa", sdpa, own=True))
         n, m, k, o, bias = proj
         parts.append(Part(n, linear_forward(m, k, o, bias), k * o + (o if bias else 0)))
@@ -201,6 +209,8 @@ class Attention(OpDef):
             sdpa = sdpa + pointwise("add", g.nq)
         if a.rel_bias != "none":  # the bias, broadcast over the nb problems, gets their gradients summed
             sdpa = sdpa + pointwise("bias_grad", above_one(g.nb) * g.nb * g.h * g.t * g.t)
+        if causal_bias(call):  # the where's backward: the bias gradient kept below the diagonal
+            sdpa = sdpa + pointwise("select", above_one(g.t) * g.h * g.t * g.t)
         parts.append(Part("sdpa", sdpa, own=True))
         n, m, k, o, bias = proj
         parts.append(Part(n, linear_backward(m, k, o, bias, True)))
@@ -245,20 +255,23 @@ class Attention(OpDef):
         (plus its cos/sin tables); the relative positions read q and the tables, write rel_h and rel_w
         and read them back into the bias; a rel_bias table is gathered into a bias per (query, key)
         pair of one problem (written once, read per score by the SDPA); with readers, their gradients are
-        read and added into it. Learned queries and sinks are read once; q/k norms read and write q and k."""
+        read and added into it; a causal T5 bias is read and written once more per layer by its where.
+        Learned queries and sinks are read once; q/k norms read and write q and k."""
         a, g = call.attrs, geometry(call)
         qkv, proj = projections(call)
         shape = sdpa_call(call)
         scores = shape.scores
         unfused = fusion == Fusion.NONE or a.backend != Backend.FLASH
         extra = (6 if a.softcap else 3) * scores if unfused else ZERO
-        bias = scores if a.rel_pos or a.rel_bias != "none" or a.alibi else ZERO
+        bias = scores if a.rel_pos or a.rel_bias != "none" or a.alibi or a.zero_bias else ZERO
+        # T5's decoder: the where reads the (1, h, S, S) bias and writes it masked (backward: its gradient)
+        folded = above_one(g.t) * g.h * g.t * g.t if causal_bias(call) else ZERO
         if pass_ == Phase.FORWARD:
-            sdpa = Traffic("sdpa", g.nq + 2 * g.nkc + bias + extra, g.nq + extra)
+            sdpa = Traffic("sdpa", g.nq + 2 * g.nkc + bias + extra + folded, g.nq + extra + folded)
         else:
             grouped = 2 * g.nq * shape.grouped if shape.gqa else ZERO
-            sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nkc + bias + grouped + extra,
-                           g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO))
+            sdpa = Traffic("sdpa", 3 * g.nq + 2 * g.nkc + bias + grouped + extra + folded,
+                           g.nq + 2 * g.nk + bias + grouped + (2 * scores if unfused else ZERO) + folded)
         out = [linear_traffic(n, m, k, o, bias_, pass_, computes_dx(call, n, input_grad))
                for n, m, k, o, bias_ in qkv]
         if learned_queries(call):
@@ -308,7 +321,7 @@ class Attention(OpDef):
                              queries=ev(a.queries), rel_bias=rel_bias, unscaled=a.scale == "none", shift=ev(a.shift),
                              cross=ev(g.ckv) if g.ckv is not None else 0,
                              scores=Scores(eager(call), float(a.softcap), bool(a.sinks), ev(a.local_window), ev(g.tq),
-                                           a.backend == Backend.MATH, bool(a.alibi)),
+                                           a.backend == Backend.MATH, bool(a.alibi), bool(a.zero_bias)),
                              qk_norm=QKNorm(a.qk_norm, a.qk_norm_over, a.qk_norm_weight == "per_head",
                                             bool(a.qk_norm_bias)) if qk_norm.enabled(call) else None,
                              cache=(ev(g.b), cached) if cached else None)

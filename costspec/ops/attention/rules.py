@@ -81,8 +81,13 @@ _SHARED = "{} shares a T5 or BEiT bias between layers: set rel_bias: t5 or beit"
 RULES: tuple[Rule, ...] = (
     Rule("causal-with-rel-pos", "rel_pos", lambda u: u.a.causal and u.a.rel_pos,
          _CAUSAL_BIAS, "causal or rel_pos, not both"),
-    Rule("causal-with-rel-bias", "rel_bias", lambda u: u.a.causal and u.rel_bias,
-         _CAUSAL_BIAS, "causal or rel_bias, not both"),
+    Rule("causal-with-rel-bias", "rel_bias", lambda u: u.a.causal and u.rel_bias and u.a.rel_bias != "t5",
+         "causal attention with a {a.rel_bias} relative-position bias is not supported (only T5's decoder masks "
+         "its bias causally, with one-directional buckets)", "causal or rel_bias, not both (or rel_bias: t5)"),
+    Rule("causal-t5-bias-without-window", "rel_bias",
+         lambda u: u.a.causal and u.a.rel_bias == "t5" and (u.sliding or u.windowed),
+         "a causal T5 bias is masked to the lower triangle: no sliding_window or window with it",
+         "causal: true and rel_bias: t5 without windows"),
     Rule("one-position-bias", "rel_bias", lambda u: u.a.rel_pos and u.rel_bias,
          "rel_pos and rel_bias are two position biases: choose one", "one of them"),
     Rule("window-on-flat-grid-height", "window", lambda u: _window_over_flat_side(u, 0),
@@ -162,6 +167,10 @@ RULES: tuple[Rule, ...] = (
          and not bool(u.a.q_bias) == bool(u.a.k_bias) == bool(u.a.v_bias),
          "fused_qkv is one projection with one bias: q_bias, k_bias and v_bias must agree (set fused_qkv: false "
          "for a bias on some of them)", "fused_qkv: false"),
+    Rule("zero-bias-alone", "zero_bias",
+         lambda u: u.a.zero_bias and (u.a.rel_pos or u.rel_bias or u.a.alibi or u.a.causal or not is_zero(u.a.cache)),
+         "zero_bias is T5's all-zero position bias of a layer without a table (its cross-attention): no rel_pos, "
+         "rel_bias, alibi, causal or cache with it", "zero_bias alone"),
     Rule("alibi-alone", "alibi", _alibi_mixed,
          "alibi is a linear bias over the key positions of one sequence of self-attention: no rope, rel_pos, "
          "rel_bias, window, sliding_window, local_window, queries, kv, cache, softcap or sinks with it",

@@ -36,6 +36,7 @@ class Sdpa:
     softcap: bool = False  # Gemma 2's tanh soft-capping of every score: cap * tanh(score / cap)
     alibi: bool = False  # the bias is ALiBi's, the causal mask folded into it (one float tensor, built once)
     sinks: bool = False  # gpt-oss: a learned logit per head joins every row's softmax, then is dropped
+    folded: bool = False  # T5's decoder: the causal mask is folded into the bias before the call (one float mask)
 
     @property
     def scores(self) -> Expr:
@@ -99,13 +100,17 @@ def sdpa_forward(a: Sdpa, backend: Backend) -> Work:
     flash does). ALiBi is such a bias (slope x key position per head); math and eager add it with the causal
     mask folded in (one float tensor: one add per score), flash masks in registers and adds it.
     Soft-capping is scores / cap, tanh, * cap: 2 scale + 1 tanh per score. Sinks make
-    every softmax row one longer (sk + 1).
+    every softmax row one longer (sk + 1). A causal T5 bias (`folded`) carries the causal mask into the
+    call (the attention op charges the where that folds it): the kernel adds that one float mask, in every
+    backend, and masks nothing else.
     """
     work = Work({"sdpa": FLOPS_PER_MAC * a.b * a.h * a.pairs * (a.d + a.dv)}) + pointwise("softmax", a.softmax_scores)
     work = work + _scale(a, backend)
     if a.softcap:
         work = work + pointwise("scale", 2 * a.scores) + pointwise("tanh", a.scores)
-    if a.masked and backend == Backend.FLASH:  # masked in registers
+    if a.folded:  # the causal mask is in the float bias, added below
+        pass
+    elif a.masked and backend == Backend.FLASH:  # masked in registers
         work = work + pointwise("select", a.scores)
     elif a.alibi:  # math / eager: the causal mask is part of ALiBi's float bias, added below
         pass
@@ -134,7 +139,7 @@ def sdpa_backward(a: Sdpa, backend: Backend) -> Work:
     work = work + _scale(a, backend)
     if a.softcap:
         work = work + pointwise("scale", 2 * a.scores) + pointwise("tanh_backward", a.scores)
-    if a.masked and backend == Backend.FLASH:
+    if a.masked and backend == Backend.FLASH and not a.folded:
         work = work + pointwise("select", a.scores)
     if a.gqa:
         work = work + pointwise("bias_grad", a.grouped * a.b * a.h * a.sk * (a.d + a.dv))
