@@ -19,20 +19,24 @@ learned queries, SAM's relative positions, T5's and Swin's bias tables:
 These are torch's cpu kernels, which `validate` runs (the flash kernel takes constant masks there; its output
 has q's layout; CUDA's is always (B, S, h, d)).
 
-q/k norms, cross-attention, a served cache, and SAM's relative positions with RoPE raise: their saved tensors
-are not modelled yet.
+q/k norms (`costspec.ops.attention.qk_norm.saved`): what each norm keeps, and q and k become the norms' outputs
+(new tensors; the flash kernel's output then has their (B, h, S, d) layout when the norm is per head).
+
+Cross-attention, a served cache, and SAM's relative positions with RoPE raise: their saved tensors are not
+modelled yet.
 """
 from __future__ import annotations
 
 import sympy
 
 from costspec.core.vocab import Backend
+from costspec.ops.attention import qk_norm
 from costspec.ops.attention.geometry import eager, geometry, gqa, learned_queries, pair, projections, windowed
-from costspec.ops.attention.saved_eager import eager_saved
+from costspec.ops.attention.saved_eager import eager_saved, projected
 from costspec.ops.opdef import INPUT, STAT_BYTES, OpCall, Saved
 from costspec.ops.work import is_zero
 
-UNMODELLED = ("qk_norm", "kv")
+UNMODELLED = ("kv",)
 
 
 def unmodelled(call: OpCall) -> list[str]:
@@ -53,6 +57,7 @@ def attention_saved(call: OpCall, backend: Backend) -> list[Saved]:
     g = geometry(call)
     b = call.precision.bytes_per_element
     saved = [_projection_input(call, b)] + _rel_pos(call, b)
+    saved += qk_norm.saved(call, g, (projected(call, "q", b)[0], projected(call, "k", b)[0]), b)
     if learned_queries(call):  # the queries expanded over the batch, folded to rows: a copy unless that is a view
         view = sympy.Or(sympy.Eq(g.b, 1), sympy.Eq(g.tq, 1))  # (of the parameter: one sample or one query)
         saved.append(Saved("queries", sympy.Piecewise((0, view), (g.mq * g.c, True)), b))
@@ -165,6 +170,8 @@ def _flash(call: OpCall, b) -> list[Saved]:
             out.append(Saved("qkv", rows * qkv[0].n, b))
         else:
             out.append(Saved("v", g.nk, b))
+    elif qk_norm.enabled(call):  # q and k: the norms' outputs; v a view of its projection's output
+        out = [*qk_norm.normed(call, g, b), projected(call, "v", b)[0]]
     elif learned_queries(call):  # q from the queries' projection, k and v from the input's
         out = [Saved("q", g.nq, b)] + ([Saved("kv", rows * qkv[1].n, b)] if a.fused_qkv
                                        else [Saved("k", g.nk, b), Saved("v", g.nk, b)])
@@ -173,6 +180,8 @@ def _flash(call: OpCall, b) -> list[Saved]:
     else:
         out = [Saved("q", g.nq, b), Saved("k", g.nk, b), Saved("v", g.nk, b)]
     out += [Saved("out", g.nq, b), Saved("logsumexp", g.nb * g.h * g.tq, sympy.Integer(STAT_BYTES))]
-    if a.rope:  # the kernel's output takes q's layout, (B, h, S, d) after RoPE: the projection's input is a copy
+    if a.rope or (qk_norm.enabled(call) and a.qk_norm_over == "head"):
+        # the kernel's output takes q's layout, (B, h, S, d) after RoPE or a norm per head: the projection's input
+        # is a copy
         out.append(Saved("proj_input", copied(g.nq, call), b))
     return out
