@@ -84,3 +84,25 @@ def test_qk_norm_by_hand():
     assert {k: int(v) for k, v in saved_bytes(model.root).items()} == {
         "linear": 2 * b * s * c, "attn": 2 * b * s * c + norms + sdpa + 2 * nq}
     _equal(text)
+
+
+@SETTINGS
+@given(st.data(), DTYPES)
+def test_cross_attention_equals_autograd(data, dtype):
+    """kv: another model input (no gradient) or a layer's output (a gradient), of another width and token count;
+    q/k norms, RoPE, causal, grouped queries, fused or separate projections, on every kernel family."""
+    attrs = data.draw(_heads())
+    if data.draw(st.booleans()):
+        attrs.update(data.draw(_qk_norm()))
+    b, s, t = (data.draw(st.integers(1, n)) for n in (3, 4, 5))
+    c, ckv = attrs["heads"] * attrs["head_dim"], data.draw(st.integers(1, 6))
+    q_path = [{"linear": {"out": c}}] if data.draw(st.booleans()) else [{"dropout": {}}]
+    if data.draw(st.booleans()):  # kv made by a layer from the main input; q from the second input
+        shape, other = ["B", t, ckv], f"{{q: [B, {s}, {c}]}}"
+        layers = [{"linear": {"out": ckv}, "save": "enc"}, {**q_path[0], "input": "q"}, {"attention": {
+            **attrs, "kv": "enc"}}]
+    else:  # kv: the second input as it is
+        shape, other = ["B", s, c], f"{{enc: [B, {t}, {ckv}]}}"
+        layers = q_path + [{"attention": {**attrs, "kv": "enc"}}]
+    text = _text({"B": b}, shape, layers, dtype)
+    _equal(text.replace("input:\n", f"inputs: {other}\ninput:\n", 1))
