@@ -150,6 +150,8 @@ class Saved:
     # an input saved through a reshape of the op's own (windows of a token grid): the dims at which that is a
     # view of the input; elsewhere a copy of `elements` (its own tensor)
     view: Any = sympy.true
+    # a folded input: the dims at which the fold is a view whatever its layout (a (B, t, C) with B = 1 or t = 1)
+    folds: Any = sympy.false
 
     @property
     def bytes(self) -> Expr:

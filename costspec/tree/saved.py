@@ -336,7 +336,7 @@ def _charge_tensor(walk: _Walk, node: OpNode, item: Saved, key: int, storage, co
     is that tensor."""
     own = node.canonical(sympy.sympify(item.bytes))
     # where the saved tensor is the value itself (a strided input folded, or a reshape that copies: its own)
-    shared = sympy.And(contiguous if item.folded else sympy.true, item.view)
+    shared = sympy.And(sympy.Or(contiguous, item.folds) if item.folded else sympy.true, item.view)
     if shared is sympy.false:
         return own
     storage = node.canonical(sympy.sympify(storage if storage is not None else item.bytes))

@@ -89,7 +89,8 @@ def test_qk_norm_by_hand():
 @SETTINGS
 @given(st.data(), DTYPES)
 def test_cross_attention_equals_autograd(data, dtype):
-    """kv: another model input (no gradient) or a layer's output (a gradient), of another width and token count;
+    """kv: another model input (no gradient), a layer's output (a gradient) or a slice of one, of another width and
+    token count;
     q/k norms, RoPE, causal, grouped queries, fused or separate projections, on every kernel family."""
     attrs = data.draw(_heads())
     if data.draw(st.booleans()):
@@ -97,12 +98,19 @@ def test_cross_attention_equals_autograd(data, dtype):
     b, s, t = (data.draw(st.integers(1, n)) for n in (3, 4, 5))
     c, ckv = attrs["heads"] * attrs["head_dim"], data.draw(st.integers(1, 6))
     q_path = [{"linear": {"out": c}}] if data.draw(st.booleans()) else [{"dropout": {}}]
-    if data.draw(st.booleans()):  # kv made by a layer from the main input; q from the second input
+    source = data.draw(st.sampled_from(["layer", "input", "slice"]))
+    if source == "layer":  # kv made by a layer from the main input; q from the second input
         shape, other = ["B", t, ckv], f"{{q: [B, {s}, {c}]}}"
         layers = [{"linear": {"out": ckv}, "save": "enc"}, {**q_path[0], "input": "q"}, {"attention": {
             **attrs, "kv": "enc"}}]
-    else:  # kv: the second input as it is
+    elif source == "input":  # kv: the second input as it is
         shape, other = ["B", s, c], f"{{enc: [B, {t}, {ckv}]}}"
         layers = q_path + [{"attention": {**attrs, "kv": "enc"}}]
+    else:  # kv: the first t <= s tokens of a layer's output, a strided view unless one sample, one token or all
+        t, other = min(t, s), ""
+        shape = ["B", s, c]
+        layers = [{"linear": {"out": ckv}, "save": "src"}, {"slice": {"axis": 1, "start": 0, "end": t}, "save": "enc"},
+                  {**q_path[0], "input": "src"} if ckv == c else {"linear": {"out": c}, "input": "src"},
+                  {"attention": {**attrs, "kv": "enc"}}]
     text = _text({"B": b}, shape, layers, dtype)
-    _equal(text.replace("input:\n", f"inputs: {other}\ninput:\n", 1))
+    _equal(text.replace("input:\n", f"inputs: {other}\ninput:\n", 1) if other else text)

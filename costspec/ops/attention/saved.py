@@ -94,10 +94,12 @@ def _projection_input(call: OpCall, b) -> list[Saved]:
     if not windowed(call):
         qkv = projections(call)[0]
         readers = [p for p in qkv if p.name != "q"] if learned_queries(call) or g.ckv is not None else qkv
+        # (one sample or one token: a (B, S, C) folds to rows by a view whatever its layout)
+        x = Saved(INPUT, g.b * g.s * g.c, b, folded=True, folds=sympy.Or(sympy.Eq(g.b, 1), sympy.Eq(g.s, 1)))
         if g.ckv is not None:
-            return [Saved(INPUT, g.b * g.s * g.c, b, folded=True)] + [
-                Saved(input_tensor(1), g.m * g.ckv, b, folded=True) for _ in readers]
-        return [Saved(INPUT, g.b * g.s * g.c, b, folded=True) for _ in readers]
+            one_row = sympy.Or(sympy.Eq(g.b, 1), sympy.Eq(g.t, 1))
+            return [x] + [Saved(input_tensor(1), g.m * g.ckv, b, folded=True, folds=one_row) for _ in readers]
+        return [x for _ in readers]
     a = call.attrs
     gh, gw = pair(a.grid)
     w = a.window
