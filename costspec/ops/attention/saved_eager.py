@@ -9,7 +9,8 @@ does not run): transformers' eager_attention_forward as the generated module run
 * v as the second product folds it, as k.
 
 Where the fold is a view: one attention problem, one head, or (a projection's own output) one token; RoPE's
-partial rotation concatenates q and k anew (contiguous: always a view).
+partial rotation concatenates q and k anew (contiguous: always a view); q/k norms (without RoPE) make q and k
+anew, per head a contiguous (B, heads, S, d) (always a view), over the width a (B, S, heads*d) of their own.
 """
 from __future__ import annotations
 
