@@ -22,7 +22,17 @@ import sympy
 from costspec.core.conventions import FLOPS_PER_MAC
 from costspec.core.vocab import Fusion, Phase
 from costspec.ops.attrs import Attr
-from costspec.ops.opdef import Constraint, OpCall, OpDef, Runtime, Saved, requires, same_size_constraint
+from costspec.ops.opdef import (
+    INPUT,
+    SHARED,
+    Constraint,
+    OpCall,
+    OpDef,
+    Runtime,
+    Saved,
+    requires,
+    same_size_constraint,
+)
 from costspec.ops.registry import register_op
 from costspec.ops.work import (
     ZERO,
@@ -38,6 +48,8 @@ from costspec.ops.work import (
     linear_traffic,
     pointwise,
 )
+
+TABLE = SHARED + "rel_embeddings"  # the normalised relative-position table, made once, kept by every reader
 
 
 class Geom(NamedTuple):
@@ -147,7 +159,6 @@ class DisentangledAttention(OpDef):
            "bucket, scaled by 1/sqrt(d*(1 + terms)); softmax; AV. The table is the nearest earlier "
            "`rel_embeddings` layer's (2*span rows). No output projection (DeBERTa's SelfOutput.dense: a linear).")
     default_name = "attn"
-    saved_unmodelled = "the content-to-position and position-to-content scores"
     runtime = Runtime(kernels={"gemm": "gemm", "sdpa": "gemm"})
     attrs = (
         Attr("heads", "size", "attention heads h"),
@@ -227,6 +238,27 @@ class DisentangledAttention(OpDef):
         return out + [Traffic("sdpa", 5 * g.nq + g.terms * g.b * g.h * g.k2 * g.d + 2 * scores,
                               3 * g.nq + g.terms * g.b * g.h * g.k2 * g.d + scores)]
 
+    def saved(self, call: OpCall, input_grad: bool) -> list[Saved]:
+        """As transformers' DisentangledSelfAttention keeps them, in the layer's dtype: the input (q, k and v's
+        weight gradients; a strided one folded to rows by a copy per projection); k divided by the scale (a new
+        tensor); per product, q, k or v as torch.matmul folds it to (B*h, S, d): a view of its projection's output
+        with one sample, one head or one token, else a copy of its own; per relative term, the normalised table
+        (the projections' input: one tensor made by `rel_embeddings` and kept by every reader, `SHARED`) and the
+        projected table repeated over the batch (B*h x 2K x d, a new tensor); the probabilities."""
+        a, g, b = call.attrs, Geom.of(call), call.precision.bytes_per_element
+        view = sympy.Or(sympy.Eq(g.b, 1), sympy.Eq(g.h, 1), sympy.Eq(g.s, 1))
+
+        def folded(which: str, product: str) -> list[Saved]:
+            return [Saved(which, sympy.Piecewise((g.nq, view), (0, True)), b),
+                    Saved(f"{which}_{product}", sympy.Piecewise((0, view), (g.nq, True)), b)]
+
+        out = [Saved(INPUT, g.m * g.c, b, folded=True) for _ in ("q", "k", "v")]
+        out += [Saved("k_scaled", g.nq, b), *folded("q", "qk")]
+        for term, which, pos in (("c2p", "q", "pos_k"), ("p2c", "k", "pos_q")):
+            if getattr(a, term):
+                out += [Saved(TABLE, g.k2 * a.dim, b), Saved(pos, g.b * g.h * g.k2 * g.d, b), *folded(which, term)]
+        return out + [Saved("probabilities", g.scores, b), *folded("v", "av")]
+
     def build(self, call: OpCall, ev):
         from costspec.nn.disentangled import DisentangledSelfAttention
 
@@ -268,6 +300,12 @@ class RelEmbeddings(OpDef):
         """Its LayerNorm's mean and 1/std per table row (the table itself is the parameter)."""
         a, b = call.attrs, call.precision.bytes_per_element
         return [Saved("mean", a.rows, b), Saved("rstd", a.rows, b)] if a.norm else []
+
+    def makes(self, call: OpCall) -> dict[str, Expr]:
+        """The normalised table (rows x C) its readers' projections keep; without the norm the table is the
+        parameter itself."""
+        a = call.attrs
+        return {TABLE: a.rows * a.dim * call.precision.bytes_per_element} if a.norm else {}
     pass_through = True
     attrs = (
         Attr("rows", "size", "table rows (DeBERTa-v3: 2 * position_buckets = 512)"),

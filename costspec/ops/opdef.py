@@ -123,6 +123,9 @@ CONV_RUNTIME = Runtime(kernels={"conv": "conv"})
 # Saved for backward: what autograd keeps of one forward call
 # ----------------------------------------------------------------------------------------------
 INPUT, OUTPUT = "input", "output"  # Saved.tensor of the running input and of the op's output
+# Saved.tensor prefix of a tensor made by an earlier layer for several later ones (`OpDef.makes`), which each keep
+# (DeBERTa's normalised relative-position table): one tensor, charged to the first layer that saves it
+SHARED = "shared:"
 INDEX_BYTES = 8  # int64 indices (token ids, max-pool argmax)
 STAT_BYTES = 4  # fp32 statistics
 
@@ -147,6 +150,8 @@ class Saved:
     # an input saved through a reshape of the op's own (windows of a token grid): the dims at which that is a
     # view of the input; elsewhere a copy of `elements` (its own tensor)
     view: Any = sympy.true
+    # a folded input: the dims at which the fold is a view whatever its layout (a (B, t, C) with B = 1 or t = 1)
+    folds: Any = sympy.false
 
     @property
     def bytes(self) -> Expr:
@@ -241,6 +246,11 @@ class OpDef:
         if self.saved_unmodelled:
             raise NotImplementedError(f"what {self.name} saves for backward is not modelled ({self.saved_unmodelled})")
         raise NotImplementedError(f"{self.name} does not define what it saves for backward")
+
+    def makes(self, call: OpCall) -> dict[str, Expr]:
+        """Tensors this op makes for later layers beside its output (not dataflow: they are linked), by `SHARED`
+        name, with their bytes: a later layer's `saved` naming one keeps the nearest earlier one. Default: none."""
+        return {}
 
     def view(self, call: OpCall, contiguous: Any) -> Any:
         """For an op whose module returns a view of its input (`aliases`): the condition (a sympy Boolean of

@@ -1,7 +1,8 @@
 """What autograd saves for backward when the module generated from a spec runs a training forward:
 every tensor a `torch.autograd.graph.saved_tensors_hooks` pack hook sees, deduplicated by storage
 (a view saved by two ops, or an op's output saved again by its consumer, is one tensor), with the
-model's parameters and buffers left out (by storage too: `weight.t()` is the parameter).
+model's parameters and buffers left out (by storage too: `weight.t()` is the parameter), but not its further
+inputs (`inputs:`, held as buffers).
 
 It runs under `FakeTensorMode` on the cpu device, so no memory is allocated and the attention's
 SDPA takes the path `backend` names (`sdpa_kernel`: flash -> the fused flash kernel, which saves q,
@@ -159,7 +160,9 @@ def _measure(model: "Network", module, x, backend: Backend) -> SavedMeasurement:
 
     from costspec.runtime.layer_hooks import LayerHooks, layer_paths
 
-    state = {t.untyped_storage()._cdata for t in [*module.parameters(), *module.buffers()]}
+    # (the further model inputs are buffers of the module, but inputs, saved as the main input is)
+    inputs = {id(getattr(module, f"input_{name}")) for name in getattr(module, "input_names", ())}
+    state = {t.untyped_storage()._cdata for t in [*module.parameters(), *module.buffers()] if id(t) not in inputs}
     paths = layer_paths(model, module)
     listener = _OpenLayers(model, paths)
     result = SavedMeasurement()

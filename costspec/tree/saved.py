@@ -10,7 +10,9 @@ ONCE, by identity, as autograd's storage does:
   its input), it is one tensor, charged to the first layer that saves it;
 * an op whose module returns a view of its input (`OpDef.aliases`: reshape, permute, ...) passes the
   same tensor on; a saved view keeps its whole storage alive, so it counts at the storage's size;
-* an op records nothing unless some input or parameter needs a gradient (autograd builds no node).
+* an op records nothing unless some input or parameter needs a gradient (autograd builds no node);
+* a tensor one layer makes for several later ones (`OpDef.makes`, DeBERTa's normalised relative-position table),
+  which each keeps (a `SHARED` name), is charged to the first; where no layer made it (a parameter), to none.
 
 A repeat's first instance is walked from the value before it, the later ones from the value an instance
 leaves: its rows hold first + (n - 1) x later. `subtree` walks one node from a value.
@@ -30,7 +32,7 @@ from typing import Mapping
 import sympy
 
 from costspec.core.errors import UsageError
-from costspec.ops.opdef import INPUT, OUTPUT, Saved, input_tensor
+from costspec.ops.opdef import INPUT, OUTPUT, SHARED, Saved, input_tensor
 from costspec.ops.work import numel
 from costspec.tree.nodes import GroupNode, Node, OpNode, ParallelNode, RepeatNode, ResidualNode, ScopeNode
 
@@ -58,6 +60,7 @@ def _fresh(rg: bool, storage: sympy.Expr | None = None) -> Value:
 class _Walk:
     rows: dict[str, sympy.Expr] = field(default_factory=dict)
     counted: dict[int, sympy.Basic] = field(default_factory=dict)  # tensor -> the dims at which it is counted
+    shared: dict[str, Value] = field(default_factory=dict)  # the SHARED tensors met so far, by name
 
     def charge(self, row: str, amount: sympy.Expr) -> None:
         self.rows[row] = self.rows.get(row, sympy.Integer(0)) + amount
@@ -148,7 +151,7 @@ def _keep_input(walk: _Walk, node: Node, x: Value) -> None:
 def _checkpointed(walk: _Walk, node: Node, x: Value, values: dict) -> Value:
     """A checkpointed block use: its input only; its own saves happen in the recompute, in backward."""
     _keep_input(walk, node, x)
-    inner = _Walk(counted=dict(walk.counted))
+    inner = _Walk(counted=dict(walk.counted), shared=walk.shared)
     out = _plain(inner, node, x, values)
     return out if out.key != x.key else _fresh(out.rg, out.storage)
 
@@ -175,7 +178,7 @@ def _checkpointed_repeat(walk: _Walk, node: RepeatNode, x: Value, values: dict) 
         if group is first:
             _keep_input(walk, group, x)
             kept = kept - 1
-        probe = _Walk(counted=dict(walk.counted))
+        probe = _Walk(counted=dict(walk.counted), shared=walk.shared)
         inside = _sequence(probe, group.children, _fresh(rg), dict(values))
         # instances whose input the instance before (plain, saving its own output) counted already
         warm_kept, warm_plain = sympy.Integer(0), sympy.Integer(0)
@@ -198,7 +201,7 @@ def _checkpointed_repeat(walk: _Walk, node: RepeatNode, x: Value, values: dict) 
             walk.charge(row, (plain - warm_plain) * amount)
         if warm_plain != 0:
             warm = _fresh(rg)
-            again = _Walk(counted={**walk.counted, warm.key: probe.counted[inside.key]})
+            again = _Walk(counted={**walk.counted, warm.key: probe.counted[inside.key]}, shared=walk.shared)
             _sequence(again, group.children, warm, dict(values))
             for row, amount in again.rows.items():
                 walk.charge(row, warm_plain * amount)
@@ -302,11 +305,11 @@ def _nodes(node: Node):
 
 
 def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr) -> Value:
-    inner = _Walk(counted=dict(walk.counted))
+    inner = _Walk(counted=dict(walk.counted), shared=walk.shared)
     out = _sequence(inner, group.children, x, dict(values))
     for row, amount in inner.rows.items():
         walk.charge(row, times * amount)
-    for key in (x.key, out.key, x.copy_key, out.copy_key):
+    for key in (x.key, out.key, x.copy_key, out.copy_key, *(v.key for v in walk.shared.values())):
         if key in inner.counted:
             walk.counted[key] = inner.counted[key]
     return out
@@ -323,7 +326,9 @@ def _op(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_grad: boo
 def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_grad: bool) -> Value:
     op, call = node.op, node.call
     inputs = [x, *extra]
-    needs = any(v.rg for v in inputs) or node.makes_grad
+    # (an op the running value passes through with trainable parameters of its own, DeBERTa's table, records its
+    # nodes whatever that value's gradient)
+    needs = any(v.rg for v in inputs) or node.makes_grad or (op.pass_through and node.trainable_params != 0)
     out_rg = x.rg if op.pass_through else any(v.rg for v in inputs) or node.makes_grad
     layout = op.view(call, x.contiguous)
     copies = sympy.sympify(op.copies(call, x.contiguous)) if layout is not None else sympy.true
@@ -333,12 +338,18 @@ def _op_saves(walk: _Walk, node: OpNode, x: Value, extra: list[Value], input_gra
         storage = x.storage if x.storage is not None else numel(call.in_shape) * node.precision.bytes_per_element
         out = Value(x.key, storage, out_rg, layout, x.alias, x.copy_key) if copies is sympy.false else \
             Value(x.key, storage, out_rg, layout, sympy.Not(copies), next(_ids))
+    for name, nbytes in op.makes(call).items():  # (replacing an earlier layer's: readers take the nearest)
+        walk.shared[name] = _fresh(True, node.canonical(sympy.sympify(nbytes)))
     if not needs:
         return out
     tensors = {input_tensor(i): v for i, v in enumerate(inputs)}
     tensors[OUTPUT] = out
     own: set[str] = set()  # a tensor of its own kept by two of its aten ops is one tensor too
     items = op.saved(call, input_grad)
+    for item in items:
+        if item.tensor.startswith(SHARED) and item.tensor in walk.shared:
+            tensors[item.tensor] = walk.shared[item.tensor]
+    items = [item for item in items if not item.tensor.startswith(SHARED) or item.tensor in tensors]
     for item in frozen_saved(node, items) if node.weight_gemms else items:
         if item.tensor in tensors or item.tensor not in own:
             own.add(item.tensor)
@@ -392,7 +403,7 @@ def _charge_tensor(walk: _Walk, node: OpNode, item: Saved, key: int, storage, co
     is that tensor."""
     own = node.canonical(sympy.sympify(item.bytes))
     # where the saved tensor is the value itself (a strided input folded, or a reshape that copies: its own)
-    shared = sympy.And(contiguous if item.folded else sympy.true, item.view)
+    shared = sympy.And(sympy.Or(contiguous, item.folds) if item.folded else sympy.true, item.view)
     if shared is sympy.false:
         return own
     storage = node.canonical(sympy.sympify(storage if storage is not None else item.bytes))

@@ -120,10 +120,10 @@ def test_vit_saved_activations_by_hand(backend):
 
 def test_an_unmodelled_layer_is_named_and_the_total_is_a_lower_bound():
     model = loads("costspec: 1\nname: unmodelled\ndims: {B: 1}\ninput: [B, 8, 16]\nlayers:\n"
-                  "  - attention: {heads: 2, qk_norm: rmsnorm}\n  - linear: {out: 4}\n")
+                  "  - attention: {heads: 2, causal: true, cache: 4}\n  - linear: {out: 4}\n")
     kinds = memory_kinds(model, "train")
     assert ACTIVATIONS not in {k.name for k in kinds} and "gradients" in {k.name for k in kinds}
     result = memory_result(model, kinds, model.bind(1), "train")
-    assert re.search("attn.*qk_norm.*not modelled", result.meta["activations_not_counted"])
+    assert re.search("attn.*cache.*not modelled", result.meta["activations_not_counted"])
     assert result.tables[0].total.label == "total (without saved activations)"
     assert any("lower bound" in note for note in result.notes)

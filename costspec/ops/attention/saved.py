@@ -1,6 +1,6 @@
 """What an attention layer's module keeps for backward (`OpDef.saved`), by SDPA kernel family.
 
-Self-attention over one token sequence or within windows of a token grid, fused or separate q/k/v
+Attention over one token sequence or within windows of a token grid, fused or separate q/k/v
 projections, grouped-query heads, RoPE, masks (causal, sliding or local windows, ALiBi, shifted windows),
 learned queries, SAM's relative positions, T5's and Swin's bias tables:
 
@@ -19,30 +19,31 @@ learned queries, SAM's relative positions, T5's and Swin's bias tables:
 These are torch's cpu kernels, which `validate` runs (the flash kernel takes constant masks there; its output
 has q's layout; CUDA's is always (B, S, h, d)).
 
-q/k norms, cross-attention, a served cache, and SAM's relative positions with RoPE raise: their saved tensors
-are not modelled yet.
+q/k norms (`costspec.ops.attention.qk_norm.saved`): what each norm keeps, and q and k become the norms' outputs
+(new tensors; the flash kernel's output then has their (B, h, S, d) layout when the norm is per head).
+
+Cross-attention: q from the input, k and v from the kv value (both kept for the projections' weight gradients,
+the kv value once per projection reading it where it is strided); q, k and v as above, k and v viewing the kv
+projections' outputs.
+
+A served cache, and SAM's relative positions with RoPE or a q/k norm per head raise: their saved tensors are not
+modelled yet.
 """
 from __future__ import annotations
 
 import sympy
 
 from costspec.core.vocab import Backend
+from costspec.ops.attention import qk_norm
 from costspec.ops.attention.geometry import eager, geometry, gqa, learned_queries, pair, projections, windowed
-from costspec.ops.attention.saved_eager import eager_saved
-from costspec.ops.opdef import INPUT, STAT_BYTES, OpCall, Saved
+from costspec.ops.attention.saved_eager import eager_saved, projected
+from costspec.ops.opdef import INPUT, STAT_BYTES, OpCall, Saved, input_tensor
 from costspec.ops.work import is_zero
-
-UNMODELLED = ("qk_norm", "kv")
 
 
 def unmodelled(call: OpCall) -> list[str]:
     """The options of this layer whose saved tensors are not modelled."""
-    a = call.attrs
-    found = [name for name in UNMODELLED
-             if getattr(a, name, None) not in (None, False, "none", 0) and not is_zero(getattr(a, name, 0) or 0)]
-    if not is_zero(geometry(call).cached):
-        found.append("a key/value cache")
-    return found
+    return [] if is_zero(geometry(call).cached) else ["a key/value cache"]
 
 
 def attention_saved(call: OpCall, backend: Backend) -> list[Saved]:
@@ -52,7 +53,8 @@ def attention_saved(call: OpCall, backend: Backend) -> list[Saved]:
         raise NotImplementedError(f"attention's saved tensors with {', '.join(missing)} are not modelled")
     g = geometry(call)
     b = call.precision.bytes_per_element
-    saved = [_projection_input(call, b)] + _rel_pos(call, b)
+    saved = _projection_input(call, b) + _rel_pos(call, b)
+    saved += qk_norm.saved(call, g, (projected(call, "q", b)[0], projected(call, "k", b)[0]), b)
     if learned_queries(call):  # the queries expanded over the batch, folded to rows: a copy unless that is a view
         view = sympy.Or(sympy.Eq(g.b, 1), sympy.Eq(g.tq, 1))  # (of the parameter: one sample or one query)
         saved.append(Saved("queries", sympy.Piecewise((0, view), (g.mq * g.c, True)), b))
@@ -83,17 +85,26 @@ def _math_v(call: OpCall, b) -> list[Saved]:
             Saved("v_copy", sympy.Piecewise((0, folds), (keys, True)), b)]
 
 
-def _projection_input(call: OpCall, b) -> Saved:
-    """The rows the q/k/v projections read: the input, or with windows its partition into w x w windows (a
-    copy where the grid is padded or rolled, or where a row of the grid holds more than one window of w > 1)."""
+def _projection_input(call: OpCall, b) -> list[Saved]:
+    """The rows the q/k/v projections read: the input (and with cross-attention the kv value), once per projection
+    reading it (a strided value is folded to rows by a copy per reader), or with windows its partition into w x w
+    windows (a copy where the grid is padded or rolled, or where a row of the grid holds more than one window of
+    w > 1)."""
     g = geometry(call)
     if not windowed(call):
-        return Saved(INPUT, g.b * g.s * g.c, b, folded=True)
+        qkv = projections(call)[0]
+        readers = [p for p in qkv if p.name != "q"] if learned_queries(call) or g.ckv is not None else qkv
+        # (one sample or one token: a (B, S, C) folds to rows by a view whatever its layout)
+        x = Saved(INPUT, g.b * g.s * g.c, b, folded=True, folds=sympy.Or(sympy.Eq(g.b, 1), sympy.Eq(g.s, 1)))
+        if g.ckv is not None:
+            one_row = sympy.Or(sympy.Eq(g.b, 1), sympy.Eq(g.t, 1))
+            return [x] + [Saved(input_tensor(1), g.m * g.ckv, b, folded=True, folds=one_row) for _ in readers]
+        return [x for _ in readers]
     a = call.attrs
     gh, gw = pair(a.grid)
     w = a.window
     whole = sympy.And(sympy.Eq(sympy.Mod(gh, w), 0), sympy.Eq(sympy.Mod(gw, w), 0), sympy.S(is_zero(a.shift)))
-    return Saved(INPUT, g.m * g.c, b, folded=True, view=whole & sympy.Or(sympy.Eq(w, 1), sympy.Eq(gw, w)))
+    return [Saved(INPUT, g.m * g.c, b, folded=True, view=whole & sympy.Or(sympy.Eq(w, 1), sympy.Eq(gw, w)))]
 
 
 def _rel_pos(call: OpCall, b) -> list[Saved]:
@@ -103,11 +114,13 @@ def _rel_pos(call: OpCall, b) -> list[Saved]:
     if not call.attrs.rel_pos:
         return []
     g = geometry(call)
-    if call.attrs.rope:
-        raise NotImplementedError("attention's saved tensors with rel_pos and rope together are not modelled")
+    if call.attrs.rope or (qk_norm.enabled(call) and call.attrs.qk_norm_over == "head"):
+        # (q then a (B, h, S, d) tensor of its own, which the two products fold otherwise)
+        raise NotImplementedError("attention's saved tensors with rel_pos and rope or a q/k norm per head together "
+                                  "are not modelled")
     heads, problems, rows, cols = (sympy.Gt(n, 1) for n in (g.h, g.nb, g.qh, g.qw))
     one_copy = problems & heads & ~(rows & cols)
-    if not call.attrs.fused_qkv:  # q's own (B, S, h*d): one token folds without a copy
+    if own_rows(call):  # q's own (B, S, h*d): one token folds without a copy
         one_copy &= rows | cols
     with_source = (~problems & heads & sympy.Xor(rows, cols)) | (problems & ~heads & rows & cols)
     copies = sympy.Piecewise((2, heads & rows & cols), (1, one_copy | with_source), (0, True))
@@ -118,11 +131,20 @@ def _rel_pos(call: OpCall, b) -> list[Saved]:
 
 
 def _q_source(call: OpCall, b) -> Saved:
-    """The storage q views before the SDPA (no rope): the fused projection's output, or q's own."""
+    """The storage q views before the SDPA (no rope): the fused projection's output, q's own, or its norm's output
+    (over the width)."""
     g = geometry(call)
+    if qk_norm.enabled(call):  # (over the width: a (B, S, h*d) of its own)
+        return qk_norm.normed(call, g, b)[0]
     if call.attrs.fused_qkv and not learned_queries(call):
         return Saved("qkv", g.m * projections(call)[0][0].n, b)
     return Saved("q", g.nq, b)
+
+
+def own_rows(call: OpCall) -> bool:
+    """q before the SDPA views a (B, S, h*d) of its own (its projection's, or a q norm's over the width), not the
+    fused projection's wider rows."""
+    return not call.attrs.fused_qkv or learned_queries(call) or qk_norm.enabled(call)
 
 
 def merged(items: list[Saved]) -> list[Saved]:
@@ -153,26 +175,25 @@ def copied(elements, call: OpCall):
     return sympy.Piecewise((0, sympy.Or(sympy.Eq(g.h, 1), sympy.Eq(g.tq, 1))), (elements, True))
 
 
+def _sdpa_source(call: OpCall, which: str, b) -> Saved:
+    """The storage q, k or v views as the SDPA reads it: RoPE's rotated q-and-k, the q/k norms' outputs, or the
+    projections' outputs (the fused projection's whole output)."""
+    if which != "v" and call.attrs.rope:
+        g = geometry(call)
+        return Saved("rotated_qk", g.nq + g.nk, b)
+    if which != "v" and qk_norm.enabled(call):
+        return qk_norm.normed(call, geometry(call), b)[0 if which == "q" else 1]
+    return projected(call, which, b)[0]
+
+
 def _flash(call: OpCall, b) -> list[Saved]:
     """q, k, v by the storage they view, the output (the output projection's input is a view of it) and
     the logsumexp."""
     a, g = call.attrs, geometry(call)
-    qkv, _ = projections(call)
-    rows = g.m
-    if a.rope:  # q and k: views of the rotated pair; v of its projection's output
-        out = [Saved("rotated_qk", g.nq + g.nk, b)]
-        if a.fused_qkv:
-            out.append(Saved("qkv", rows * qkv[0].n, b))
-        else:
-            out.append(Saved("v", g.nk, b))
-    elif learned_queries(call):  # q from the queries' projection, k and v from the input's
-        out = [Saved("q", g.nq, b)] + ([Saved("kv", rows * qkv[1].n, b)] if a.fused_qkv
-                                       else [Saved("k", g.nk, b), Saved("v", g.nk, b)])
-    elif a.fused_qkv:
-        out = [Saved("qkv", rows * qkv[0].n, b)]
-    else:
-        out = [Saved("q", g.nq, b), Saved("k", g.nk, b), Saved("v", g.nk, b)]
+    out = [_sdpa_source(call, which, b) for which in ("q", "k", "v")]  # (one storage each: merged)
     out += [Saved("out", g.nq, b), Saved("logsumexp", g.nb * g.h * g.tq, sympy.Integer(STAT_BYTES))]
-    if a.rope:  # the kernel's output takes q's layout, (B, h, S, d) after RoPE: the projection's input is a copy
+    if a.rope or (qk_norm.enabled(call) and a.qk_norm_over == "head"):
+        # the kernel's output takes q's layout, (B, h, S, d) after RoPE or a norm per head: the projection's input
+        # is a copy
         out.append(Saved("proj_input", copied(g.nq, call), b))
     return out

@@ -9,12 +9,14 @@ does not run): transformers' eager_attention_forward as the generated module run
 * v as the second product folds it, as k.
 
 Where the fold is a view: one attention problem, one head, or (a projection's own output) one token; RoPE's
-partial rotation concatenates q and k anew (contiguous: always a view).
+partial rotation concatenates q and k anew (contiguous: always a view); q/k norms (without RoPE) make q and k
+anew, per head a contiguous (B, heads, S, d) (always a view), over the width a (B, S, heads*d) of their own.
 """
 from __future__ import annotations
 
 import sympy
 
+from costspec.ops.attention import qk_norm
 from costspec.ops.attention.geometry import geometry, gqa, learned_queries, projections
 from costspec.ops.opdef import OpCall, Saved
 
@@ -54,26 +56,36 @@ def _partial_rotation(call: OpCall, which: str, b) -> Saved | None:
 def _folded(call: OpCall, which: str, b) -> list[Saved]:
     """q, k or v folded to (problems * heads, tokens, d): the storage it views where that needs no copy, else a
     copy of its elements."""
-    a, g = call.attrs, geometry(call)
+    g = geometry(call)
     heads, tokens = (g.h, g.tq) if which == "q" else (g.kv, g.t)
     elements = g.nb * heads * tokens * g.d
-    rope = a.rope and which != "v"
     rotated = _partial_rotation(call, which, b)
     if rotated is not None:  # a partial rotation's cat: contiguous, folds as a view
         return [rotated]
-    source, own_rows = _source(call, which, b)
-    one = sympy.Or(sympy.Eq(g.nb, 1), sympy.Eq(heads, 1))
-    folds = sympy.Or(one, sympy.Eq(tokens, 1)) if own_rows and not rope else one
+    source, folds = _source(call, which, b)
     return [Saved(source.tensor, sympy.Piecewise((source.elements, folds), (0, True)), b),
             Saved(f"{which}_copy", sympy.Piecewise((0, folds), (elements, True)), b)]
 
 
-def _source(call: OpCall, which: str, b) -> tuple[Saved, bool]:
-    """The storage q, k or v views, and whether its rows are that tensor's alone (a projection of h*d or kv*d
-    outputs: one token then folds as a view)."""
+def _source(call: OpCall, which: str, b) -> tuple[Saved, sympy.Basic]:
+    """The storage q, k or v views, and where folding it to (problems * heads, tokens, d) is a view: with one
+    problem or one head; with one token too where its rows are that tensor's alone (a projection of h*d or
+    kv*d outputs, a q/k norm over the width); always for a q/k norm per head (a contiguous (B, heads, S, d))."""
     a, g = call.attrs, geometry(call)
+    heads, tokens = (g.h, g.tq) if which == "q" else (g.kv, g.t)
+    one = sympy.Or(sympy.Eq(g.nb, 1), sympy.Eq(heads, 1))
     if a.rope and which != "v":
-        return Saved("rotated_qk", g.nq + g.nk, b), False
+        return Saved("rotated_qk", g.nq + g.nk, b), one
+    if qk_norm.enabled(call) and which != "v":
+        normed = qk_norm.normed(call, g, b)[0 if which == "q" else 1]
+        return normed, sympy.Or(one, sympy.Eq(tokens, 1)) if a.qk_norm_over == "all" else sympy.true
+    source, own_rows = projected(call, which, b)
+    return source, sympy.Or(one, sympy.Eq(tokens, 1)) if own_rows else one
+
+
+def projected(call: OpCall, which: str, b) -> tuple[Saved, bool]:
+    """The storage q, k or v views as the projections write it, and whether its rows are that tensor's alone (a
+    projection of h*d or kv*d outputs: one token then folds as a view)."""
     qkv = {p.name: p for p in projections(call)[0]}
     if which in qkv:
         p = qkv[which]
