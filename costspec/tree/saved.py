@@ -309,7 +309,10 @@ def _scaled(walk: _Walk, group: Node, x: Value, values: dict, times: sympy.Expr)
     out = _sequence(inner, group.children, x, dict(values))
     for row, amount in inner.rows.items():
         walk.charge(row, times * amount)
-    for key in (x.key, out.key, x.copy_key, out.copy_key, *(v.key for v in walk.shared.values())):
+    # (what the group read from outside it, an encoder's output for every cross-attention, is one tensor: its
+    # later readers must not count it again)
+    outside = [*walk.shared.values(), *values.values()]
+    for key in (x.key, out.key, x.copy_key, out.copy_key, *(v.key for v in outside), *(v.copy_key for v in outside)):
         if key in inner.counted:
             walk.counted[key] = inner.counted[key]
     return out

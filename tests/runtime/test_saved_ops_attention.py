@@ -114,3 +114,19 @@ def test_cross_attention_equals_autograd(data, dtype):
                   {"attention": {**attrs, "kv": "enc"}}]
     text = _text({"B": b}, shape, layers, dtype)
     _equal(text.replace("input:\n", f"inputs: {other}\ninput:\n", 1) if other else text)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_encoder_output_read_by_a_repeat_of_cross_attentions_is_one_tensor(layers):
+    """Every decoder layer of an encoder-decoder reads the one encoder output for its k and v projections:
+    autograd keeps that storage once, so the later instances of the repeat charge nothing for it (the walk
+    of a repeat's first instance hands what it counted from outside back to the next)."""
+    c = 8
+    block = [{"residual": [{"attention": {"heads": 2, "head_dim": 4, "causal": True}}]},
+             {"residual": [{"attention": {"heads": 2, "head_dim": 4, "kv": "enc"}}]}]
+    spec = {"costspec": 1, "name": "case", "dims": {"B": 2}, "precision": {"dtype": "bf16"},
+            "inputs": {"dec": ["B", 3, c]}, "input": ["B", 5, c],
+            "blocks": {"block": block},
+            "layers": [{"linear": {"out": c}, "save": "enc"}, {"dropout": {}, "input": "dec"},
+                       {"repeat": layers, "body": "block"}]}
+    _equal(yaml.safe_dump(spec, sort_keys=False))
