@@ -47,7 +47,7 @@ CASES = {  # spec -> (target, config file, config sets, dims)
     # (the real config at small widths; GQA kept: 8 query heads, 2 key/value heads of dim 32)
     "llama3_8b": ("hf:LlamaForCausalLM", str(CONFIGS / "llama3_8b.json"), {
         "num_hidden_layers": "2", "hidden_size": "256", "intermediate_size": "384", "num_attention_heads": "8",
-        "num_key_value_heads": "2", "head_dim": "32", "vocab_size": "1000"},
+        "num_key_value_heads": "2", "head_dim": "32", "vocab_size": "1000", "bos_token_id": "1", "eos_token_id": "1"},
         {"L": 2, "B": 2, "S": 16, "C": 256, "F": 384, "heads": 8, "KV": 2, "V": 1000}),
     "mistral_7b": ("hf:MistralModel", None, {
         "num_hidden_layers": "2", "hidden_size": "256", "intermediate_size": "384", "num_attention_heads": "8",
