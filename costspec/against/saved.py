@@ -280,11 +280,15 @@ ONE_PLUS_WEIGHT = re.compile(r"\(1(\.0)? \+ self\.weight")
 def _one_plus_weight(model: "Network", target: "Target", rowmap: RowMap, holder: dict[str, str]) -> frozenset[str]:
     """The spec's rmsnorm rows whose matched real module (or one inside it) scales by (1 + weight) in its forward
     (Gemma's RMSNorm: `output * (1.0 + self.weight.float())`), read from the real classes' source."""
+    seen: dict[type, bool] = {}
+
     def scales(module) -> bool:
-        try:
-            return ONE_PLUS_WEIGHT.search(inspect.getsource(type(module).forward)) is not None
-        except (OSError, TypeError):
-            return False
+        if type(module) not in seen:
+            try:
+                seen[type(module)] = ONE_PLUS_WEIGHT.search(inspect.getsource(type(module).forward)) is not None
+            except (OSError, TypeError):
+                seen[type(module)] = False
+        return seen[type(module)]
 
     out = set()
     for node in model.op_nodes():
