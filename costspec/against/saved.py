@@ -16,6 +16,8 @@ failure with both numbers.
 """
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import TYPE_CHECKING, Callable, Mapping
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import sympy
 
 from costspec.against.mapping import MODEL_ROW, RowMap
-from costspec.against.saved_rules import RULES, SavedRule
+from costspec.against.saved_rules import RULES, RealModel, SavedRule
 from costspec.core.results import Column, Row, Table
 from costspec.tree.nodes import GroupNode, Node, OpNode, RepeatNode
 
@@ -82,11 +84,12 @@ COLUMNS = (Column("spec", "spec bytes", "count"), Column("real", "real bytes", "
            Column("saved", "saved", "text"))
 
 
-def measure_real_saved(target: "Target", dtype: str,
-                       calls: list[str] | None = None) -> list[tuple[str, int, tuple[int, ...], str]]:
+def measure_real_saved(target: "Target", dtype: str, calls: list[str] | None = None,
+                       rotary: list[sympy.Expr] | None = None) -> list[tuple[str, int, tuple[int, ...], str]]:
     """One training forward of the real module under the pack hook: (module path, bytes, shape, dtype) of
     every storage it saves, once, parameters and buffers left out (see the module docstring); `calls`, when
-    given, gets the modules' paths in the order they were first called."""
+    given, gets the modules' paths in the order they were first called, `rotary` each rotary module's tables'
+    columns per rotary dim (`_rope_columns`)."""
     import torch
 
     from costspec.runtime.torch_build import TORCH_DTYPES
@@ -112,9 +115,12 @@ def measure_real_saved(target: "Target", dtype: str,
                 called.add(names[id(m)])
                 calls.append(names[id(m)])
 
-    def leave(m, _args, _out):
+    def leave(m, _args, out):
         if id(m) in names and stack and stack[-1] == names[id(m)]:
             stack.pop()
+        columns = _rope_columns(m, out)
+        if rotary is not None and columns is not None:
+            rotary.append(columns)
 
     state = {t.untyped_storage()._cdata for t in [*module.parameters(), *module.buffers()]}
     seen: set[int] = set()
@@ -160,7 +166,12 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
     for r, n in spec_rows.items():
         spec[holder.get(r, MODEL_ROW)] = spec.get(holder.get(r, MODEL_ROW), 0) + n
     calls: list[str] = []
-    measured = measure_real_saved(target, str(model.precision.dtype), calls)
+    rotary: list[sympy.Expr] = []
+    measured = measure_real_saved(target, str(model.precision.dtype), calls, rotary)
+    if len(set(rotary)) > 1:
+        raise UsageError(f"the real model's rotary modules make tables of different widths ({sorted(set(rotary))} "
+                         "columns per rotary dim): the rotary tables' rule takes one")
+    real_model = RealModel(rotary[0] if rotary else sympy.Integer(1), _one_plus_weight(model, target, rowmap, holder))
     tensors = [(path, _row_of(path, rowmap, calls), n, shape, dt) for path, n, shape, dt in measured]
     real: dict[str, int] = {}
     for _, row, n, _, _ in tensors:
@@ -172,7 +183,7 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
             continue
         try:
             other = {r: ev(e) for r, e in saved_bytes(kernel.root).items()}
-        except UsageError:  # a layer whose eager form's saved tensors are not modelled (MLA): no such candidate
+        except UsageError:  # an op whose saved tensors at the eager kernel are not modelled: no such candidate
             if kernel is kernel_model:
                 raise
             continue
@@ -181,15 +192,15 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
             if delta:
                 candidates.setdefault(holder.get(r, MODEL_ROW), []).append((name, delta, text))
     ops = [n for n in _run_order(model.root) if isinstance(n, OpNode)]
-    first = {rule.name: next((n for n in ops if rule.applies(n)), None) for rule in RULES if rule.once}
+    first = {rule.name: next((n for n in ops if rule.applies(n, real_model)), None) for rule in RULES if rule.once}
     for step in model.walk():
         node = step.node
         if not isinstance(node, OpNode):
             continue
         for rule in RULES:
-            if not rule.applies(node) or (rule.once and first[rule.name] is not node):
+            if not rule.applies(node, real_model) or (rule.once and first[rule.name] is not node):
                 continue
-            amount = ev(rule.bytes(node)) * (1 if rule.once else ev(step.instances))
+            amount = ev(rule.bytes(node, real_model)) * (1 if rule.once else ev(step.instances))
             if rule.replaces(node):  # in place of the spec's bytes of this layer
                 amount -= spec_rows.get(node.name, 0)
             candidates.setdefault(holder.get(node.name, MODEL_ROW), []).append((rule.name, amount, rule.text))
@@ -249,6 +260,45 @@ def _row_of(path: str, rowmap: RowMap, calls: list[str]) -> str:
     after = {row for row, m in rowmap.matches.items() if len(m.paths) > 1 and set(siblings[here + 1:]) & set(m.paths)}
     between = sorted(before & after)
     return between[0] if len(between) == 1 else rowmap.row_of(path)
+
+
+def _rope_columns(module, out) -> sympy.Expr | None:
+    """A rotary module's tables' columns per rotary dim, from what its forward returned: (cos, sin), each as wide
+    as its inverse frequencies (one per pair of rotary dims) twice (1) or once (1/2); None for other modules."""
+    import torch
+
+    freqs = getattr(module, "inv_freq", None)
+    if not (isinstance(freqs, torch.Tensor) and isinstance(out, tuple) and len(out) == 2
+            and all(isinstance(t, torch.Tensor) for t in out) and freqs.numel()):
+        return None
+    return sympy.Rational(int(out[0].shape[-1]), 2 * freqs.numel())
+
+
+ONE_PLUS_WEIGHT = re.compile(r"\(1(\.0)? \+ self\.weight")
+
+
+def _one_plus_weight(model: "Network", target: "Target", rowmap: RowMap, holder: dict[str, str]) -> frozenset[str]:
+    """The spec's rmsnorm rows whose matched real module (or one inside it) scales by (1 + weight) in its forward
+    (Gemma's RMSNorm: `output * (1.0 + self.weight.float())`), read from the real classes' source."""
+    seen: dict[type, bool] = {}
+
+    def scales(module) -> bool:
+        if type(module) not in seen:
+            try:
+                seen[type(module)] = ONE_PLUS_WEIGHT.search(inspect.getsource(type(module).forward)) is not None
+            except (OSError, TypeError):
+                seen[type(module)] = False
+        return seen[type(module)]
+
+    out = set()
+    for node in model.op_nodes():
+        match = rowmap.matches.get(holder.get(node.name, MODEL_ROW))
+        if node.op.name != "rmsnorm" or match is None:
+            continue
+        modules = [target.module.get_submodule(p) for p in match.paths]
+        if any(scales(m) for top in modules for m in top.modules()):
+            out.add(node.name)
+    return frozenset(out)
 
 
 def _kernel(kernel_model: Callable[[str], "Network"], backend: str) -> "Network | None":

@@ -44,6 +44,11 @@ CASES = {  # spec -> (target, config file, config sets, dims)
                     {"B": 2, "S": 16, "C": 64, "heads": 2, "F": 128, "L": 2, "V": 100}),
     "llama_1b": ("hf:LlamaForCausalLM", str(CONFIGS / "llama_1b.json"), {"num_hidden_layers": "2"},
                  {"L": 2, "B": 2, "S": 16}),
+    # (the real config at small widths; GQA kept: 8 query heads, 2 key/value heads of dim 32)
+    "llama3_8b": ("hf:LlamaForCausalLM", str(CONFIGS / "llama3_8b.json"), {
+        "num_hidden_layers": "2", "hidden_size": "256", "intermediate_size": "384", "num_attention_heads": "8",
+        "num_key_value_heads": "2", "head_dim": "32", "vocab_size": "1000", "bos_token_id": "1", "eos_token_id": "1"},
+        {"L": 2, "B": 2, "S": 16, "C": 256, "F": 384, "heads": 8, "KV": 2, "V": 1000}),
     "mistral_7b": ("hf:MistralModel", None, {
         "num_hidden_layers": "2", "hidden_size": "256", "intermediate_size": "384", "num_attention_heads": "8",
         "num_key_value_heads": "2", "head_dim": "32", "vocab_size": "1000", "sliding_window": "16"},
@@ -106,11 +111,12 @@ POOLED = {"efficientnet_b0", "resnet50", "mobilenet_v2", "convnext_tiny", "swin_
 SAVED_CONFIG = {"mixtral_8x7b": {"_experts_implementation": "grouped_mm"},
                 "deepseek_v3": {"_experts_implementation": "grouped_mm"}}  # set after the row mapping
 # Rules that are how the real model computes, not bookkeeping: the 1% comparison takes the spec with them
-# (the attention kernel meta ran, transformers' written-out RMSNorm, T5's bucket ids made per forward)
-# and, for the convolutional nets, the per-channel statistics meta's batch_norm returns in eval mode)
+# (the attention kernel meta ran, transformers' written-out RMSNorm, T5's bucket ids made per forward, the
+# grouped_mm experts' sort, the sinks' row max with its indices and, for the convolutional nets, the
+# per-channel statistics meta's batch_norm returns in eval mode)
 AS_RUN = ("sdpa-kernel-on-meta", "attention-eager-kernel", "rmsnorm-written-out", "t5-bucket-ids",
           "batchnorm-eval-statistics-on-meta", "rel-pos-qkv-storage", "eager-softmax-fp32", "router-fp32",
-          "router-logits-fp32")
+          "router-logits-fp32", "grouped-mm-routing-indices", "attention-sinks-max-indices")
 # MobileNetV2's inverted residuals (Sandler et al. 2018, Table 2): expansion t, output channels c, repeats n
 MOBILENET_V2 = ((1, 16, 1), (6, 24, 2), (6, 32, 3), (6, 64, 4), (6, 96, 3), (6, 160, 3), (6, 320, 1))
 
@@ -166,7 +172,7 @@ def expected_rules(name: str, model, values) -> dict[str, int]:
         return convnet_rules(name, d, b)
     L, B, S = d.get("L", 0), d["B"], d["S"]
     T = B * S
-    if name in ("llama_1b", "mistral_7b", "mixtral_8x7b"):
+    if name in ("llama_1b", "llama3_8b", "mistral_7b", "mixtral_8x7b"):
         C, head = d["C"], d["C"] // d["heads"]
         out = {"rmsnorm-written-out": (2 * L + 1) * T * (4 * C + 4 + b * C), "rope-tables-per-forward": 2 * S * head * b}
         if name == "mixtral_8x7b":  # the router's fp32 scores and weights; grouped_mm's sort of the T*K rows
@@ -254,6 +260,8 @@ def test_saved_bytes_match_the_real_model_per_row(name, tmp_path):
         expected["attention-eager-kernel"] = found["attention-eager-kernel"]
     if name == "gemma2_2b":  # the rotary tables are the first layer's the model runs (index 0: a sliding one)
         assert [u.row for u in comparison.rules if u.rule == "rope-tables-per-forward"] == ["layers[others].attn"]
+    # (1 + weight) is offered where the matched real norm scales so (Gemma's), so other reports do not list it
+    assert ("rmsnorm-one-plus-weight" in {u.rule for u in comparison.rules}) == (name == "gemma2_2b")
     if "rmsnorm-written-out" in found:  # the rule replaces the spec's own bytes of the RMSNorm rows
         norms = sum(s for row, s, _, _ in comparison.rows if "norm" in row)
         expected["rmsnorm-written-out"] -= norms
