@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from costspec.importer import FAMILIES, import_hf
+from costspec.importer import import_hf
 from costspec.model import loads
 
 transformers = pytest.importorskip("transformers")
