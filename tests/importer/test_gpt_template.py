@@ -3,7 +3,8 @@ GPT-NeoX, GPT-J, Falcon, BLOOM and OPT are one build. Folding their own modules 
 tests/data/gpt_like_totals.json holds the TC and CUDA-core FLOPs and the parameters (batch 1 and 2; forward,
 backward, train; whole causal LM and --backbone) that the modules before the fold wrote for the configs below
 (`python -m tests.importer.test_gpt_template OUT.json` with that tree on PYTHONPATH wrote them), and the template
-writes the same."""
+writes the same. Then the table itself: every GPT-like family a row, and the block layout and top-level layers
+each config's switches select."""
 from __future__ import annotations
 
 import json
@@ -12,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
-from costspec.importer import import_hf
+from costspec.importer import FAMILIES, import_hf
 from costspec.model import loads
 
 transformers = pytest.importorskip("transformers")
@@ -81,6 +83,60 @@ def totals(name: str, folder: Path, backbone: bool) -> dict[str, list[int]]:
 def test_the_fold_changed_no_number(name, backbone, tmp_path):
     before = json.loads(DATA.read_text())
     assert totals(name, tmp_path, backbone) == before[f"{name}/{backbone}"], (name, backbone)
+
+
+def test_every_gpt_like_family_is_a_table_row():
+    from costspec.importer.families.gpt_table import GPT_LIKE
+
+    assert {t.model_type for t in GPT_LIKE} == {"gpt2", "gpt_neox", "gptj", "falcon", "bloom", "opt"}
+    for t in GPT_LIKE:
+        family = FAMILIES[t.model_type]
+        assert family.doc == t.blurb and family.refused == t.refused and family.lm == t.lm
+        assert family.hf_class == (t.lm.whole if t.lm else t.hf_class)
+
+
+def shape(block: list[dict]) -> list[str]:
+    """The block's items by their op (a residual or parallel by what it holds first)."""
+    out = []
+    for entry in block:
+        op = next(iter(entry))
+        if op == "residual":
+            inner = next(iter(entry["residual"][0]))
+            op = f"residual({'parallel' if any('parallel' in x for x in entry['residual']) else inner})"
+        elif op == "parallel":
+            op = f"parallel({len(entry['parallel']['branches'])})"
+        out.append(op)
+    return out
+
+
+LAYOUTS = {
+    "falcon_7b": ["residual(parallel)"], "falcon_40b": ["parallel(3)"], "falcon_40b_one_ln": ["residual(parallel)"],
+    "falcon_rw": ["residual(layernorm)"] * 2, "falcon_mha_parallel": ["residual(parallel)"],
+    "gptj": ["residual(parallel)"], "bloom": ["residual(layernorm)"] * 2,
+    "bloom_post_ln_untied": ["layernorm", "residual(attention)", "layernorm", "residual(mlp)"],
+    "opt_125m": ["residual(layernorm)"] * 2, "opt_350m": ["residual(attention)", "layernorm", "residual(linear)",
+                                                         "layernorm"],
+    "neox": ["parallel(3)"], "neox_sequential": ["residual(layernorm)"] * 2, "gpt2": ["residual(layernorm)"] * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_each_switch_selects_its_layout(name, tmp_path):
+    """The block layout each config selects: parallel on one LayerNorm (Falcon-7B, GPT-J), parallel on two
+    (Falcon-40B, NeoX's use_parallel_residual), pre-LN, post-LN (OPT-350m), the LayerNorm's output as residual
+    (BLOOM's apply_residual_connection_post_layernorm); and the top-level extras each family's switches add."""
+    cls, keys = CASES[name]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(getattr(transformers, cls)(**keys).to_dict(), default=str))
+    spec = yaml.safe_load(import_hf(path).text)
+    (block,) = spec["blocks"].values()
+    assert shape(block) == LAYOUTS[name]
+    tops = [next(iter(entry)) for entry in spec["layers"]]
+    extras = {"bloom": ["layernorm"], "opt_350m": ["linear", "position_embedding"], "opt_125m": ["position_embedding"],
+              "gpt2": ["position_embedding"]}.get(name.removesuffix("_post_ln_untied"), [])
+    final = ["layernorm"] if name != "opt_350m" else ["linear"]
+    assert tops[:-2] == ["embedding", *extras, "repeat"] and tops[-2:-1] == final
+    assert tops[-1] == "lm_head"  # the whole causal LM (GPT-NeoX's head added by importer/head.py)
 
 
 if __name__ == "__main__":  # write the totals of the tree on PYTHONPATH (the data file, from the code before the fold)

@@ -35,7 +35,8 @@ def read_gpt2(cfg: HFConfig, dims: Sizes) -> Layer:
                  positions="position_embedding: {length: P}", notes=gelu_new_note(cfg, GPT2_KEYS),
                  blocks=(f"token + learned position embeddings, {dims.L} pre-LN causal blocks (width {dims.C}, "
                          f"{dims.heads} heads, fused qkv, {dims.fn} MLP), final LayerNorm"),
-                 understood=GPT2_IGNORED)
+                 understood=GPT2_IGNORED, attn_note="c_attn (fused qkv, bias), c_proj" + (
+                     "; scale_attn_weights false" if scale else ""), head_note="; no bias")
 
 
 GPT2_KEYS = Keys(width=("n_embd",), heads="n_head", layers="n_layer", mlp="n_inner",

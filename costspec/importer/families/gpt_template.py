@@ -111,6 +111,7 @@ class Layer:
     final_norm: bool = True
     head_bias: bool = False
     head_note: str = ""
+    attn_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ def _branches(branches: list[list[str]], indent: str) -> list[str]:
 
 def block_lines(layer: Layer, paths: Paths, fn: str) -> list[str]:
     """The decoder layer in its layout."""
-    attn = item(layer.attn, paths.attn)
+    attn = item(layer.attn, paths.attn, layer.attn_note)
     mlp_items = layer.mlp or ((f"mlp: {{hidden: F, fn: {fn}, bias: {'true' if layer.mlp_bias else 'false'}}}",
                                paths.mlp),)
     mlp = [line for op, source in mlp_items for line in item(op, source)]
