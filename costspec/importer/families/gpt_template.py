@@ -24,11 +24,11 @@ from costspec.importer.head import CausalLM
 
 # block layouts: (x + attn(ln1(x)) + mlp(ln1(x))), (x + attn(ln1(x)) + mlp(ln2(x))), pre-LN, post-LN
 # (ln(x + f(x))), and BLOOM's apply_residual_connection_post_layernorm (y = ln(x); y + f(y))
-PARALLEL_ONE_NORM = "parallel, one LayerNorm"
-PARALLEL_TWO_NORMS = "parallel, two LayerNorms"
-PRE_LN = "sequential pre-LN"
-POST_LN = "sequential post-LN"
-NORMED_RESIDUAL = "sequential, the LayerNorm's output as residual"
+PARALLEL_ONE_NORM = "parallel attention and MLP on one LayerNorm"
+PARALLEL_TWO_NORMS = "parallel attention and MLP on two LayerNorms"
+PRE_LN = "sequential pre-LN blocks"
+POST_LN = "sequential post-LN blocks"
+NORMED_RESIDUAL = "sequential blocks with the LayerNorm's output as residual"
 LAYOUTS = (PARALLEL_ONE_NORM, PARALLEL_TWO_NORMS, PRE_LN, POST_LN, NORMED_RESIDUAL)
 
 

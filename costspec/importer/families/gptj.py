@@ -7,6 +7,7 @@ the GPT-like template (gpt_template.py), the reader of its switches and its rule
 from __future__ import annotations
 
 from costspec.importer.config import HFConfig, heads, layers, size
+from costspec.importer.families.common import gelu_new_rule
 from costspec.importer.families.gpt_template import PARALLEL_ONE_NORM, GptLike, Keys, Layer, Paths, Sizes, family
 
 HF_CLASS = "GPTJForCausalLM"
@@ -49,30 +50,6 @@ def rules() -> str:
   reason: >-
     for its eager attention GPTJModel builds the causal mask once per forward, a boolean [B, 1, S, S]
     turned into an additive float mask with one where per element (B*S*S selects)
-"""
-
-
-def gelu_new_rule(module: str, elements: str) -> str:
-    """transformers' gelu_new (NewGELUActivation) as the python-level ops it runs, against the one gelu_tanh op
-    the spec prices (the same function): per element of its input, forward 0.5*x*(1 + tanh(sqrt(2/pi)*(x +
-    0.044715*x^3))), backward through each of them."""
-    return f"""\
-- module: "{module}"
-  extra: {{gelu_tanh: "-{elements}", cube: "{elements}", scale: "3*{elements}", add: "2*{elements}",
-          tanh: "{elements}", mul: "{elements}"}}
-  pass: forward
-  reason: >-
-    gelu_new runs as python-level ops, per element: x^3 (cube), 0.044715*x^3, sqrt(2/pi)*(...) and 0.5*x (3
-    scale), x + ... and 1 + tanh (2 add), tanh, and the final product (mul); the spec prices the same
-    function as one gelu_tanh
-- module: "{module}"
-  extra: {{gelu_tanh_backward: "-{elements}", square: "{elements}", scale: "4*{elements}", add: "2*{elements}",
-          tanh_backward: "{elements}", mul: "3*{elements}"}}
-  pass: backward
-  reason: >-
-    the backward of those ops, per element: the cube's 3*x^2 (square and scale), the three constant scales,
-    tanh's backward, the product's two gradients and the chain's multiplications (3 mul), and the two sums of
-    x's gradients (2 add); the spec prices one gelu_tanh_backward
 """
 
 

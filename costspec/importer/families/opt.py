@@ -8,8 +8,8 @@ of the GPT-like template (gpt_template.py), the reader of its switches and its r
 from __future__ import annotations
 
 from costspec.importer.config import HFConfig, heads, layers, size
+from costspec.importer.families.common import gelu_new_rule
 from costspec.importer.families.gpt_template import POST_LN, PRE_LN, GptLike, Keys, Layer, Paths, Sizes, family
-from costspec.importer.families.gptj import gelu_new_rule
 
 HF_CLASS = "OPTForCausalLM"
 OFFSET = 2  # OPTLearnedPositionalEmbedding holds max_position_embeddings + 2 rows and looks up position + 2
