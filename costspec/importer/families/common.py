@@ -1,4 +1,5 @@
-"""Pieces several families share: activations, image sizes, the q/k/v gradient-add ignore rule."""
+"""Pieces several families share: activations, image sizes, the q/k/v gradient-add ignore rule, the gelu_new
+rule of the GPT-like decoders."""
 from __future__ import annotations
 
 import textwrap
@@ -73,3 +74,27 @@ def check_whole_patches(cfg: HFConfig, img: int, patch: int) -> None:
     if img % patch:
         raise ImportProblem(f"{cfg.where('image_size')} = {img} is not a multiple of patch_size = {patch} (costspec's "
                             "patch_embed needs whole patches)")
+
+
+def gelu_new_rule(module: str, elements: str) -> str:
+    """transformers' gelu_new (NewGELUActivation) as the python-level ops it runs, against the one gelu_tanh op
+    the spec prices (the same function): per element of its input, forward 0.5*x*(1 + tanh(sqrt(2/pi)*(x +
+    0.044715*x^3))), backward through each of them."""
+    return f"""\
+- module: "{module}"
+  extra: {{gelu_tanh: "-{elements}", cube: "{elements}", scale: "3*{elements}", add: "2*{elements}",
+          tanh: "{elements}", mul: "{elements}"}}
+  pass: forward
+  reason: >-
+    gelu_new runs as python-level ops, per element: x^3 (cube), 0.044715*x^3, sqrt(2/pi)*(...) and 0.5*x (3
+    scale), x + ... and 1 + tanh (2 add), tanh, and the final product (mul); the spec prices the same
+    function as one gelu_tanh
+- module: "{module}"
+  extra: {{gelu_tanh_backward: "-{elements}", square: "{elements}", scale: "4*{elements}", add: "2*{elements}",
+          tanh_backward: "{elements}", mul: "3*{elements}"}}
+  pass: backward
+  reason: >-
+    the backward of those ops, per element: the cube's 3*x^2 (square and scale), the three constant scales,
+    tanh's backward, the product's two gradients and the chain's multiplications (3 mul), and the two sums of
+    x's gradients (2 add); the spec prices one gelu_tanh_backward
+"""

@@ -2,7 +2,8 @@
 config (Falcon-7B's multi-query attention and MLP in parallel on one LayerNorm; the new decoder architecture
 of Falcon-40B / 180B, grouped key/value heads and a LayerNorm per branch; sequential pre-LN blocks), one
 fused query_key_value projection, RoPE, a plain MLP (dense_h_to_4h, activation, dense_4h_to_h), optional
-biases, a tied (or untied) LM head.
+biases, a tied (or untied) LM head: a row of the GPT-like template (gpt_template.py), the reader of its switches
+and its rules.
 
 With `alibi: true` (Falcon-RW) the attention has no RoPE: FalconModel folds ALiBi's per-head linear bias
 and the causal mask into one float mask given to SDPA, the attention op's `alibi` option.
@@ -10,10 +11,18 @@ and the causal mask into one float mask given to SDPA, the attention op's `alibi
 from __future__ import annotations
 
 from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
-from costspec.importer.emit import SpecText, wrap_comment
-from costspec.importer.families import Family
-from costspec.importer.families.common import activation, check_divides
-from costspec.importer.families.modern_template import BASE_IGNORED, DEFAULT_S, ROPE_REFUSED, item, precision, rope
+from costspec.importer.families.gpt_template import (
+    PARALLEL_ONE_NORM,
+    PARALLEL_TWO_NORMS,
+    PRE_LN,
+    GptLike,
+    Keys,
+    Layer,
+    Paths,
+    Sizes,
+    family,
+)
+from costspec.importer.families.modern_template import BASE_IGNORED, ROPE_REFUSED, rope
 
 HF_CLASS = "FalconForCausalLM"
 
@@ -51,30 +60,6 @@ def kv_heads(cfg: HFConfig, new: bool, h: int) -> int:
                          "new_decoder_architecture (FalconAttention reshapes k and v to num_kv_heads heads of a "
                          "3 x hidden_size projection: transformers cannot run another value)")
     return h
-
-
-def branch_lines(branches: list[list[str]], indent: str) -> list[str]:
-    """Each branch (a list of item lines) as one entry of `branches:`."""
-    out = []
-    for branch in branches:
-        out.append(f"{indent}- {branch[0]}")
-        out.extend(f"{indent}  {line}" for line in branch[1:])
-    return out
-
-
-def block_lines(attn: str, mlp: str, parallel: bool, norms: int) -> list[str]:
-    """The decoder layer: parallel branches on one or two LayerNorms, or two sequential residuals."""
-    a, m = item(attn, "self_attention"), item(mlp, "mlp")
-    if not parallel:
-        return (["- residual:", *("    " + x for x in item("layernorm: {}", "input_layernorm") + a),
-                 "- residual:", *("    " + x for x in item("layernorm: {}", "post_attention_layernorm") + m)])
-    if norms == 2:
-        return ["# x + attention(ln_attn(x)) + mlp(ln_mlp(x)): both branches and the residual read x",
-                "- parallel:", "    join: add", "    branches:", "      - []  # the input itself",
-                *branch_lines([item("layernorm: {}", "ln_attn") + a, item("layernorm: {}", "ln_mlp") + m], "      ")]
-    return ["# x + attention(ln(x)) + mlp(ln(x)): one LayerNorm feeds both branches", "- residual:",
-            *("    " + x for x in item("layernorm: {}", "input_layernorm")), "    - parallel:", "        join: add",
-            "        branches:", *branch_lines([a, m], "          ")]
 
 
 ALIBI_RULE = """\
@@ -148,77 +133,45 @@ def rules(new: bool, multi_query: bool, alibi: bool) -> str:
     return out
 
 
-def build(cfg: HFConfig) -> str:
-    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type falcon, transformers' {HF_CLASS})")
+def read(cfg: HFConfig, dims: Sizes) -> Layer:
+    """Falcon's switches: the block layout (new_decoder_architecture, parallel_attn, num_ln_in_parallel_attn),
+    the key/value heads (multi_query, num_kv_heads), RoPE or ALiBi, biases."""
     alibi = cfg.get_bool("alibi", False)
     rope(cfg, False)  # read with alibi too: FalconModel computes RoPE's tables either way (constants)
     new, parallel, norms = variant(cfg)
-    C, h = cfg.get_int("hidden_size"), cfg.get_int("num_attention_heads")
-    check_divides(cfg, "hidden_size", C, "num_attention_heads", h)
-    kv = kv_heads(cfg, new, h)
-    F = cfg.get_int("ffn_hidden_size", 4 * C)
-    L, V = cfg.get_int("num_hidden_layers"), cfg.get_int("vocab_size")
-    most = cfg.get_int("max_position_embeddings", 2048)
-    S = min(DEFAULT_S, most)
-    bias = cfg.get_bool("bias", False)
-    fn = activation(cfg, "activation", "gelu")
-    tied = cfg.get_bool("tie_word_embeddings", True)
-    spec.dim("B", 1, "batch size")
-    spec.dim("S", S, f"sequence length (tokens): min({DEFAULT_S}, the maximum {most}); --set S=... for another "
-             f"length up to {most}", "max_position_embeddings")
-    spec.dim("C", C, "hidden size", "hidden_size")
-    spec.dim("heads", h, "query heads", "num_attention_heads")
+    kv = kv_heads(cfg, new, dims.heads)
+    b = "true" if cfg.get_bool("bias", False) else "false"
+    names: tuple[str, ...]
+    if not parallel:
+        layout, names = PRE_LN, ("input_layernorm", "post_attention_layernorm")
+    elif norms == 2:
+        layout, names = PARALLEL_TWO_NORMS, ("ln_attn", "ln_mlp")
+    else:
+        layout, names = PARALLEL_ONE_NORM, ("input_layernorm",)
     kv_key = "num_kv_heads" if new else "multi_query" if kv == 1 else "num_attention_heads"
-    spec.dim("KV", kv, "key/value heads (1: multi-query; fewer than heads: grouped-query)", kv_key)
-    spec.derived("D", "C / heads", "head dim")
-    spec.dim("F", F, "MLP width", "ffn_hidden_size")
-    spec.dim("L", L, "decoder layers", "num_hidden_layers")
-    spec.dim("V", V, "vocabulary size", "vocab_size")
-    precision(spec, cfg)
-    spec.input(["B", "S"], "token ids")
-    b = "true" if bias else "false"
-    attn = (f"attention: {{heads: heads, kv_heads: KV, fused_qkv: true, qkv_bias: {b}, proj_bias: {b}, "
-            f"{'alibi' if alibi else 'rope'}: true, causal: true}}")
-    mlp = f"mlp: {{hidden: F, fn: {fn}, bias: {b}}}"
-    spec.block("falcon_block", "\n".join(block_lines(attn, mlp, parallel, norms)) + "\n")
-    spec.header.extend(wrap_comment(f"`source:` and `ignore:` name modules of transformers' {HF_CLASS} "
-                                    "(transformers 5)"))
-    spec.ignore(rules(new, cfg.get_bool("multi_query", True), alibi))
-    layout = ("parallel attention and MLP on two LayerNorms" if parallel and norms == 2 else
-              "parallel attention and MLP on one LayerNorm" if parallel else "sequential pre-LN blocks")
-    positions = "ALiBi" if alibi else "RoPE"
-    spec.doc = (f"Falcon causal LM imported from a Hugging Face config: embedding, {L} blocks ({layout}; hidden "
-                f"{C}, {h} query and {kv} key/value heads of {C // h}, fused qkv, {positions}, causal; {fn} MLP), "
-                f"final LayerNorm, LM head{' tied to the embedding' if tied else ''}")
-    spec.layers(f"""\
-- embedding: {{vocab: V, dim: C}}
-  name: word_embeddings
-  source: transformer.word_embeddings
-- repeat: L
-  name: h
-  body: falcon_block
-  source: transformer.h
-- layernorm: {{}}
-  name: ln_f
-  source: transformer.ln_f
-- lm_head: {{vocab: V{', tied: true' if tied else ''}}}  # tie_word_embeddings: {'true' if tied else 'false'}
-  source: lm_head
-""")
-    text = spec.render()
-    cfg.check_understood({k: v for k, v in BASE_IGNORED.items() if cfg.has(k)})
-    return text
+    return Layer(attn=(f"attention: {{heads: heads, kv_heads: KV, fused_qkv: true, qkv_bias: {b}, proj_bias: {b}, "
+                       f"{'alibi' if alibi else 'rope'}: true, causal: true}}"),
+                 layout=layout, norms=names, mlp_bias=b == "true",
+                 dims=(("KV", kv, "key/value heads (1: multi-query; fewer than heads: grouped-query)", kv_key),),
+                 ignore=rules(new, cfg.get_bool("multi_query", True), alibi),
+                 understood={k: v for k, v in BASE_IGNORED.items() if cfg.has(k)},
+                 blocks=(f"embedding, {dims.L} blocks ({layout}; hidden {dims.C}, {dims.heads} query and {kv} "
+                         f"key/value heads of {dims.C // dims.heads}, fused qkv, {'ALiBi' if alibi else 'RoPE'}, "
+                         f"causal; {dims.fn} MLP), final LayerNorm"))
 
 
-KEYS = (size("vocab_size"), size("hidden_size"), layers("num_hidden_layers"),
-        heads("num_attention_heads", "hidden_size", rope=True), heads("num_kv_heads", "num_attention_heads"),
-        size("ffn_hidden_size"), size("max_position_embeddings"))
-FALCON = Family(("falcon",), HF_CLASS, build,
-                "Falcon causal LM with its LM head: fused qkv (multi-query, grouped or full key/value heads), "
-                "RoPE (or ALiBi), attention and MLP in parallel on one or two LayerNorms (or sequential), optional "
-                "biases",
-                architectures=(HF_CLASS,), keys=KEYS,
-                refused=(ROPE_REFUSED,
-                         "new_decoder_architecture with parallel_attn: false (transformers cannot run it)",
-                         "num_kv_heads other than num_attention_heads without multi_query or "
-                         "new_decoder_architecture"))
+TABLE = GptLike(
+    "falcon", HF_CLASS, "Falcon causal LM with its LM head: fused qkv (multi-query, grouped or full key/value "
+    "heads), RoPE (or ALiBi), attention and MLP in parallel on one or two LayerNorms (or sequential), optional "
+    "biases",
+    Keys(width=("hidden_size",), heads="num_attention_heads", layers="num_hidden_layers", mlp="ffn_hidden_size",
+         activation="activation", activation_default="gelu"),
+    Paths("transformer", "word_embeddings", "h", "ln_f", "self_attention", "mlp"), read, "falcon_block",
+    declared=(size("vocab_size"), size("hidden_size"), layers("num_hidden_layers"),
+              heads("num_attention_heads", "hidden_size", rope=True), heads("num_kv_heads", "num_attention_heads"),
+              size("ffn_hidden_size"), size("max_position_embeddings")),
+    architectures=(HF_CLASS,), doc_name="Falcon causal LM",
+    refused=(ROPE_REFUSED, "new_decoder_architecture with parallel_attn: false (transformers cannot run it)",
+             "num_kv_heads other than num_attention_heads without multi_query or new_decoder_architecture"))
+FALCON = family(TABLE)
 FAMILY_LIST = (FALCON,)

@@ -1,15 +1,14 @@
 """GPT-J (transformers' GPTJForCausalLM), imported whole with its LM head: one LayerNorm feeding attention
 and MLP side by side (x + attn(ln_1(x)) + mlp(ln_1(x))), q/k/v/out projections without biases, interleaved
 partial RoPE on the first rotary_dim dims of each head, eager attention (GPT-J has no SDPA path), a plain
-biased MLP (fc_in, activation, fc_out) and a biased LM head (untied unless the config ties its weight).
+biased MLP (fc_in, activation, fc_out) and a biased LM head (untied unless the config ties its weight): a row of
+the GPT-like template (gpt_template.py), the reader of its switches and its rules.
 """
 from __future__ import annotations
 
 from costspec.importer.config import HFConfig, heads, layers, size
-from costspec.importer.emit import SpecText, wrap_comment
-from costspec.importer.families import Family
-from costspec.importer.families.common import activation, check_divides
-from costspec.importer.families.modern_template import DEFAULT_S, item, precision
+from costspec.importer.families.common import gelu_new_rule
+from costspec.importer.families.gpt_template import PARALLEL_ONE_NORM, GptLike, Keys, Layer, Paths, Sizes, family
 
 HF_CLASS = "GPTJForCausalLM"
 
@@ -54,98 +53,34 @@ def rules() -> str:
 """
 
 
-def gelu_new_rule(module: str, elements: str) -> str:
-    """transformers' gelu_new (NewGELUActivation) as the python-level ops it runs, against the one gelu_tanh op
-    the spec prices (the same function): per element of its input, forward 0.5*x*(1 + tanh(sqrt(2/pi)*(x +
-    0.044715*x^3))), backward through each of them."""
-    return f"""\
-- module: "{module}"
-  extra: {{gelu_tanh: "-{elements}", cube: "{elements}", scale: "3*{elements}", add: "2*{elements}",
-          tanh: "{elements}", mul: "{elements}"}}
-  pass: forward
-  reason: >-
-    gelu_new runs as python-level ops, per element: x^3 (cube), 0.044715*x^3, sqrt(2/pi)*(...) and 0.5*x (3
-    scale), x + ... and 1 + tanh (2 add), tanh, and the final product (mul); the spec prices the same
-    function as one gelu_tanh
-- module: "{module}"
-  extra: {{gelu_tanh_backward: "-{elements}", square: "{elements}", scale: "4*{elements}", add: "2*{elements}",
-          tanh_backward: "{elements}", mul: "3*{elements}"}}
-  pass: backward
-  reason: >-
-    the backward of those ops, per element: the cube's 3*x^2 (square and scale), the three constant scales,
-    tanh's backward, the product's two gradients and the chain's multiplications (3 mul), and the two sums of
-    x's gradients (2 add); the spec prices one gelu_tanh_backward
-"""
-
-
-def build(cfg: HFConfig) -> str:
-    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type gptj, transformers' {HF_CLASS})")
-    C, h = cfg.get_int("n_embd"), cfg.get_int("n_head")
-    check_divides(cfg, "n_embd", C, "n_head", h)
-    R = rotary(cfg, C // h, h)
-    F = cfg.get_int("n_inner", 4 * C)
-    L, V = cfg.get_int("n_layer"), cfg.get_int("vocab_size")
-    most = cfg.get_int("n_positions", 2048)
-    S = min(DEFAULT_S, most)
-    fn = activation(cfg, "activation_function", "gelu_new")
+def read(cfg: HFConfig, dims: Sizes) -> Layer:
+    """GPT-J's switches: interleaved partial RoPE on R dims, q/k/v/out without biases, attention and MLP in
+    parallel on one LayerNorm, eager attention, a biased LM head."""
+    R = rotary(cfg, dims.C // dims.heads, dims.heads)
     gelu_new = cfg.get("activation_function", "gelu_new") == "gelu_new"
     tied = cfg.get_bool("tie_word_embeddings", False)
-    spec.dim("B", 1, "batch size")
-    spec.dim("S", S, f"sequence length (tokens): min({DEFAULT_S}, the maximum {most}); --set S=... for another "
-             f"length up to {most}", "n_positions")
-    spec.dim("C", C, "hidden size", "n_embd")
-    spec.dim("heads", h, "attention heads", "n_head")
-    spec.derived("D", "C / heads", "head dim")
-    spec.dim("R", R, "rotated dims per head", "rotary_dim")
-    spec.dim("F", F, "MLP width", "n_inner (4 x n_embd when null)")
-    spec.dim("L", L, "decoder layers", "n_layer")
-    spec.dim("V", V, "vocabulary size", "vocab_size")
-    precision(spec, cfg)
-    spec.input(["B", "S"], "token ids")
-    attn = ("attention: {heads: heads, fused_qkv: false, qkv_bias: false, proj_bias: false, rope: true, "
-            "rope_dims: R, causal: true, backend: eager}")
-    mlp = f"mlp: {{hidden: F, fn: {fn}, bias: true}}"
-    lines = ["# x + attention(ln_1(x)) + mlp(ln_1(x)): one LayerNorm feeds both branches", "- residual:",
-             *("    " + x for x in item("layernorm: {}", "ln_1")), "    - parallel:", "        join: add",
-             "        branches:"]
-    for branch in (item(attn, "attn"), item(mlp, "mlp")):
-        lines.append("          - " + branch[0])
-        lines.extend("            " + x for x in branch[1:])
-    spec.block("gptj_block", "\n".join(lines) + "\n")
-    spec.note("GPTJForCausalLM runs eager attention (no SDPA path): the attention is written with backend: eager, "
-              "as it runs; drop it for the cost of a flash kernel")
-    spec.header.extend(wrap_comment(f"`source:` and `ignore:` name modules of transformers' {HF_CLASS} "
-                                    "(transformers 5)"))
-    spec.ignore(rules() + (gelu_new_rule("transformer.h.*.mlp", "L*B*S*F") if gelu_new else ""))
-    spec.doc = (f"GPT-J causal LM imported from a Hugging Face config: embedding, {L} blocks (attention and MLP in "
-                f"parallel on one LayerNorm; hidden {C}, {h} heads of {C // h}, RoPE on {R} dims, causal; {fn} MLP), "
-                f"final LayerNorm, biased LM head{' tied to the embedding' if tied else ''}")
-    spec.layers(f"""\
-- embedding: {{vocab: V, dim: C}}
-  name: wte
-  source: transformer.wte
-- repeat: L
-  name: h
-  body: gptj_block
-  source: transformer.h
-- layernorm: {{}}
-  name: ln_f
-  source: transformer.ln_f
-- lm_head: {{vocab: V, bias: true{', tied: true' if tied else ''}}}  # tie_word_embeddings: \
-{'true (the weight; the bias is its own)' if tied else 'false'}
-  source: lm_head
-""")
-    text = spec.render()
-    cfg.check_understood()
-    return text
+    return Layer(attn=("attention: {heads: heads, fused_qkv: false, qkv_bias: false, proj_bias: false, rope: true, "
+                       "rope_dims: R, causal: true, backend: eager}"),
+                 layout=PARALLEL_ONE_NORM, norms=("ln_1",), dims=(("R", R, "rotated dims per head", "rotary_dim"),),
+                 notes=("GPTJForCausalLM runs eager attention (no SDPA path): the attention is written with backend: "
+                        "eager, as it runs; drop it for the cost of a flash kernel",),
+                 ignore=rules() + (gelu_new_rule("transformer.h.*.mlp", "L*B*S*F") if gelu_new else ""),
+                 head_bias=True, head_note=" (the weight; the bias is its own)" if tied else "",
+                 blocks=(f"embedding, {dims.L} blocks (attention and MLP in parallel on one LayerNorm; hidden "
+                         f"{dims.C}, {dims.heads} heads of {dims.C // dims.heads}, RoPE on {R} dims, causal; {dims.fn} "
+                         "MLP), final LayerNorm"))
 
 
-KEYS = (size("vocab_size"), size("n_embd"), layers("n_layer"), heads("n_head", "n_embd"), size("n_inner"),
-        size("n_positions"), size("rotary_dim", even=True))
-GPTJ = Family(("gptj",), HF_CLASS, build,
-              "GPT-J causal LM with its biased LM head: attention and MLP in parallel on one LayerNorm, interleaved "
-              "partial RoPE (rotary_dim), eager attention, biased MLP",
-              architectures=(HF_CLASS,), keys=KEYS,
-              refused=("rotary_dim null with more than one head (transformers cannot run it)",
-                       "an odd rotary_dim or one above the head dim"))
+TABLE = GptLike(
+    "gptj", HF_CLASS, "GPT-J causal LM with its biased LM head: attention and MLP in parallel on one LayerNorm, "
+    "interleaved partial RoPE (rotary_dim), eager attention, biased MLP",
+    Keys(width=("n_embd",), heads="n_head", layers="n_layer", mlp="n_inner", positions=("n_positions",),
+         activation="activation_function", activation_default="gelu_new"),
+    Paths("transformer", "wte", "h", "ln_f", "attn", "mlp"), read, "gptj_block", tied_default=False,
+    declared=(size("vocab_size"), size("n_embd"), layers("n_layer"), heads("n_head", "n_embd"), size("n_inner"),
+              size("n_positions"), size("rotary_dim", even=True)),
+    architectures=(HF_CLASS,), doc_name="GPT-J causal LM",
+    refused=("rotary_dim null with more than one head (transformers cannot run it)",
+             "an odd rotary_dim or one above the head dim"))
+GPTJ = family(TABLE)
 FAMILY_LIST = (GPTJ,)

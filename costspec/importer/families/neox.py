@@ -1,16 +1,24 @@
 """GPT-NeoX / Pythia (transformers' GPTNeoXModel: x + attn(ln1(x)) + mlp(ln2(x)), or sequential), a parallel
 residual with two LayerNorms and partial rotary embeddings, under its own module names (embed_in, attention,
-final_layer_norm, embed_out), with the decoder template's defaults (modern_template.py): bf16 when the config
-names no dtype, S = min(4096, max_position_embeddings). Phi is an entry of the template (modern.py)."""
+final_layer_norm, embed_out): a row of the GPT-like template (gpt_template.py; bf16 when the config names no
+dtype, S = min(4096, max_position_embeddings)), the reader of its switches and its partial-rotary rules; the LM
+head is importer/head.py's. Phi is an entry of the decoder template (modern.py)."""
 from __future__ import annotations
 
 import textwrap
 
 from costspec.importer.config import HFConfig, ImportProblem, heads, layers, size
-from costspec.importer.emit import SpecText
-from costspec.importer.families import Family
-from costspec.importer.families.common import GELU_NEW_NOTE, activation, check_divides
-from costspec.importer.families.modern_template import precision, sequence_dim
+from costspec.importer.families.gpt_template import (
+    PARALLEL_TWO_NORMS,
+    PRE_LN,
+    GptLike,
+    Keys,
+    Layer,
+    Paths,
+    Sizes,
+    family,
+    gelu_new_note,
+)
 from costspec.importer.head import CausalLM
 
 ROPE_CONSTANTS = ("the rotary frequencies (theta, scaling type and factor) are constants: RoPE costs 2 mul + 1 add "
@@ -72,110 +80,41 @@ def rope_ignores() -> str:
 """
 
 
-def _decoder_dims(spec: SpecText, cfg: HFConfig, heads: int) -> tuple[int, int]:
-    C = cfg.get_int("hidden_size")
-    check_divides(cfg, "hidden_size", C, "num_attention_heads", heads)
-    spec.dim("B", 1, "batch size")
-    sequence_dim(spec, cfg, 2048)
-    spec.dim("C", C, "hidden size", "hidden_size")
-    spec.dim("heads", heads, "attention heads", "num_attention_heads")
-    return C, C // heads
-
-
-def _fn(spec: SpecText, cfg: HFConfig, default: str) -> str:
-    fn = activation(cfg, "hidden_act", default)
-    if cfg.get("hidden_act", default) == "gelu_new":
-        spec.note(GELU_NEW_NOTE)
-    return fn
-
-
-def _rope_attrs(rotary: int, head_dim: int) -> str:
-    return "rope: true" + (", rope_dims: R" if rotary < head_dim else "")
-
-
 # ----------------------------------------------------------------------------------------------
 # GPT-NeoX / Pythia
 # ----------------------------------------------------------------------------------------------
 GPT_NEOX_IGNORED = {"tie_word_embeddings": NO_LM_HEAD, **ROPE_IGNORED}
 
 
-def build_gpt_neox(cfg: HFConfig) -> str:
-    spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type {cfg.model_type}, transformers' "
-                    "GPTNeoXModel)")
-    heads = cfg.get_int("num_attention_heads")
-    C, d = _decoder_dims(spec, cfg, heads)
-    spec.dim("F", cfg.get_int("intermediate_size"), "MLP intermediate size", "intermediate_size")
-    spec.dim("L", cfg.get_int("num_hidden_layers"), "layers", "num_hidden_layers")
-    spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
+def read_gpt_neox(cfg: HFConfig, dims: Sizes) -> Layer:
+    """GPT-NeoX's switches: partial rotary (R of each head's dims), fused qkv with or without bias
+    (attention_bias), parallel residual on two LayerNorms (use_parallel_residual) or sequential pre-LN."""
+    d = dims.C // dims.heads
     rotary = rotary_dims(cfg, d)
-    spec.dim("R", rotary, f"rotary dims per head (int(head_dim {d} * rotary fraction))", "rotary_pct")
-    fn = _fn(spec, cfg, "gelu")
-    bias = "" if cfg.get_bool("attention_bias", True) else ", qkv_bias: false, proj_bias: false"
+    bias = cfg.get_bool("attention_bias", True)
     parallel = cfg.get_bool("use_parallel_residual", True)
-    precision(spec, cfg)
-    spec.input(["B", "S"], "token ids")
-    layer_count = cfg.get_int("num_hidden_layers")
-    spec.doc = (f"GPT-NeoX decoder imported from a Hugging Face config: token embedding, {layer_count} "
-                + ("parallel-residual blocks x + attn(ln1(x)) + mlp(ln2(x))" if parallel
-                   else "sequential pre-LN blocks") + f" (hidden {C}, {heads} heads of dim {d}, fused qkv"
-                + (" with bias" if not bias else " without bias") + f", rotary on {rotary} of {d} dims, {fn} MLP), "
-                "final LayerNorm")
-    attn = f"attention: {{heads: heads, {_rope_attrs(rotary, d)}, causal: true{bias}}}"
-    mlp = f"mlp: {{hidden: F, fn: {fn}}}"
-    if parallel:
-        spec.block("neox_block", f"""\
-# use_parallel_residual: x + attention(ln1(x)) + mlp(ln2(x)), all three read the block's input
-- parallel:
-    join: add
-    branches:
-      - []  # the input itself
-      - - layernorm: {{}}
-          source: input_layernorm
-        - {attn}
-          source: attention
-      - - layernorm: {{}}
-          source: post_attention_layernorm
-        - {mlp}  # hidden_act
-          source: mlp
-""")
-    else:
-        spec.block("neox_block", f"""\
-- residual:
-    - layernorm: {{}}
-      source: input_layernorm
-    - {attn}
-      source: attention
-- residual:
-    - layernorm: {{}}
-      source: post_attention_layernorm
-    - {mlp}  # hidden_act
-      source: mlp
-""")
-    spec.header.append("# `source:` and `ignore:` name modules of transformers' GPTNeoXModel")
-    spec.ignore(rope_ignores())
-    spec.layers("""\
-- embedding: {vocab: V, dim: C}
-  name: embed_in
-  source: embed_in
-- repeat: L
-  name: layers
-  body: neox_block
-  source: layers
-- layernorm: {}
-  name: final_layer_norm
-  source: final_layer_norm
-""")
-    cfg.check_understood(GPT_NEOX_IGNORED)
-    return spec.render()
+    attn = ("attention: {heads: heads, rope: true" + (", rope_dims: R" if rotary < d else "") + ", causal: true"
+            + ("" if bias else ", qkv_bias: false, proj_bias: false") + "}")
+    return Layer(attn=attn, layout=PARALLEL_TWO_NORMS if parallel else PRE_LN,
+                 norms=("input_layernorm", "post_attention_layernorm"), ignore=rope_ignores(),
+                 dims=(("R", rotary, f"rotary dims per head (int(head_dim {d} * rotary fraction))", "rotary_pct"),),
+                 notes=gelu_new_note(cfg, NEOX_KEYS), understood=GPT_NEOX_IGNORED,
+                 blocks=(f"token embedding, {dims.L} "
+                         + ("parallel-residual blocks x + attn(ln1(x)) + mlp(ln2(x))" if parallel
+                            else "sequential pre-LN blocks") + f" (hidden {dims.C}, {dims.heads} heads of dim {d}, "
+                         f"fused qkv {'with' if bias else 'without'} bias, rotary on {rotary} of {d} dims, "
+                         f"{dims.fn} MLP), final LayerNorm"))
 
 
+NEOX_KEYS = Keys(width=("hidden_size",), heads="num_attention_heads", layers="num_hidden_layers",
+                 mlp="intermediate_size", mlp_ratio=None, activation="hidden_act", activation_default="gelu")
 # rotary dims (a fraction of the head dim) are checked by the family: they need not be all of it
-NEOX_KEYS = (size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
-             heads("num_attention_heads", "hidden_size"), size("max_position_embeddings"))
-GPT_NEOX = Family(("gpt_neox",), "GPTNeoXForCausalLM", build_gpt_neox,
-                  "GPT-NeoX / Pythia causal LM: parallel (or sequential) residual, partial rotary, LM head",
-                  architectures=("GPTNeoXModel",),
-                  lm=CausalLM("GPTNeoXForCausalLM", "GPTNeoXModel", "gpt_neox"),
-                  refused=("an odd number of rotary dims",), keys=NEOX_KEYS)
-
+NEOX_TABLE = GptLike(
+    "gpt_neox", "GPTNeoXModel", "GPT-NeoX / Pythia causal LM: parallel (or sequential) residual, partial rotary, "
+    "LM head", NEOX_KEYS, Paths("", "embed_in", "layers", "final_layer_norm", "attention", "mlp"), read_gpt_neox,
+    "neox_block", lm=CausalLM("GPTNeoXForCausalLM", "GPTNeoXModel", "gpt_neox"),
+    declared=(size("vocab_size"), size("hidden_size"), size("intermediate_size"), layers("num_hidden_layers"),
+              heads("num_attention_heads", "hidden_size"), size("max_position_embeddings")),
+    architectures=("GPTNeoXModel",), refused=("an odd number of rotary dims",), doc_name="GPT-NeoX decoder")
+GPT_NEOX = family(NEOX_TABLE)
 FAMILY_LIST = (GPT_NEOX,)
