@@ -9,8 +9,9 @@ with the DevTools protocol (`Emulation.setDeviceMetricsOverride`), spoken over
         page = browser.open(Path("report.html"), width=390)
         page.evaluate("document.documentElement.scrollWidth")
         page.screenshot(Path("shot.png"))
+        page.errors()  # what the tab reported as an error: uncaught exceptions, console and log errors
 
-Used by tests/export/test_report_widths.py and tools/report_screenshots.py.
+Used by the browser tests (tests/export/) and tools/report_screenshots.py.
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ class Browser:
         os.close(from_chrome_w)
         self._buffer = b""
         self._next_id = 0
+        self.events: list[dict] = []  # the DevTools events received so far, in order
 
     def __enter__(self) -> "Browser":
         return self
@@ -82,7 +84,7 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
     def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
-        """Send one DevTools command and return its result (events in between are dropped)."""
+        """Send one DevTools command and return its result (events in between are kept in `events`)."""
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
@@ -106,12 +108,17 @@ class Browser:
                 if "error" in answer:
                     raise BrowserError(f"{method}: {answer['error'].get('message', answer['error'])}")
                 return answer.get("result", {})
+            if "method" in answer:
+                self.events.append(answer)
 
     def open(self, path: Path, width: int, height: int = 900) -> "Page":
-        """`path` (an HTML file) loaded in a new tab whose viewport is `width` x `height` CSS pixels."""
+        """`path` (an HTML file) loaded in a new tab whose viewport is `width` x `height` CSS pixels; the tab
+        reports its exceptions and console / log messages (`Page.errors`) from before the page loads."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        page = Page(self, session)
+        page = Page(self, session, target)
+        page.send("Runtime.enable")
+        page.send("Log.enable")
         page.send("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
         url = Path(path).resolve().as_uri()
@@ -121,10 +128,10 @@ class Browser:
 
 
 class Page:
-    """A tab: evaluate JavaScript in it, take a screenshot of the whole page."""
+    """A tab: evaluate JavaScript in it, take a screenshot of the whole page, read its errors, close it."""
 
-    def __init__(self, browser: Browser, session: str):
-        self.browser, self.session = browser, session
+    def __init__(self, browser: Browser, session: str, target: str):
+        self.browser, self.session, self.target = browser, session, target
 
     def send(self, method: str, params: dict | None = None) -> dict:
         return self.browser.send(method, params, self.session)
@@ -136,6 +143,27 @@ class Page:
             detail = result["exceptionDetails"]
             raise BrowserError(f"{expression[:80]!r}: {detail.get('exception', {}).get('description', detail)}")
         return result["result"].get("value")
+
+    def errors(self) -> list[str]:
+        """The tab's uncaught exceptions, console.error calls and error-level log entries (failed loads,
+        violations), as text, in the order the tab reported them."""
+        out = []
+        for event in self.browser.events:
+            if event.get("sessionId") != self.session:
+                continue
+            method, params = event["method"], event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                detail = params["exceptionDetails"]
+                out.append(detail.get("exception", {}).get("description") or detail.get("text", "exception"))
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                out.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                out.append(params["entry"].get("text", ""))
+        return out
+
+    def close(self) -> None:
+        """Close the tab (the browser stays open)."""
+        self.browser.send("Target.closeTarget", {"targetId": self.target})
 
     def wait_for(self, condition: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

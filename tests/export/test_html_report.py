@@ -1,9 +1,8 @@
 """`costspec report`: one self-contained HTML page, checked as text and rendered in headless Chromium."""
 from __future__ import annotations
 
+import base64
 import re
-import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -16,9 +15,9 @@ from costspec.analysis.sweep import parse_vary
 from costspec.export.html_page import render_page
 from costspec.export.html_report import gather
 from costspec.export.mathml import mathml
-from tests.common import ROOT, SPECS
+from tests.common import ROOT, SPECS, load_once
+from tests.export.browser_page import browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ""
 MATH = re.compile(r"<math\b.*?</math>", re.S)
 
 
@@ -59,14 +58,6 @@ def test_json_sections_read_both_json_layouts():
         {"name": "fc", "label": "fc", "depth": 0, "measured": 42}], "total": {"name": "total", "label": "total",
                                                                             "depth": 0, "measured": 42}}}})
     assert tables.count("<tr") == 3 and "tables: backward" in tables
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
-def test_every_formula_is_well_formed_mathml(spec):
-    _, html = page(spec)
-    for math in MATH.findall(html):
-        ET.fromstring(math)  # raises on malformed markup
 
 
 def test_mathml_of_a_closed_form():
@@ -126,19 +117,33 @@ def test_report_refuses_bad_inputs(tmp_path, cli):
 # ---------------------------------------------------------------------------------------------
 # A real browser: every zoo spec's report rendered by headless Chromium
 # ---------------------------------------------------------------------------------------------
-def chromium(html: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0"]
-    return subprocess.run([CHROMIUM, *flags, *extra, html.as_uri()], capture_output=True, text=True, timeout=120)
+@pytest.fixture(scope="module")
+def chrome():
+    """One headless Chromium for the module's pages (tools/browser.py), each page in its own tab; None when
+    Chromium is not installed."""
+    if not browser.CHROMIUM:
+        yield None
+        return
+    with browser.Browser() as running:
+        yield running
 
 
-def rendered_checks(result: subprocess.CompletedProcess, rows: int, maths: int) -> None:
-    dom = result.stdout
-    assert result.returncode == 0, result.stderr[-2000:]
+def rendered(chrome: browser.Browser, html: Path) -> tuple[str, list[str], bytes]:
+    """The page at a 1400 x 2000 viewport: its DOM once loaded (what `chromium --dump-dom` prints), the
+    errors the tab reported (uncaught exceptions, console and log errors) and a PNG of the viewport."""
+    page = chrome.open(html, 1400, 2000)
+    try:
+        dom = page.evaluate("document.documentElement.outerHTML")
+        shot = base64.b64decode(page.send("Page.captureScreenshot", {"format": "png"})["data"])
+        return dom, page.errors(), shot
+    finally:
+        page.close()
+
+
+def rendered_checks(dom: str, errors: list[str], rows: int, maths: int) -> None:
     assert 'data-ready="1"' in dom  # the page's script ran to its end
     assert re.search(r'<div id="js-errors"></div>', dom), "a script error was written into the page"
-    assert "Uncaught" not in result.stderr and "ERROR:CONSOLE" not in result.stderr
+    assert errors == []
     assert len(re.findall(r'<tr data-depth="\d+"', dom)) == 2 * rows
     assert len(re.findall(r"<math\b", dom)) == maths
     # collapsed below depth 2 by the script: deep rows hidden, top rows shown
@@ -147,29 +152,39 @@ def rendered_checks(result: subprocess.CompletedProcess, rows: int, maths: int) 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CHROMIUM, reason="headless Chromium is not installed (apt-get install chromium)")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
-def test_chromium_renders_every_zoo_report(spec, tmp_path, cli):
+def test_every_zoo_report_is_well_formed_and_renders_in_chromium(spec, tmp_path, cli, chrome):
     out = tmp_path / "report.html"
     args = ["report", spec, "--gpu", "h100-sxm", "-o", out]
-    if "B" in costspec.load(spec).dims.dims:
+    if "B" in load_once(spec).dims.dims:
         args += ["--vary", "B=1..64:x4"]
     assert cli(*args).returncode == 0
-    rows = len(costspec.load(spec).evaluate("forward").rows)
-    rendered_checks(chromium(out, tmp_path, "--dump-dom"), rows, 7 + 3 * rows)
-    shot = tmp_path / "shot.png"
-    result = chromium(out, tmp_path, "--virtual-time-budget=3000", f"--screenshot={shot}", "--window-size=1400,2000")
-    assert result.returncode == 0 and shot.stat().st_size > 20_000
-    assert shot.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (2000).to_bytes(4, "big")  # PNG IHDR size
+    html = out.read_text(encoding="utf-8")
+    rows = len(load_once(spec).evaluate("forward").rows)
+    maths = MATH.findall(html)
+    assert len(maths) == 7 + 3 * rows
+    for math in maths:
+        ET.fromstring(math)  # well-formed MathML (raises on malformed markup)
+    if chrome is None:
+        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    dom, errors, shot = rendered(chrome, out)
+    rendered_checks(dom, errors, rows, 7 + 3 * rows)
+    assert len(shot) > 20_000
+    assert shot[16:24] == (1400).to_bytes(4, "big") + (2000).to_bytes(4, "big")  # PNG IHDR size
 
 
-@pytest.mark.skipif(not CHROMIUM, reason="headless Chromium is not installed (apt-get install chromium)")
-def test_chromium_reports_a_script_error(tmp_path):
-    """The checks above can fail: a page whose script throws is caught."""
+@pytest.mark.skipif(not browser.CHROMIUM, reason="headless Chromium is not installed (apt-get install chromium)")
+def test_chromium_reports_a_script_error(tmp_path, chrome):
+    """The checks above can fail: a page whose script throws is caught, and so is an error logged to the
+    console before the page's own error handler exists."""
     model = costspec.load(ROOT / "specs/toy_mlp.yaml")
     html = render_page(gather(model, model.bind(), "forward", {}, quiet=True))
     broken = tmp_path / "broken.html"
     broken.write_text(html.replace("document.body.dataset.ready = '1';", "undefinedFunction();"))
-    result = chromium(broken, tmp_path, "--dump-dom")
-    assert 'data-ready="1"' not in result.stdout
-    assert "JS error" in result.stdout or "Uncaught" in result.stderr
+    dom, errors, _ = rendered(chrome, broken)
+    assert 'data-ready="1"' not in dom
+    assert "JS error" in dom and any("undefinedFunction" in e for e in errors)
+    logged = tmp_path / "logged.html"
+    logged.write_text(html.replace("<body>", "<body><script>console.error('early failure')</script>", 1))
+    dom, errors, _ = rendered(chrome, logged)
+    assert 'data-ready="1"' in dom and errors == ["early failure"]

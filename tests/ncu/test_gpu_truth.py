@@ -40,6 +40,9 @@ def _script():
 
 
 gt = _script()
+# one xdist worker runs the module (`--dist loadgroup`), so the three calls of the `calls` fixture run once,
+# not once per worker that gets one of its tests
+pytestmark = pytest.mark.xdist_group("gpu_truth")
 FAIL, HANG = "ncu.sparse24.*", "time.vit_b.bf16.b1.forward"
 UNKNOWN = "sm__ops_path_tensor_src_int1.sum"  # a metric the fake ncu refuses, as ncu refuses a name it lacks
 
