@@ -179,7 +179,7 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
               f"# Imported by `costspec import hf` from {for_terminal(cfg.path)} (model_type {cfg.model_type or '-'}).",
               f"# Check it against transformers' {hf_class} (built on meta, no weights):",
               f"#   {for_terminal(check)}",
-              *rope.header(cfg.data)]
+              *rope.header(cfg.data), *_assumed_header(cfg)]
     lines = text.splitlines()
     text = "\n".join(header + lines[1:]) + "\n"
     try:
@@ -187,6 +187,15 @@ def import_hf(source: str | os.PathLike, dtype: str | None = None, output: str |
     except CostspecError as exc:  # the importer wrote a spec that does not load: a bug, not bad input
         raise RuntimeError(f"the {family.hf_class} importer wrote a spec that does not load: {exc}") from None
     return Imported(text, family, cfg.path, field, hf_class, cfg, sets)
+
+
+def _assumed_header(cfg: HFConfig) -> list[str]:
+    """The header's lines for the keys the config does not set, read as transformers does: the class default."""
+    assumed = cfg.assumed()
+    if not assumed:
+        return []
+    return ["# Keys the config does not set, read as transformers does (the config class's default):",
+            *(f"#   {key}: {for_terminal(said)}" for key, said in assumed.items())]
 
 
 CHOSEN = ("B", "S")  # the batch and the sequence length: choices for a run (--set), whatever key gave a default
@@ -215,6 +224,7 @@ def described(imported: Imported, check: str) -> dict:
             precision = {"precision": match.group(1), "from": match.group(2) or ""}
             if not any(cfg.has(k) for k in ("torch_dtype", "dtype")) and cfg.dtype_source != "--dtype":
                 assumed["dtype"] = f"{match.group(1)} ({match.group(2) or 'the config names no dtype'})"
+    assumed.update(cfg.assumed())
     folder = Path(imported.config_path).parent
     return {"family": imported.family.model_types[0], "hf_class": imported.described, "config": imported.config_path,
             "read": cfg.read_keys(), "defaults": cfg.defaulted(), "ignored": cfg.ignored, "assumed": assumed,

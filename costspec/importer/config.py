@@ -8,12 +8,22 @@ family writes anything, `HFConfig.validate` checks every declared key the config
 divide the width unless a head_dim is given; a head dim that RoPE rotates is even), each error
 naming the key. The typed getters bound whatever else is read (`get_int`: at most MAX_CONFIG_INT;
 a dtype that is no string is an error, not a crash).
+
+A key the config does not hold is read as transformers reads it: the config class's default, from
+costspec/data/hf_defaults.json (written by tools/gen_hf_defaults.py from the pinned transformers; the
+importer never imports it), recorded as assumed (`assumed()`: the header and `--format json` list it).
+Only an ABSENT key takes the class default: a key the config holds as null keeps the family's meaning
+of null (head_dim, sliding_window). A key without a class default (null, derived by the class from other
+keys) or a model type not in the table takes the family's default, or is refused as missing.
 """
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from costspec.core.budget import MAX_REAL_LAYERS
@@ -47,6 +57,32 @@ GENERIC_WHEN_FALSY = frozenset({
 
 TORCH_DTYPE_NAMES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 DEFAULT_DTYPE = "fp32"  # what transformers loads a model in when the config names no dtype
+
+
+@functools.cache
+def class_defaults() -> dict[str, Any]:
+    """model_type -> {class, sub_configs, defaults}: transformers' config classes' defaults (module docstring)."""
+    text = resources.files("costspec.data").joinpath("hf_defaults.json").read_text(encoding="utf-8")
+    table: dict[str, Any] = json.loads(text)["model_types"]
+    return table
+
+
+def _class_default(kind: str | None, key: str) -> tuple[Any, str] | None:
+    """(the default, the class) of `key` in the config class of model type `kind`, or None when it has none."""
+    entry = class_defaults().get(kind) if kind else None
+    if entry is None or key not in entry["defaults"]:
+        return None
+    return entry["defaults"][key], entry["class"]
+
+
+def _sub_kind(kind: str | None, key: str, nested: Any) -> str | None:
+    """The model type of the nested config `key` (its own model_type, else the one its parent class nests)."""
+    named = nested.get("model_type") if isinstance(nested, Mapping) else None
+    if isinstance(named, str) and named in class_defaults():
+        return named
+    entry = class_defaults().get(kind) if kind else None
+    found = entry["sub_configs"].get(key) if entry is not None else None
+    return found if isinstance(found, str) else None
 
 
 class ImportProblem(CostspecError):
@@ -127,10 +163,13 @@ class HFConfig:
     """A read-only view of one config dict (or one nested sub-config such as `vision_config`)."""
 
     def __init__(self, data: Mapping[str, Any], path: str, prefix: str = "", dtype: str | None = None,
-                 name: str = ""):
+                 name: str = "", kind: str | None = None):
         if not isinstance(data, Mapping):
             raise ImportProblem(f"{path}: expected a JSON object (a Hugging Face config.json)")
         self._data = dict(data)
+        named = self._data.get("model_type")
+        # whose class defaults fill the keys it lacks: its own model_type, else what its parent class nests
+        self.kind = kind or (named if isinstance(named, str) and named in class_defaults() else None)
         self.path = path
         self._prefix = prefix
         self._read: set[str] = set()
@@ -143,6 +182,8 @@ class HFConfig:
         self.tower: str | None = None  # --tower vision|text|both: which towers of a dual-tower model (None: default)
         self.pooler = True  # False: --no-pooler, the spec ends before the pooler the model's class builds
         self._defaulted: dict[str, Any] = {}  # keys read that the config lacks: the default the family assumed
+        self._from_class: dict[str, str] = {}  # keys read that the config lacks, taken from this config class
+        self._views: list[HFConfig] = []  # configs built from this one's data by a family (view()): their assumptions
 
     # -- reading ---------------------------------------------------------------------------------
     def where(self, key: str) -> str:
@@ -157,9 +198,22 @@ class HFConfig:
     def has(self, key: str) -> bool:
         return key in self._data
 
+    def _absent(self, key: str) -> tuple[Any, str] | None:
+        """The class default of `key` when the config does not hold it (recorded as assumed), else None."""
+        if key in self._data:
+            return None
+        known = _class_default(self.kind, key)
+        if known is not None:
+            self._defaulted[key], self._from_class[key] = known
+        return known
+
     def get(self, key: str, default: Any = None) -> Any:
-        """The value of `key` (read), or `default` when the config has no such key or holds null."""
+        """The value of `key` (read); when the config lacks it, the config class's default (if it has one);
+        else (or when the config holds null) `default`."""
         self._read.add(key)
+        known = self._absent(key)
+        if known is not None:
+            return known[0]
         value = self._data.get(key)
         if value is None and default is not None:
             self._defaulted[key] = default
@@ -168,6 +222,9 @@ class HFConfig:
     def require(self, key: str) -> Any:
         """The value of `key`; a config without it is an ImportProblem."""
         self._read.add(key)
+        known = self._absent(key)
+        if known is not None:
+            return known[0]
         if self._data.get(key) is None:
             raise ImportProblem(f"{self.where(key)}: missing (the importer needs it)")
         return self._data[key]
@@ -214,19 +271,37 @@ class HFConfig:
             value = self._data.get(key)
             if not isinstance(value, Mapping):
                 raise ImportProblem(f"{self.where(key)}: expected a nested config object, got {value!r}")
-            self._subs[key] = HFConfig(value, self.path, f"{self._prefix}{key}.", self._dtype_override)
+            self._subs[key] = HFConfig(value, self.path, f"{self._prefix}{key}.", self._dtype_override,
+                                       kind=_sub_kind(self.kind, key, value))
         return self._subs[key]
+
+    def view(self, data: Mapping[str, Any], key: str = "") -> HFConfig:
+        """A config a family builds from this one's nested config `key` (or, key "", from this one), keys of its
+        own added: read with the class defaults of the type `key` nests (this one's), its assumptions reported
+        with this config's."""
+        nested = self._data.get(key)
+        kind = _sub_kind(self.kind, key, nested if isinstance(nested, Mapping) else {}) if key else self.kind
+        out = HFConfig(data, self.path, f"{self._prefix}{key}." if key else self._prefix,
+                       self.dtype if self.dtype_source == "--dtype" else None, self.name, kind)
+        self._views.append(out)
+        return out
 
     # -- validating the declared keys ------------------------------------------------------------
     def _lookup(self, dotted: str) -> Any:
+        """The value of a dotted key, the class default where the config lacks it (nothing marked read)."""
         value: Any = self._data
+        kind = self.kind
         for part in dotted.split("."):
-            value = value.get(part) if isinstance(value, Mapping) else None
+            if not isinstance(value, Mapping):
+                return None
+            known = _class_default(kind, part) if part not in value else None
+            nested = value.get(part) if known is None else known[0]
+            kind, value = _sub_kind(kind, part, nested), nested
         return value
 
     def validate(self, keys: Iterable[Key]) -> None:
-        """Check every declared key the config holds (module docstring); an ImportProblem names the first
-        one that fails. Keys the config does not hold (or holds as null) are left to the family's defaults."""
+        """Check every declared key the config holds or its class defaults (module docstring); an ImportProblem
+        names the first one that fails. Keys without either (or held as null) are left to the family's defaults."""
         keys = list(keys)
         for key in keys:
             value = self._lookup(key.name)
@@ -317,8 +392,17 @@ class HFConfig:
     def defaulted(self) -> dict[str, Any]:
         """Keys read that the config lacks (or holds as null), with the default the family assumed; dotted."""
         out = {self._prefix + key: value for key, value in sorted(self._defaulted.items())}
-        for sub in self._subs.values():
+        for sub in [*self._subs.values(), *self._views]:
             out.update(sub.defaulted())
+        return out
+
+    def assumed(self) -> dict[str, str]:
+        """Keys read that the config does not set, taken from its config class's defaults (as transformers
+        does), dotted: `vocab_size: 262208 (Gemma3TextConfig's default; the config does not set it)`."""
+        out = {self._prefix + key: f"{json.dumps(self._defaulted[key])} ({cls}'s default; the config does not set it)"
+               for key, cls in sorted(self._from_class.items())}
+        for sub in [*self._subs.values(), *self._views]:
+            out.update(sub.assumed())
         return out
 
     def check_understood(self, ignored: Iterable[str] | Mapping[str, str] = ()) -> None:

@@ -1,4 +1,4 @@
-"""The built wheel: real copies of the zoo and the schema inside the package (not links)."""
+"""The built wheel: real copies of the zoo, the schema and the importer's data inside the package (not links)."""
 from __future__ import annotations
 
 import json
@@ -24,3 +24,5 @@ def test_wheel_ships_the_zoo_and_the_schema(tmp_path):
         assert json.loads(z.read("costspec/data/costspec.schema.json")) == \
             json.loads((ROOT / "schemas/costspec.schema.json").read_text())
         assert yaml.safe_load(z.read("costspec/data/zoo/vit_b.yaml"))["name"] == "vit_b_16"
+        # import hf's class defaults (read as data: the importer never imports transformers)
+        assert z.read("costspec/data/hf_defaults.json") == (ROOT / "costspec/data/hf_defaults.json").read_bytes()

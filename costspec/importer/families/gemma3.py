@@ -33,8 +33,7 @@ def _text(cfg: HFConfig) -> HFConfig:
     nested = cfg.get("text_config")
     data = dict(nested) if isinstance(nested, dict) else {}
     data.update({key: cfg.get(key) for key in SHARED if cfg.get(key) is not None})
-    text = HFConfig(data, cfg.path, "text_config.", dtype=cfg.dtype if cfg.dtype_source == "--dtype" else None,
-                    name=cfg.name)
+    text = cfg.view(data, "text_config")
     text.backbone = cfg.backbone
     return text
 
@@ -44,8 +43,7 @@ def _vision(cfg: HFConfig) -> HFConfig:
     nested = cfg.get("vision_config")
     data = {**(dict(nested) if isinstance(nested, dict) else {}), "model_type": "siglip_vision_model"}
     data.update({key: cfg.get(key) for key in SHARED[1:] if cfg.get(key) is not None})
-    vision = HFConfig(data, cfg.path, "vision_config.", dtype=cfg.dtype if cfg.dtype_source == "--dtype" else None,
-                      name=cfg.name)
+    vision = cfg.view(data, "vision_config")
     vision.pooler = False
     return vision
 
@@ -79,8 +77,8 @@ def whole_refusal(cfg: HFConfig) -> str | None:
             return (f"{vision.where('image_size')} = {img} is not a multiple of patch_size = {patch}: the whole "
                     "model's projector reshapes the patches to a square grid")
         projector(cfg, vision, img, patch)
-        image_token = cfg.get_int("image_token_index", 262144, minimum=0)
-        vocab = _text(cfg).get_int("vocab_size", 262208)
+        image_token = cfg.get_int("image_token_index", minimum=0)
+        vocab = _text(cfg).get_int("vocab_size")
         if image_token >= vocab:
             return (f"{cfg.where('image_token_index')} = {image_token} is not below text_config.vocab_size = {vocab}: "
                     "Gemma3Model then clones the ids and sets the placeholders to 0 before the lookup (an index_put "
@@ -160,14 +158,14 @@ def _whole(cfg: HFConfig) -> str:
     decoder = head.whole(head.backbone(_text_spec(text), LM), DECODER_LM, cfg)
     siglip = FAMILIES["siglip_vision_model"]
     vision.validate(siglip.keys)
-    depth = vision.get_int("num_hidden_layers", 12)
+    depth = vision.get_int("num_hidden_layers")
     doc = (f"Gemma 3 imported from a Hugging Face config: the SigLIP vision tower on one {img}x{img} image a "
            f"sequence (patch {patch}, {depth} layer{'' if depth == 1 else 's'} of width "
-           f"{vision.get_int('hidden_size', 768)}, its last_hidden_state), the multimodal projector (average pool to "
+           f"{vision.get_int('hidden_size')}, its last_hidden_state), the multimodal projector (average pool to "
            f"M = {M} tokens, RMSNorm, a matmul to the text width), the image features written over M of the S "
            "tokens, then the text decoder, " + _decoder_doc(decoder) + ", and the LM head"
            + (" (tied to the embedding)" if cfg.get_bool("tie_word_embeddings", True) else ""))
-    spec = join(decoder, siglip.build(vision), M, K, vision.get_int("num_channels", 3), doc)
+    spec = join(decoder, siglip.build(vision), M, K, vision.get_int("num_channels"), doc)
     cfg.sub("text_config")
     cfg.sub("vision_config")
     ignored = {f"text_config.{key}": why for key, why in text.ignored.items()}

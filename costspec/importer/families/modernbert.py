@@ -64,14 +64,14 @@ def _rope(cfg: HFConfig) -> None:
 def build_modernbert(cfg: HFConfig) -> str:
     spec = SpecText(cfg.name, "", f"Hugging Face config {cfg.path} (model_type modernbert, transformers' "
                                   "ModernBertModel)")
-    C = cfg.get_int("hidden_size", 768)
-    H = cfg.get_int("num_attention_heads", 12)
+    C = cfg.get_int("hidden_size")
+    H = cfg.get_int("num_attention_heads")
     if C % H or (C // H) % 2:
         raise ImportProblem(f"{cfg.where('hidden_size')} = {C}: expected a multiple of num_attention_heads = {H} "
                             "with an even head dim (RoPE rotates pairs of channels)")
-    L = cfg.get_int("num_hidden_layers", 22)
-    P = cfg.get_int("max_position_embeddings", 8192)
-    window = cfg.get_int("local_attention", 128)
+    L = cfg.get_int("num_hidden_layers")
+    P = cfg.get_int("max_position_embeddings")
+    window = cfg.get_int("local_attention")
     sliding = _sliding(cfg, L)
     _rope(cfg)
     fn = activation(cfg, "hidden_activation", "gelu")
@@ -85,8 +85,8 @@ def build_modernbert(cfg: HFConfig) -> str:
     spec.dim("C", C, "hidden size", "hidden_size")
     spec.dim("heads", H, "attention heads", "num_attention_heads")
     spec.dim("L", L, "layers", "num_hidden_layers")
-    spec.dim("F", cfg.get_int("intermediate_size", 1152), "MLP hidden width (Wi projects to 2F)", "intermediate_size")
-    spec.dim("V", cfg.get_int("vocab_size", 50368), "vocabulary size", "vocab_size")
+    spec.dim("F", cfg.get_int("intermediate_size"), "MLP hidden width (Wi projects to 2F)", "intermediate_size")
+    spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
     if any(sliding):
         spec.dim("LW", window, "local attention window (|i - j| <= LW // 2)", "local_attention")
     if cfg.dtype_source == "--dtype" or cfg.get("torch_dtype") is not None or cfg.get("dtype") is not None:

@@ -79,7 +79,7 @@ def build_siglip_text(cfg: HFConfig) -> str:
     spec.precision(cfg.dtype, cfg.dtype_source)
     spec.input(["B", "T"], "input_ids")
     if cfg.pooler:
-        spec.dim("E", text.get_int("projection_size", text.get_int("hidden_size", 768)), "the head's output width",
+        spec.dim("E", text.get_int("projection_size", text.get_int("hidden_size")), "the head's output width",
                  p + "projection_size")
     layers = text_tower(spec, text, SIGLIP_TEXT, p, "", "E", cfg.pooler)
     if not cfg.pooler:
@@ -129,8 +129,8 @@ def _siglip_vision(spec: SpecText, vision: HFConfig, p: str, src: str, pooled: b
     patch = square_size(vision, "patch_size", 16)
     if img % patch:
         raise ImportProblem(f"{vision.where('image_size')} = {img} is not a multiple of patch_size = {patch}")
-    C = vision.get_int("hidden_size", 768)
-    heads = vision.get_int("num_attention_heads", 12)
+    C = vision.get_int("hidden_size")
+    heads = vision.get_int("num_attention_heads")
     check_divides(vision, "hidden_size", C, "num_attention_heads", heads)
     uses_head = vision.get_bool("vision_use_head", True)
     head = uses_head and pooled
@@ -140,9 +140,9 @@ def _siglip_vision(spec: SpecText, vision: HFConfig, p: str, src: str, pooled: b
     spec.dim("img", img, "image side in pixels", p + "image_size")
     spec.dim("patch", patch, "patch side in pixels", p + "patch_size")
     spec.dim("C", C, "model width", p + "hidden_size")
-    spec.dim("F", vision.get_int("intermediate_size", 3072), "MLP width", p + "intermediate_size")
+    spec.dim("F", vision.get_int("intermediate_size"), "MLP width", p + "intermediate_size")
     spec.dim("heads", heads, "attention heads", p + "num_attention_heads")
-    spec.dim("L", vision.get_int("num_hidden_layers", 12), "depth (encoder layers)", p + "num_hidden_layers")
+    spec.dim("L", vision.get_int("num_hidden_layers"), "depth (encoder layers)", p + "num_hidden_layers")
     spec.derived("S", "(img // patch)**2", "tokens (patches; no class token)")
     spec.doc = (f"SigLIP vision tower: patch {patch}, learned position embedding, no class token, {heads}-head pre-LN "
                 f"layers of width {C} with a {fn} MLP, post LayerNorm"
@@ -210,7 +210,7 @@ def build_siglip(cfg: HFConfig) -> str:
     spec.precision(cfg.dtype, cfg.dtype_source)
     if tower == BOTH:
         return _both(cfg, spec, vision)
-    spec.input(["B", str(vision.get_int("num_channels", 3)), "img", "img"], p + "num_channels")
+    spec.input(["B", str(vision.get_int("num_channels")), "img", "img"], p + "num_channels")
     spec.layers(_siglip_vision(spec, vision, p, "", cfg.pooler))
     spec.doc = "SigLIP imported from a Hugging Face config: the " + spec.doc[0].lower() + spec.doc[1:]
     head = cfg.pooler and _uses_head(cfg)
@@ -227,8 +227,8 @@ def _both(cfg: HFConfig, spec: SpecText, vision: HFConfig) -> str:
         raise ImportProblem(f"{vision.where('vision_use_head')} = false: SiglipModel's logits read the vision tower's "
                             "pooler_output, which only its head computes (--tower vision or text imports a tower)")
     text = cfg.sub("text_config")
-    C = vision.get_int("hidden_size", 768)
-    E = text.get_int("projection_size", text.get_int("hidden_size", 768))
+    C = vision.get_int("hidden_size")
+    E = text.get_int("projection_size", text.get_int("hidden_size"))
     if E != C:
         raise ImportProblem(f"{text.where('projection_size')} = {E} differs from vision_config.hidden_size = {C}: "
                             "SiglipModel multiplies the text head's output with the pooled image embeddings")
@@ -236,7 +236,7 @@ def _both(cfg: HFConfig, spec: SpecText, vision: HFConfig) -> str:
     spec.dim("E", E, "the text head's output width (= the vision width C)", "text_config.projection_size")
     text_layers = text_tower(spec, text, SIGLIP_TEXT, "text_config.", "text_model.", "E", True)
     vision_layers = _siglip_vision(spec, vision, "vision_config.", "vision_model.", True)
-    spec.further_input("pixel_values", ["B", str(vision.get_int("num_channels", 3)), "img", "img"],
+    spec.further_input("pixel_values", ["B", str(vision.get_int("num_channels")), "img", "img"],
                        "the images (passed by name)")
     vision_doc = spec.doc
     spec.doc = ("SigLIP imported from a Hugging Face config: the text tower (token embedding + learned positions, "

@@ -39,8 +39,7 @@ def _as_siglip_text(cfg: HFConfig) -> HFConfig:
     data = {**(dict(source) if isinstance(source, dict) else {}), "model_type": "siglip_text_model"}
     if nested:
         data.update({key: cfg.get(key) for key in SHARED if cfg.get(key) is not None and key not in data})
-    text = HFConfig(data, cfg.path, "text_config." if nested else "",
-                    dtype=cfg.dtype if cfg.dtype_source == "--dtype" else None, name=cfg.name)
+    text = cfg.view(data, "text_config" if nested else "")
     text.pooler = cfg.pooler
     return text
 

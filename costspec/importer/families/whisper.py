@@ -39,22 +39,22 @@ def build_whisper(cfg: HFConfig) -> str:
     fn = activation(cfg, "activation_function", "gelu")
     tied = cfg.get_bool("tie_word_embeddings", True)
     spec.dim("B", 1, "batch size")
-    spec.dim("M", cfg.get_int("num_mel_bins", 80), "mel bins", "num_mel_bins")
-    spec.dim("S", cfg.get_int("max_source_positions", 1500), "encoder positions after the stride-2 conv",
+    spec.dim("M", cfg.get_int("num_mel_bins"), "mel bins", "num_mel_bins")
+    spec.dim("S", cfg.get_int("max_source_positions"), "encoder positions after the stride-2 conv",
              "max_source_positions")
     spec.derived("frames", "2*S", "input frames (WhisperEncoder requires exactly 2 * max_source_positions)")
-    P = cfg.get_int("max_target_positions", 448)
+    P = cfg.get_int("max_target_positions")
     spec.dim("T", P, f"decoder tokens (decoder_input_ids; at most max_target_positions = {P})",
              "max_target_positions")
     spec.dim("P", P, "decoder position table length", "max_target_positions")
     spec.dim("C", C, "width", "d_model")
     spec.dim("heads", heads, "encoder attention heads", "encoder_attention_heads")
     spec.dim("dheads", dheads, "decoder attention heads", "decoder_attention_heads")
-    spec.dim("F", cfg.get_int("encoder_ffn_dim", 1536), "encoder MLP hidden size", "encoder_ffn_dim")
-    spec.dim("FD", cfg.get_int("decoder_ffn_dim", 1536), "decoder MLP hidden size", "decoder_ffn_dim")
+    spec.dim("F", cfg.get_int("encoder_ffn_dim"), "encoder MLP hidden size", "encoder_ffn_dim")
+    spec.dim("FD", cfg.get_int("decoder_ffn_dim"), "decoder MLP hidden size", "decoder_ffn_dim")
     spec.dim("L", L, "encoder blocks", "encoder_layers")
-    spec.dim("LD", cfg.get_int("decoder_layers", 4), "decoder blocks", "decoder_layers")
-    spec.dim("V", cfg.get_int("vocab_size", 51865), "vocabulary size", "vocab_size")
+    spec.dim("LD", cfg.get_int("decoder_layers"), "decoder blocks", "decoder_layers")
+    spec.dim("V", cfg.get_int("vocab_size"), "vocabulary size", "vocab_size")
     if cfg.get("activation_function") == "gelu_new":
         spec.note(GELU_NEW_NOTE.replace("hidden activation", "activation_function"))
     if cfg.dtype_source == "--dtype" or cfg.get("torch_dtype") is not None or cfg.get("dtype") is not None:
