@@ -11,6 +11,12 @@ prefill (S new tokens after N cached ones).
 Decode is exact for specs whose layers act on each token alone besides causal self-attention (norms,
 linears, MLPs, MoE, embeddings, pointwise ops): any other layer mixes tokens in ways a cache does not
 describe, and is refused by name.
+
+An encoder-decoder (cross-attention reading a value an earlier top-level layer saves) decodes as transformers
+steps it with `encoder_outputs` and an EncoderDecoderCache (`decoder_doc`): the encoder's layers dropped, the
+decoder's token input made the input, every cross-attention reading `kv_cache` cached encoder tokens (no k/v
+projections), then the decoder served as above. Its prefill is the whole forward (a context caches the decoder's
+causal self-attention only).
 """
 from __future__ import annotations
 
@@ -102,7 +108,8 @@ def decoder_doc(doc: MarkedDoc, memories: dict[str, str], flag: str) -> MarkedDo
                          f"to the one that saves {' / '.join(sorted(memories))}, which cross-attention reads) and "
                          "running the decoder on its token input (the next layer's `input:`, a name under "
                          "`inputs:`); this spec is not laid out that way")
-    data["input"] = inputs.pop(first.pop("input"))
+    tokens = first.pop("input")
+    data["input"] = inputs.pop(tokens)
     if not inputs:
         data.pop("inputs", None)
     data["layers"] = rest
@@ -110,7 +117,22 @@ def decoder_doc(doc: MarkedDoc, memories: dict[str, str], flag: str) -> MarkedDo
     for path in ("blocks", "layers"):
         if path in data:
             _cache_cross(data[path], memories)
-    return MarkedDoc(doc.file, data, doc.marks)
+    return MarkedDoc(doc.file, data, _moved_marks(doc.marks, last + 1, tokens))
+
+
+def _moved_marks(marks: dict[tuple, tuple[int, int]], dropped: int, tokens: str) -> dict[tuple, tuple[int, int]]:
+    """The source positions of the decoder's document: its layers `dropped` places earlier, its input where the
+    named input was (so an error in the decode step points at the line that wrote it)."""
+    out = {}
+    for path, mark in marks.items():
+        if path[:1] == ("layers",) and len(path) > 1 and isinstance(path[1], int):
+            if path[1] >= dropped:
+                out[("layers", path[1] - dropped, *path[2:])] = mark
+        elif path[:2] == ("inputs", tokens):
+            out[("input", *path[2:])] = mark
+        elif path[:1] != ("input",):
+            out[path] = mark
+    return out
 
 
 def _embeddings(layers: list) -> list[dict]:

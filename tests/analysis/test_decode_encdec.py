@@ -9,6 +9,7 @@ import json
 import pytest
 import sympy
 
+from costspec.analysis.serving import decoder_doc
 from costspec.core.errors import UsageError
 from costspec.importer import import_hf
 from costspec.model import loads, serve
@@ -160,3 +161,14 @@ layers:
     model = loads(text)
     with pytest.raises(UsageError, match="dropping its encoder"):
         serve(model, "decode", 4)
+
+
+def test_the_decoder_document_keeps_its_source_lines(tmp_path):
+    _, _, model = imported("bart", tmp_path)
+    doc = model.doc
+    first = next(i for i, item in enumerate(doc.data["layers"]) if item.get("input") == "decoder_input_ids")
+    step = decoder_doc(doc, {"enc": "S"}, "--phase")
+    assert step.data["layers"][0]["embedding"] == {"vocab": "V", "dim": "C"}  # holds the table the encoder held
+    assert step.data["input"] == ["B", "T"] and "inputs" not in step.data
+    assert step.locate(("layers", 0, "embedding")).line == doc.locate(("layers", first, "embedding")).line
+    assert step.locate(("input",)).line == doc.locate(("inputs", "decoder_input_ids")).line
