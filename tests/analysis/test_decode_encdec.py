@@ -5,11 +5,13 @@ cache's bytes (self and cross) against the cache's tensors; prefill (the whole f
 from __future__ import annotations
 
 import json
+from collections import Counter
+from typing import Any
 
 import pytest
 import sympy
 
-from costspec.analysis.serving import decoder_doc
+from costspec.analysis.serving import backend_doc, decoder_doc
 from costspec.core.errors import UsageError
 from costspec.importer import import_hf
 from costspec.model import loads, serve
@@ -51,11 +53,12 @@ def decoder_shape(config) -> tuple[int, int, int]:
     return layers, heads, getattr(config, "d_kv", None) or config.d_model // heads
 
 
-def hf_step(cls, config, batch: int) -> tuple[int, int]:
+def hf_step(cls, config, batch: int, pointwise: bool = False) -> Any:
     """(FLOPs FlopCounterMode counts, elements the EncoderDecoderCache holds after the step) for one decoder token
     per sequence, the encoder's states given (the encoder does not run), the cross cache filled (is_updated: its
     k/v projections do not run). BART builds its decoder mask from an all-ones padding mask, which meta tensors
-    cannot inspect (.item()): it runs on cpu, under SDPA's math kernel (decomposed into the counted bmm)."""
+    cannot inspect (.item()): it runs on cpu, under SDPA's math kernel (decomposed into the counted bmm).
+    `pointwise`: {kind: elements} of the CUDA-core work instead."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import DynamicCache, EncoderDecoderCache
@@ -73,6 +76,24 @@ def hf_step(cls, config, batch: int) -> tuple[int, int]:
         cache.is_updated[layer] = True
     states = torch.randn(batch, ENCODER, config.d_model, device=device)
     ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+    if pointwise:  # the CUDA-core kinds costspec's counter sees on the step, by kind
+        from costspec.runtime.runtime_count import measure
+
+        class Step(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, x):
+                return self.model(encoder_outputs=(states,), decoder_input_ids=x, past_key_values=cache,
+                                  use_cache=True).logits
+
+        with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+            measured = measure(Step(), ids, False)
+        kinds: Counter = Counter()
+        for counts in measured.pointwise["forward"].values():
+            kinds.update(counts)
+        return dict(kinds)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         out = model(encoder_outputs=(states,), decoder_input_ids=ids, past_key_values=cache, use_cache=True)
     held = out.past_key_values
@@ -172,3 +193,37 @@ def test_the_decoder_document_keeps_its_source_lines(tmp_path):
     assert step.data["input"] == ["B", "T"] and "inputs" not in step.data
     assert step.locate(("layers", 0, "embedding")).line == doc.locate(("layers", first, "embedding")).line
     assert step.locate(("input",)).line == doc.locate(("inputs", "decoder_input_ids")).line
+
+
+def spec_pointwise(model, batch: int) -> dict[str, int]:
+    """The decode step's CUDA-core elements by kind, on PyTorch's math SDPA (as the step runs on meta)."""
+    step = serve(model, "decode", CONTEXT)
+    step = type(step)(backend_doc(step.doc, "math"))
+    values = step.bind(batch, {"S": ENCODER})
+    kinds: Counter = Counter()
+    for item in step.walk():
+        if hasattr(item.node, "op") and not hasattr(item.node, "owner"):
+            for kind, n in item.node.forward().pointwise.items():
+                kinds[kind] += int(sympy.sympify(n * item.instances).xreplace(values))
+    return {k: v for k, v in kinds.items() if v}
+
+
+def test_decode_cuda_core_work_equals_transformers_but_named_rules(tmp_path):
+    """Whisper and BART: every CUDA-core kind equal, but what transformers adds beside the spec, each named:
+    Whisper's q scaled after q_proj (the importer's rule: B*T*C per decoder self- and cross-attention, T = 1) and
+    BART's final_logits_bias (B*T*V adds, the importer's rule); the new token's position id (cache length + arange:
+    one add; BART adds its offset of 2 to it: one more) and, in BART's decoder, the check of the all-ones padding
+    mask it builds over the N + 1 keys (B*(N+1) sum, one select) on integer bookkeeping tensors."""
+    batch = 2
+    for sub in ("whisper", "bart"):
+        (tmp_path / sub).mkdir()
+    cls, config, model = imported("whisper", tmp_path / "whisper")
+    layers = config.decoder_layers
+    expected = Counter(spec_pointwise(model, batch))
+    expected.update({"scale": 2 * layers * batch * config.d_model, "add": 1, "unknown:aten.arange": 1})
+    assert hf_step(cls, config, batch, pointwise=True) == dict(expected)
+    cls, config, model = imported("bart", tmp_path / "bart")
+    expected = Counter(spec_pointwise(model, batch))
+    expected.update({"add": batch * config.vocab_size + 2, "sum": batch * (CONTEXT + 1), "select": 1,
+                     "unknown:aten.arange": 1, "unknown:aten._local_scalar_dense": 0})
+    assert hf_step(cls, config, batch, pointwise=True) == dict(expected)
