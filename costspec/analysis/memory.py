@@ -15,7 +15,8 @@ Conventions (docs/conventions.md, memory):
   adafactor and adam8bit by each parameter tensor's shape (`costspec.analysis.memory_optim`); adam / adamw's
   foreach step also holds one state-sized buffer (the "optimizer-step buffer", transient);
 * the key/value cache (a serving phase): each attention layer's `kv_cache` elements (k and v of the cached
-  and new tokens, grouped-query aware; mla's latent and rope key) at the layer's precision;
+  and new tokens, grouped-query aware; mla's latent and rope key; a cross-attention's k and v of the encoder's
+  tokens) at the layer's precision;
 * activations saved for backward (train): every tensor autograd keeps between the forward and the
   backward, each counted once (`costspec.tree.saved`; each op's `OpDef.saved`), attention's by its kernel
   family (`backend:` / --backend);
@@ -124,7 +125,8 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
     if cache:
         kv = _total(ops, lambda n: n.op.kv_cache(n.call) * n.precision.bytes_per_element)
         kinds.append(Kind("kv cache", kv, "every cached and new token's k and v per attention layer (2 x B x "
-                          "kv_heads x head_dim x tokens x bytes; mla: its latent and rope key, B x (r + d_r))"))
+                          "kv_heads x head_dim x tokens x bytes; mla: its latent and rope key, B x (r + d_r)); an "
+                          "encoder-decoder's cross-attention: k and v of the encoder's S tokens"))
     return kinds
 
 

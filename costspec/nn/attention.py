@@ -153,7 +153,8 @@ class SelfAttention(nn.Module):
                  rope_len: int = 0, causal: bool = False, qkv_biases: tuple[bool, bool, bool] | None = None,
                  rope_dims: int = 0, sliding_window: int = 0, queries: int = 0,
                  rel_bias: tuple | None = None, unscaled: bool = False, shift: int = 0, cross: int = 0,
-                 scores: Scores = Scores(), qk_norm: QKNorm | None = None, cache: tuple[int, int] | None = None):
+                 scores: Scores = Scores(), qk_norm: QKNorm | None = None, cache: tuple[int, int] | None = None,
+                 memory: tuple[int, int] | None = None):
         super().__init__()
         self.eager, self.softcap, self.math = scores.eager, scores.softcap, scores.math
         q_len = scores.q_len or rope_len
@@ -165,7 +166,16 @@ class SelfAttention(nn.Module):
         qb, kb, vb = qkv_biases or (qkv_bias,) * 3
         inner, kv_inner = heads * head_dim, self.kv_heads * head_dim
         self.split = (inner, kv_inner, kv_inner)
-        if queries or cross:  # learned query tokens, or cross-attention: k and v (fused: `kv`) project another
+        if memory is not None:
+            # cross-attention over a cache (an encoder-decoder's decode step): the encoder's keys and values of
+            # `tokens` positions were projected at prefill, buffers of random values here; only q projects
+            batch, tokens = memory
+            self.q = nn.Linear(dim, inner, bias=qb)
+            shape = (batch, self.kv_heads, tokens, head_dim)
+            self.register_buffer("k_memory", torch.randn(shape), persistent=False)
+            self.register_buffer("v_memory", torch.randn(shape), persistent=False)
+            rope_len = tokens  # the keys the queries see
+        elif queries or cross:  # learned query tokens, or cross-attention: k and v (fused: `kv`) project another
             if queries:       # tensor than q (the input, or the `kv` value of width `cross`)
                 self.queries = nn.Parameter(torch.zeros(1, queries, dim))
             src = cross or dim
@@ -213,6 +223,10 @@ class SelfAttention(nn.Module):
             self.register_buffer("k_cache", torch.randn(shape), persistent=False)
             self.register_buffer("v_cache", torch.randn(shape), persistent=False)
             self.causal = False  # (the op's rules refuse ALiBi with a cache)
+            if hasattr(self, "rel_bias") and rel_bias is not None and rel_bias[0] == "t5":
+                # T5's decoder: the new token (position `cached`) over keys 0..cached, as compute_bias makes it
+                index = self.rel_bias.t5_index(cached + 1, bidirectional=False)[-1:]
+                self.rel_bias.register_buffer("index", index, persistent=False)
         elif scores.zero_bias:  # T5's cross-attention: its zero position bias, passed as the float mask
             self.register_buffer("window_mask", torch.zeros(1, heads, q_len, rope_len), persistent=False)
         elif scores.alibi:  # the causal mask folded into ALiBi's bias: one float mask
@@ -259,7 +273,9 @@ class SelfAttention(nn.Module):
             if self.shift:
                 x = torch.roll(x, (-self.shift, -self.shift), dims=(1, 2))
             x, padded = window_partition(x, self.window)  # (B*nW, w*w, C)
-        if kv is not None:  # cross-attention: k, v first (q's backward, run first, closes before theirs opens)
+        if hasattr(self, "k_memory"):  # cross-attention over cached keys and values
+            q, k, v = self.q(x), self.get_buffer("k_memory"), self.get_buffer("v_memory")
+        elif kv is not None:  # cross-attention: k, v first (q's backward, run first, closes before theirs opens)
             if self.fused_qkv:
                 k, v = self.kv(kv).split(self.split[1:], dim=-1)
             else:
@@ -282,7 +298,9 @@ class SelfAttention(nn.Module):
         # are siblings, split from one projection or both done by the SDPA's backward at once)
         if self.qk_norm_over == "all":  # over the whole projected width (OLMo-2)
             q, k = self.q_norm(alias(q)), self.k_norm(alias(k))
-        q, k, v = self._heads(q, self.heads), self._heads(k, self.kv_heads), self._heads(v, self.kv_heads)
+        q = self._heads(q, self.heads)
+        if not hasattr(self, "k_memory"):  # (the cached ones are (B, kv, S, d) already)
+            k, v = self._heads(k, self.kv_heads), self._heads(v, self.kv_heads)
         if self.qk_norm_over == "head":  # over each head's d dims (Qwen3, Cohere)
             q, k = self.q_norm(alias(q)), self.k_norm(alias(k))
         if hasattr(self, "rope"):
@@ -303,7 +321,7 @@ class SelfAttention(nn.Module):
             mask = shifted if mask is None else shifted + mask  # + the bias table (1, h, t, t)
         causal = self.causal
         if self.causal_bias and mask is not None:  # (one token sees only itself: no where, as transformers)
-            if mask.shape[-1] > 1:
+            if mask.shape[-2] > 1:
                 mask = causal_bias_mask(mask, self.get_buffer("allowed"))
             causal = False
         if hasattr(self, "window_mask"):

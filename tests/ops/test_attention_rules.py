@@ -22,7 +22,11 @@ CASES = {
     "cache-is-causal-self-attention": Case(
         "heads: 2, cache: 16",
         "cache holds the keys and values of earlier tokens of one sequence: it needs causal self-attention (no "
-        "window, queries, kv, rel_pos or rel_bias)"),
+        "window, queries, kv, rel_pos or rel_bias other than T5's)"),
+    "kv-cache-alone": Case(
+        "heads: 2, kv_cache: 12, rope: true",
+        "kv_cache is cross-attention over cached keys and values (an encoder-decoder's decode step): no causal, kv, "
+        "cache, window, sliding_window, local_window, queries, rel_pos, rel_bias, rope, alibi or qk_norm with it"),
     "causal-with-rel-pos": Case(
         "heads: 2, causal: true, rel_pos: true",
         "causal attention with a relative position bias is not supported (SDPA takes either is_causal or an "
@@ -177,6 +181,9 @@ ACCEPTED = {
     # T5's decoder: its one-directional bias masked causally, its cross-attention's zero position bias
     "causal with a t5 bias": "heads: 2, causal: true, rel_bias: t5, buckets: 8, max_distance: 20",
     "kv with a zero bias": "heads: 2, kv: enc, zero_bias: true",
+    # an encoder-decoder's decode step: T5's decoder bias over a cache, cross-attention over cached keys and values
+    "causal t5 bias with a cache": "heads: 2, causal: true, rel_bias: t5, buckets: 8, max_distance: 20, cache: 7",
+    "kv_cache with a zero bias": "heads: 2, kv_cache: 12, zero_bias: true",
 }
 
 

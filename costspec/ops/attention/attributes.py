@@ -123,6 +123,11 @@ ATTRS = (
          "projections, rope and q/k norms run on the S new tokens only, the SDPA's S queries attend to cache + S keys "
          "(a sliding window keeps the last sliding_window - 1 cached tokens), the new k and v are appended. Causal "
          "self-attention only. 0 (default): no cache", default=0),
+    Attr("kv_cache", "count", "cross-attention served from a cache (an encoder-decoder's decode step, `--phase "
+         "decode`): the keys and values are kv_cache cached tokens (the encoder's states, projected when the prompt "
+         "was prefilled), so no k/v projections run and the layer has no k/v weights of its own here; q and the "
+         "output projection run on the new tokens, whose queries attend to all kv_cache keys. Not causal, without "
+         "kv, cache, positions, windows, learned queries or q/k norms. 0 (default): none", default=0),
     Attr("kv", "value", "cross-attention: keys and values projected from this value ([B, T, Ckv], a `save:`d "
          "value or an `inputs:` name, e.g. an encoder's output); q and the output projection run on the "
          "running value's B*S rows, k and v on B*T (fused_qkv fuses k and v)", default=None),

@@ -71,6 +71,11 @@ def cross(call: OpCall) -> bool:
     return call.attrs.kv is not None
 
 
+def cross_cached(call: OpCall) -> bool:
+    """Cross-attention over a cache of kv_cache tokens (keys and values projected earlier): no k/v projections."""
+    return not is_zero(call.attrs.kv_cache)
+
+
 def learned_queries(call: OpCall) -> bool:
     return not is_zero(call.attrs.queries)
 
@@ -118,6 +123,8 @@ def geometry(call: OpCall) -> Geom:
     if cross(call):
         _, t, ckv = call.wiring.extra[0]
         return Geom(b, s, c, h, kv, d, b * t, b, t, gh, gw, s, b * s, ckv)
+    if cross_cached(call):  # the S queries over kv_cache cached keys, no new ones
+        return Geom(b, s, c, h, kv, d, b * s, b, sympy.Integer(0), gh, gw, s, b * s, cached=sympy.sympify(a.kv_cache))
     return Geom(b, s, c, h, kv, d, b * s, b, s, gh, gw, s, b * s, cached=cached_keys(call))
 
 
@@ -154,7 +161,9 @@ def projections(call: OpCall) -> tuple[list[Projection], Projection]:
     a, g = call.attrs, geometry(call)
     inner, kv_inner = g.h * g.d, g.kv * g.d
     qb, kb, vb = bool(a.q_bias), bool(a.k_bias), bool(a.v_bias)
-    if learned_queries(call) or g.ckv is not None:  # q from other rows than k and v
+    if cross_cached(call):  # k and v were projected when the cache was filled
+        qkv = [Projection("q", g.mq, g.c, inner, qb)]
+    elif learned_queries(call) or g.ckv is not None:  # q from other rows than k and v
         q = Projection("q", g.mq, g.c, inner, qb)
         src = g.c if g.ckv is None else g.ckv
         kv = ([Projection("kv", g.m, src, 2 * kv_inner, kb)] if a.fused_qkv

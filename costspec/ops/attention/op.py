@@ -12,6 +12,7 @@ from costspec.ops.attention.geometry import (
     causal_bias,
     computes_dx,
     cross,
+    cross_cached,
     eager,
     geometry,
     gqa,
@@ -286,8 +287,11 @@ class Attention(OpDef):
 
     def kv_cache(self, call: OpCall):
         """Causal self-attention caches k and v of every token a later query sees: 2 * B * kv_heads * d per
-        token, over the cached and the new tokens (with a sliding window, the last w - 1 cached ones)."""
+        token, over the cached and the new tokens (with a sliding window, the last w - 1 cached ones);
+        cross-attention over a cache (kv_cache) holds k and v of its kv_cache encoder tokens."""
         a, g = call.attrs, geometry(call)
+        if cross_cached(call):  # the encoder's keys and values, read by every step
+            return 2 * g.nb * g.kv * g.d * g.sk
         if not a.causal or cross(call):
             return ZERO
         return 2 * g.nb * g.kv * g.d * g.sk
@@ -299,7 +303,10 @@ class Attention(OpDef):
 
         a, g = call.attrs, geometry(call)
         cached = ev(g.cached)
-        if cached and ev(g.t) != 1:
+        memory = (ev(g.b), cached) if cross_cached(call) else None
+        if memory is not None:
+            cached = 0
+        elif cached and ev(g.t) != 1:
             raise call.fail("the generated module's key/value cache serves one new token per sequence (--phase "
                             "decode); a prefill after cached tokens is costed but not built", "cache",
                             "cache: 0, or one new token")
@@ -324,7 +331,7 @@ class Attention(OpDef):
                                            a.backend == Backend.MATH, bool(a.alibi), bool(a.zero_bias)),
                              qk_norm=QKNorm(a.qk_norm, a.qk_norm_over, a.qk_norm_weight == "per_head",
                                             bool(a.qk_norm_bias)) if qk_norm.enabled(call) else None,
-                             cache=(ev(g.b), cached) if cached else None)
+                             cache=(ev(g.b), cached) if cached else None, memory=memory)
 
     def link(self, call: OpCall, module, earlier: list) -> None:
         """rel_bias_shared: read the bias of the nearest earlier attention layer with a table of the same kind

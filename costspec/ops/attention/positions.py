@@ -77,7 +77,7 @@ def backward_parts(call: OpCall, g: Geom) -> list[Part]:
         parts.append(Part("rel_pos", rel_pos_backward(g)))
     if has_table(call):
         # the gathered table's gradient added into its rows; with readers, first their gradients summed
-        pairs = g.h * g.t * g.t
+        pairs = g.h * g.tq * g.sk  # (query, key) pairs of one problem
         summed = pointwise("add", a.rel_bias_readers * pairs)
         parts.append(Part("rel_bias", pointwise("scatter_add", pairs) + summed))
     return parts
@@ -94,7 +94,7 @@ def traffic(call: OpCall, g: Geom, scores: Expr, pass_: Phase) -> list[Traffic]:
         n, tables = (g.nq + g.nk) * a.rope_dims / g.d, 2 * rows * a.rope_dims
         out.append(Traffic("rope", n + tables, n))
     if has_table(call):  # (a reader's bias is read by its SDPA only)
-        table, pairs = table_rows(call, g) * g.h, g.h * g.t * g.t
+        table, pairs = table_rows(call, g) * g.h, g.h * g.tq * g.sk
         summed = a.rel_bias_readers * pairs  # the readers' gradients: each read and added in
         out.append(Traffic("rel_bias", table, pairs) if pass_ == Phase.FORWARD
                    else Traffic("rel_bias", pairs + 2 * summed, table + summed))

@@ -116,9 +116,16 @@ RULES: tuple[Rule, ...] = (
          "learned queries attend to all tokens: no window or rel_bias", "queries without window / rel_bias"),
     Rule("cache-is-causal-self-attention", "cache",
          lambda u: not is_zero(u.a.cache) and (not u.a.causal or u.windowed or u.queries or u.cross or u.a.rel_pos
-                                               or u.rel_bias),
+                                               or (u.rel_bias and u.a.rel_bias != "t5")),
          "cache holds the keys and values of earlier tokens of one sequence: it needs causal self-attention (no "
-         "window, queries, kv, rel_pos or rel_bias)", "causal: true, or cache: 0"),
+         "window, queries, kv, rel_pos or rel_bias other than T5's)", "causal: true, or cache: 0"),
+    Rule("kv-cache-alone", "kv_cache",
+         lambda u: not is_zero(u.a.kv_cache) and (u.a.causal or u.cross or not is_zero(u.a.cache) or u.windowed
+                                                  or u.queries or u.sliding or u.local or u.a.rel_pos or u.rel_bias
+                                                  or u.a.rope or u.a.alibi or u.a.qk_norm != "none"),
+         "kv_cache is cross-attention over cached keys and values (an encoder-decoder's decode step): no causal, kv, "
+         "cache, window, sliding_window, local_window, queries, rel_pos, rel_bias, rope, alibi or qk_norm with it",
+         "kv_cache alone (zero_bias allowed)"),
     Rule("kv-is-tokens", "kv", lambda u: u.cross and len(u.kv_shape) != 3,
          "kv: '{a.kv}' has shape {kv_shape}, not tokens [B, T, C]", "a value of rank 3"),
     Rule("kv-batch", "kv", lambda u: u.cross and same_size(u.kv_shape[0], u.batch) is False,
