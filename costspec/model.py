@@ -146,6 +146,7 @@ def serve(model: Model, phase: Serve | str | None, context: int | None, dtype: s
     doc = serving_doc(model, phase, context, words)
     served = Model(doc, dtype=dtype) if doc is not model.doc else model
     served.phase = phase
+    served.unserved = model if served is not model else None
     served.context_dim = context_dim(model.doc) if doc is not model.doc else None
     return served
 

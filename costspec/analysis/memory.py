@@ -88,9 +88,14 @@ def memory_kinds(model: Network, pass_: Pass | str, optimizer: Optimizer | str =
     for node, _ in ops:
         if node.precision.sparse:
             raise UsageError(f"layer '{node.name}' stores 2:4 sparse weights, whose memory is not modelled")
-    weights = _total(ops, _weight_bytes)
+    # (a served step's weights are those of the model it was served from: an encoder-decoder's decode step
+    # runs neither the encoder nor the cross-attention's key/value projections, yet they stay loaded)
+    loaded = ops if model.unserved is None else [(step.node, step.instances) for step in model.unserved.walk()
+                                                 if isinstance(step.node, OpNode)]
+    weights = _total(loaded, _weight_bytes)
     kinds = [Kind("weights", weights, "parameters x bytes per element of each layer's precision (quantised "
-                  "weight matrices at their stored width plus scales)")]
+                  "weight matrices at their stored width plus scales)"
+                  + ("; every layer of the model served, run in this step or not" if model.unserved else ""))]
     if pass_ is Pass.TRAIN:
         # frozen weight matrices (quantised, or under LoRA adapters) get no gradient and no optimizer state
         params = _total(ops, lambda n: n.trainable_params)

@@ -27,6 +27,10 @@ from costspec.tree.walk import NO_GRAD, Step, node_cost, walk
 class Network:
     """A loaded, checked spec: the model tree and everything needed to cost it at bound dims."""
 
+    # a serving phase's rewrite of a spec (an encoder-decoder's decode step drops the encoder): the network
+    # it was served from, whose weights stay loaded on the device; None for a spec as written
+    unserved: Network | None = None
+
     def __init__(self, doc: MarkedDoc, collect: list[SpecError] | None = None, dtype: str | None = None,
                  reported: frozenset[tuple] = frozenset()):
         """Build the model tree of a validated spec document. With `collect`, problems that do not stop

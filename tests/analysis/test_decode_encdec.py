@@ -155,6 +155,22 @@ def test_memory_kv_cache_holds_the_cross_cache(cli, tmp_path):
     assert kv == 2 * layers * 2 * heads * d * ((CONTEXT + 1) + ENCODER) * 2  # self and cross (2*L*h*d*S*bytes)
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_decode_memory_holds_the_whole_models_weights(family, tmp_path):
+    """The decode step runs neither the encoder nor the cross-attention's k/v projections, but generation keeps
+    the whole model loaded: memory's weights are every parameter of the class, at the spec's bf16."""
+    from costspec.analysis.memory import memory_kinds
+
+    cls, config, model = imported(family, tmp_path)
+    step = serve(model, "decode", CONTEXT)
+    values = step.bind(2, {"S": ENCODER})
+    weights = next(k for k in memory_kinds(step, "forward", cache=True) if k.name == "weights")
+    with torch.device("meta"):
+        real = sum(p.numel() for p in cls(config).parameters())
+    assert int(weights.bytes.xreplace(values)) == 2 * real
+    assert step.report("forward", values).params < real  # what the step itself runs: the decoder, no k/v
+
+
 def test_prefill_is_the_whole_forward(tmp_path):
     _, _, model = imported("t5", tmp_path)
     values = model.bind(2, {"S": ENCODER, "T": 5})
