@@ -24,10 +24,14 @@ class RealModel:
     """What the comparison saw the real model run, for the rules whose form depends on its modules:
     `rope_columns`, its rotary tables' columns per rotary dim (1 where the rotary module concatenates the
     frequencies twice, Llama's `cat((freqs, freqs))`; 1/2 where it keeps them once, gpt-oss's); `one_plus_weight`,
-    the op rows whose real norm scales by (1 + weight) (Gemma's RMSNorm)."""
+    the op rows whose real norm scales by (1 + weight) (Gemma's RMSNorm); `batched_positions`, the
+    position_embedding rows whose real lookup returned a table per batch row (it looked up B x S ids of its own);
+    `sdpa`, whether the real model runs transformers' SDPA attention interface (`_attn_implementation`)."""
 
     rope_columns: sympy.Expr = sympy.Integer(1)
     one_plus_weight: frozenset[str] = field(default_factory=frozenset)
+    batched_positions: frozenset[str] = field(default_factory=frozenset)
+    sdpa: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,12 +68,16 @@ def _rope_dims(node: OpNode) -> sympy.Expr:
 
 def _rmsnorm_written_out(node: OpNode) -> sympy.Expr:
     """An rmsnorm row's bytes as transformers keeps them; an mla layer's inner norms' difference (q_a's, when the
-    query is low-rank, and kv_a's): the normalised values at the dtype instead of fp32."""
+    query is low-rank, and kv_a's), or an attention layer's q/k RMSNorm's (qk_norm: rmsnorm, over each head or the
+    whole width: h*d values a query, kv*d a key): the normalised values at the dtype instead of fp32."""
     rows, cols = _rows_cols(node)
     b = _bytes(node)
     if node.op.name == "rmsnorm":
         return rows * (FP32 * cols + FP32 + b * cols)
     a = node.call.attrs
+    if node.op.name == "attention":  # q (h*d) and k (kv*d) a token: their norms' normalised values
+        g = _geom(node)
+        return -(g.nb * g.tq * g.h * g.d + g.nb * g.t * g.kv * g.d) * (FP32 - b)
     ranks = a.kv_lora_rank + (0 if is_zero(a.q_lora_rank) else a.q_lora_rank)
     return -rows * ranks * (FP32 - b)
 
@@ -125,12 +133,15 @@ RULES: tuple[SavedRule, ...] = (
               "on meta, batch_norm with running statistics still returns a per-channel mean and 1/std (fp32, C each) "
               "that its backward keeps; cpu's and cuDNN's inference kernels return empty ones, as the spec counts "
               "(none): 8*C bytes a layer"),
-    SavedRule("rmsnorm-written-out", lambda n, _: n.op.name in ("rmsnorm", "mla"), lambda n, _: _rmsnorm_written_out(n),
+    SavedRule("rmsnorm-written-out", lambda n, _: n.op.name in ("rmsnorm", "mla") or (
+        n.op.name == "attention" and str(getattr(n.call.attrs, "qk_norm", "none")) == "rmsnorm"),
+              lambda n, _: _rmsnorm_written_out(n),
               "transformers' RMSNorm classes upcast to fp32 and write the norm out (pow, mean, rsqrt, mul, cast, "
               "mul by the weight): they keep x in fp32 (4*T*C), rstd (4*T) and the normalised x at the dtype "
               "(b*T*C) in place of what the spec's RMSNorm keeps (the rule replaces the spec's bytes of the layer); "
               "inside an mla layer (DeepSeek's q_a_layernorm and kv_a_layernorm, which the spec's module runs as "
-              "nn.RMSNorm, keeping the normalised x in fp32) the difference is -(4 - b)*T*(r_q + r) bytes",
+              "nn.RMSNorm, keeping the normalised x in fp32) the difference is -(4 - b)*T*(r_q + r) bytes; so for an "
+              "attention layer's q/k RMSNorm (Qwen3's q_norm and k_norm, OLMo-2's): -(4 - b)*(T*h*d + T*kv*d) bytes",
               replaces=lambda n: n.op.name == "rmsnorm"),
     SavedRule("rmsnorm-one-plus-weight", lambda n, real: n.op.name == "rmsnorm" and bool(n.call.attrs.affine)
               and n.name in real.one_plus_weight,
@@ -152,6 +163,20 @@ RULES: tuple[SavedRule, ...] = (
               lambda n, _: INT64 * _seq(n),
               "the real model looks this table up with int64 ids it makes itself (position ids, or the all-zero "
               "segment ids of a single-segment input), one sequence broadcast over the batch: 8*S bytes"),
+    SavedRule("position-ids-per-batch-row", lambda n, real: n.op.name == "position_embedding"
+              and n.name in real.batched_positions,
+              lambda n, _: INT64 * (n.call.in_shape[0] - 1) * _seq(n),
+              "the real position lookup reads B x S int64 ids of its own, not one sequence broadcast over the batch "
+              "(BART's learned positions expand the ids over the batch and add their offset of 2, a new tensor; "
+              "Whisper's decoder repeats them over the batch): 8*(B - 1)*S bytes besides index-tensors' 8*S "
+              "(offered where the real lookup returned a table per batch row)"),
+    SavedRule("causal-bias-mask", lambda n, real: n.op.name == "attention" and real.sdpa
+              and bool(getattr(n.call.attrs, "causal", False)) and str(getattr(n.call.attrs, "rel_bias", "none")) != "none",
+              lambda n, _: _geom(n).tq * _geom(n).sk,
+              "transformers' SDPA interface folds a position bias into a float mask for a causal layer with "
+              "torch.where(causal_mask, position_bias, min) over a bool causal mask it makes per layer (1 x 1 x Sq x "
+              "Sk), which the where keeps (T5's decoder self-attention): Sq*Sk bytes a layer (the spec's causal mask "
+              "is no tensor; offered where the real model runs the SDPA interface)"),
     SavedRule("t5-bucket-ids",
               lambda n, _: n.op.name == "attention" and str(getattr(n.call.attrs, "rel_bias", "")) == "t5"
               and not getattr(n.call.attrs, "rel_bias_shared", False),
