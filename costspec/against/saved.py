@@ -85,13 +85,13 @@ COLUMNS = (Column("spec", "spec bytes", "count"), Column("real", "real bytes", "
 
 
 def measure_real_saved(target: "Target", dtype: str, calls: list[str] | None = None,
-                       rotary: list[sympy.Expr] | None = None,
+                       rotary: list[tuple[sympy.Expr, int]] | None = None,
                        batched: set[str] | None = None) -> list[tuple[str, int, tuple[int, ...], str]]:
     """One training forward of the real module under the pack hook: (module path, bytes, shape, dtype) of
     every storage it saves, once, parameters and buffers left out (see the module docstring); `calls`, when
     given, gets the modules' paths in the order they were first called, `rotary` each rotary module's tables'
-    columns per rotary dim (`_rope_columns`), `batched` the embedding modules that returned a table per batch row
-    (a 3-d output of more than one row)."""
+    columns per rotary dim (`_rope_columns`) and bytes per element, `batched` the embedding modules that
+    returned a table per batch row (a 3-d output of more than one row)."""
     import torch
 
     from costspec.runtime.torch_build import TORCH_DTYPES
@@ -122,7 +122,7 @@ def measure_real_saved(target: "Target", dtype: str, calls: list[str] | None = N
             stack.pop()
         columns = _rope_columns(m, out)
         if rotary is not None and columns is not None:
-            rotary.append(columns)
+            rotary.append((columns, out[0].element_size()))
         if (batched is not None and id(m) in names and isinstance(m, torch.nn.Embedding)
                 and isinstance(out, torch.Tensor) and out.dim() == 3 and out.shape[0] > 1):
             batched.add(names[id(m)])
@@ -171,16 +171,18 @@ def compare_saved_against(model: "Network", values: Mapping[sympy.Symbol, sympy.
     for r, n in spec_rows.items():
         spec[holder.get(r, MODEL_ROW)] = spec.get(holder.get(r, MODEL_ROW), 0) + n
     calls: list[str] = []
-    rotary: list[sympy.Expr] = []
+    rotary: list[tuple[sympy.Expr, int]] = []
     batched: set[str] = set()
     measured = measure_real_saved(target, str(model.precision.dtype), calls, rotary, batched)
     if len(set(rotary)) > 1:
-        raise UsageError(f"the real model's rotary modules make tables of different widths ({sorted(set(rotary))} "
-                         "columns per rotary dim): the rotary tables' rule takes one")
+        raise UsageError(f"the real model's rotary modules make tables of different forms ({sorted(set(rotary))}: "
+                         "columns per rotary dim, bytes per element): the rotary tables' rule takes one")
     batched_rows = {rowmap.row_of(p) for p in batched}
-    real_model = RealModel(rotary[0] if rotary else sympy.Integer(1), _one_plus_weight(model, target, rowmap, holder),
-                           frozenset(n.name for n in model.op_nodes() if holder.get(n.name, MODEL_ROW) in batched_rows),
-                           getattr(getattr(target.module, "config", None), "_attn_implementation", None) == "sdpa")
+    real_model = RealModel(
+        rotary[0][0] if rotary else sympy.Integer(1), _one_plus_weight(model, target, rowmap, holder),
+        frozenset(n.name for n in model.op_nodes() if holder.get(n.name, MODEL_ROW) in batched_rows),
+        getattr(getattr(target.module, "config", None), "_attn_implementation", None) == "sdpa",
+        rotary[0][1] if rotary else None)
     tensors = [(path, _row_of(path, rowmap, calls), n, shape, dt) for path, n, shape, dt in measured]
     real: dict[str, int] = {}
     for _, row, n, _, _ in tensors:

@@ -26,12 +26,14 @@ class RealModel:
     frequencies twice, Llama's `cat((freqs, freqs))`; 1/2 where it keeps them once, gpt-oss's); `one_plus_weight`,
     the op rows whose real norm scales by (1 + weight) (Gemma's RMSNorm); `batched_positions`, the
     position_embedding rows whose real lookup returned a table per batch row (it looked up B x S ids of its own);
-    `sdpa`, whether the real model runs transformers' SDPA attention interface (`_attn_implementation`)."""
+    `sdpa`, whether the real model runs transformers' SDPA attention interface (`_attn_implementation`);
+    `rope_bytes`, the bytes per element of its rotary tables (None: no rotary module seen)."""
 
     rope_columns: sympy.Expr = sympy.Integer(1)
     one_plus_weight: frozenset[str] = field(default_factory=frozenset)
     batched_positions: frozenset[str] = field(default_factory=frozenset)
     sdpa: bool = False
+    rope_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ RULES: tuple[SavedRule, ...] = (
               "(b*T*C) in place of what the spec's RMSNorm keeps (the rule replaces the spec's bytes of the layer); "
               "inside an mla layer (DeepSeek's q_a_layernorm and kv_a_layernorm, which the spec's module runs as "
               "nn.RMSNorm, keeping the normalised x in fp32) the difference is -(4 - b)*T*(r_q + r) bytes; so for an "
-              "attention layer's q/k RMSNorm (Qwen3's q_norm and k_norm, OLMo-2's): -(4 - b)*(T*h*d + T*kv*d) bytes",
+              "attention layer's q/k RMSNorm (Qwen3's q_norm and k_norm): -(4 - b)*(T*h*d + T*kv*d) bytes",
               replaces=lambda n: n.op.name == "rmsnorm"),
     SavedRule("rmsnorm-one-plus-weight", lambda n, real: n.op.name == "rmsnorm" and bool(n.call.attrs.affine)
               and n.name in real.one_plus_weight,
@@ -158,6 +160,14 @@ RULES: tuple[SavedRule, ...] = (
               "is the rotary dims d where the rotary module concatenates the frequencies twice (Llama's "
               "cat((freqs, freqs))), d/2 where it keeps them once (gpt-oss), as the real module's tables show",
               once=True),
+    SavedRule("rope-tables-fp32", lambda n, real: (n.op.name == "mla" or (
+        n.op.name == "attention" and bool(getattr(n.call.attrs, "rope", 0)))) and real.rope_bytes == FP32
+              and _bytes(n) != FP32,
+              lambda n, real: 2 * n.call.in_shape[-2] * _rope_dims(n) * real.rope_columns * (FP32 - _bytes(n)),
+              "a rotary module that returns its cos and sin in fp32 (OLMo-2's: no cast to the activations' dtype) "
+              "makes the tables the first layer's rotation keeps 4 bytes an element: 2*S*w*(4 - b) bytes once besides "
+              "rope-tables-per-forward's 2*S*w*b (offered where the real rotary module's tables are fp32)",
+              once=True),
     SavedRule("index-tensors", lambda n, _: n.op.name == "position_embedding" or (
         n.op.name == "embedding" and bool(getattr(n.call.attrs, "segments", 0))),
               lambda n, _: INT64 * _seq(n),
@@ -171,7 +181,8 @@ RULES: tuple[SavedRule, ...] = (
               "Whisper's decoder repeats them over the batch): 8*(B - 1)*S bytes besides index-tensors' 8*S "
               "(offered where the real lookup returned a table per batch row)"),
     SavedRule("causal-bias-mask", lambda n, real: n.op.name == "attention" and real.sdpa
-              and bool(getattr(n.call.attrs, "causal", False)) and str(getattr(n.call.attrs, "rel_bias", "none")) != "none",
+              and bool(getattr(n.call.attrs, "causal", False))
+              and str(getattr(n.call.attrs, "rel_bias", "none")) != "none",
               lambda n, _: _geom(n).tq * _geom(n).sk,
               "transformers' SDPA interface folds a position bias into a float mask for a causal layer with "
               "torch.where(causal_mask, position_bias, min) over a bool causal mask it makes per layer (1 x 1 x Sq x "
