@@ -65,20 +65,25 @@ class Mamba(nn.Module):
             dt, b, c = self.dt_layernorm(alias(dt)), self.b_layernorm(alias(b)), self.c_layernorm(alias(c))
         dt = self.dt_proj.weight @ dt.transpose(1, 2)  # (E, r) @ (B, r, S) -> (B, E, S): no bias here
         y = selective_scan(h.transpose(1, 2), dt, a, b, c, self.D.float(), z, self.dt_proj.bias.float())  # (B, E, S)
-        return self.out_proj(y.transpose(1, 2))  # (B, S, C)
+        return self.out_proj(y.transpose(1, 2).to(x.dtype))  # (B, S, C); in 16 bits the scan's fp32 y cast back
 
 
 def selective_scan(x, dt, a, b, c, d, z, dt_bias):
-    """transformers' mamba_selective_scan, its recurrent path. x, dt, z: (B, E, S); a: (E, N); b, c: (B, S, N)."""
+    """transformers' mamba_selective_scan, its recurrent path. x, dt, z: (B, E, S); a: (E, N); b, c: (B, S, N).
+
+    Its dtypes as transformers' (in 16 bits): dt stays in x's dtype (the fp32 bias cast to it); exp(A dt), dt B
+    and the states are fp32 (B and x upcast), the zero start in x's dtype; each state is cast to x's dtype for
+    its contraction with C; the D skip (fp32 D) and the gate make y fp32. In fp32 every cast is the tensor itself."""
     batch, inner, seq = x.shape
-    dt = F.softplus(dt + dt_bias[..., None])  # (B, E, S)
+    dtype = x.dtype
+    dt = F.softplus(dt + dt_bias.to(dt.dtype)[..., None])  # (B, E, S)
     da = torch.exp(a[None, :, None, :] * dt[:, :, :, None])  # (B, E, S, N)
-    dbx = dt[:, :, :, None] * b[:, None, :, :] * x[:, :, :, None]  # (B, E, S, N): (dt B) x, two multiplies
-    h = torch.zeros(batch, inner, a.shape[-1], dtype=x.dtype, device=x.device)  # (B, E, N)
+    dbx = dt[:, :, :, None] * b[:, None, :, :].float() * x[:, :, :, None].float()  # (B, E, S, N): (dt B) x
+    h = torch.zeros(batch, inner, a.shape[-1], dtype=dtype, device=x.device)  # (B, E, N)
     ys = []
     for i in range(seq):
         h = da[:, :, i] * h + dbx[:, :, i]  # (B, E, N)
-        ys.append(torch.matmul(h, c[:, i, :].unsqueeze(-1))[:, :, 0])  # (B, E, N) @ (B, N, 1) -> (B, E)
+        ys.append(torch.matmul(h.to(dtype), c[:, i, :].unsqueeze(-1))[:, :, 0])  # (B, E, N) @ (B, N, 1) -> (B, E)
     y = torch.stack(ys, dim=-1)  # (B, E, S)
     y = y + x * d[None, :, None]
     return y * F.silu(z)
