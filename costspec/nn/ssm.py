@@ -100,11 +100,12 @@ class MambaRMSNormGated(nn.Module):
         self.group_size, self.eps = dim // groups, eps
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:  # x, gate: (B, S, E)
-        x = x * F.silu(gate)
+        dtype = x.dtype  # (in fp32, as transformers runs it; each cast is the tensor itself in fp32)
+        x = x.to(torch.float32) * F.silu(gate.to(torch.float32))
         *lead, dim = x.shape
         g = x.view(*lead, dim // self.group_size, self.group_size)
         g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * g.view(*lead, dim)
+        return self.weight * g.view(*lead, dim).to(dtype)
 
 
 class Mamba2(nn.Module):
@@ -138,7 +139,7 @@ class Mamba2(nn.Module):
         # the norm reads aliases: its backward scope then closes with its own inputs' gradients (gate is one
         # output of in_proj's split, whose other outputs' gradients arrive only after the whole scan's backward)
         y = self.norm(alias(y.reshape(batch, seq, -1)), alias(gate))  # (B, S, E)
-        return self.out_proj(y)  # (B, S, C)
+        return self.out_proj(y.to(x.dtype))  # (B, S, C): in 16 bits the scan's fp32 output cast back
 
 
 def _segment_sum(x: torch.Tensor) -> torch.Tensor:
@@ -166,14 +167,15 @@ def ssd_chunk_scan(x, dt, a, b, c, chunk: int, d, dt_bias):
     """transformers' mamba2_chunk_scan (no initial state). x: (B, S, H, P); dt: (B, S, H); a, d, dt_bias: (H,);
     b, c: (B, S, G, N). Returns (B, S, H, P)."""
     batch, seq, heads, _ = x.shape
-    dt = torch.clamp(F.softplus(dt + dt_bias), min=0.0, max=float("inf"))  # (B, S, H): the default dt_limit
+    # (B, S, H), in the layer's dtype: the default dt_limit
+    dt = torch.clamp(F.softplus(dt + dt_bias.to(dt.dtype)), min=0.0, max=float("inf"))
     x = x.float()
     b = b.float().repeat_interleave(heads // b.shape[2], dim=2, output_size=heads)  # (B, S, H, N)
     c = c.float().repeat_interleave(heads // c.shape[2], dim=2, output_size=heads)
     pad = (chunk - seq % chunk) % chunk
     d_residual = d[..., None] * _pad_seq(x, pad)  # (B, S + pad, H, P)
-    x = x * dt[..., None]  # (B, S, H, P)
-    a = a.to(x.dtype) * dt  # (B, S, H)
+    x = x * dt[..., None].float()  # (B, S, H, P); x, B, C and dt in fp32, as transformers casts them
+    a = a.to(x.dtype) * dt.float()  # (B, S, H)
     x, a, b, c = (_chunks(t, pad, chunk) for t in (x, a, b, c))  # (B, c, Q, H, ...)
     a = a.permute(0, 3, 1, 2)  # (B, H, c, Q)
     a_cumsum = torch.cumsum(a, dim=-1)

@@ -1,5 +1,5 @@
 """What `mamba` (its sequential selective scan, fp32 and 16 bits, with and without Jamba's inner norms) and `mamba2`
-(the chunked SSD scan, fp32) keep for backward: the spec's count (`costspec.tree.saved`) against every tensor autograd saves in a training forward of the
+(the chunked SSD scan, fp32 and 16 bits) keep for backward: the spec's count (`costspec.tree.saved`) against every tensor autograd saves in a training forward of the
 generated module (FakeTensorMode, deduplicated by storage, parameters excluded), at small random dims; and the
 saved tensors written out from the dims."""
 from __future__ import annotations
@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 import costspec  # noqa: E402
-from costspec.core.errors import UsageError  # noqa: E402
 from costspec.runtime.saved_bytes import compare_saved, measure_saved  # noqa: E402
 from costspec.tree.saved import saved_bytes  # noqa: E402
 
@@ -102,29 +101,32 @@ def mamba2_case(draw) -> tuple[list, dict]:
 
 
 @SETTINGS
-@given(st.data())
-def test_mamba2_saved_bytes_match_autograd(data):
+@given(st.data(), DTYPES)
+def test_mamba2_saved_bytes_match_autograd(data, dtype):
     shape, attrs = data.draw(mamba2_case())
     layers = ([{"layernorm": {}}] if data.draw(st.booleans()) else []) + [{"mamba2": attrs}]
-    assert assert_saved_equal(spec_text(shape, layers, "fp32")) > 0
+    assert assert_saved_equal(spec_text(shape, layers, dtype)) > 0
 
 
-def mamba2_elements(b: int, s: int, c: int, h: int, p: int, g: int, n: int, q: int, k: int) -> int:
-    """The fp32 elements (bool masks excluded) written out: each einsum folds its operands' (b, c, h) dims to one
-    batch, a view or a copy as the dims of size 1 allow (see costspec.ops.ssm.mamba2_saved)."""
+def mamba2_bytes(b: int, s: int, c: int, h: int, p: int, g: int, n: int, q: int, k: int, size: int) -> int:
+    """Written out for `size`-byte dtypes: each einsum folds its operands' (b, c, h) dims to one batch, a view or a
+    copy as the dims of size 1 allow (see costspec.ops.ssm.mamba2_saved); the bool masks one byte each."""
     e, nc = h * p, -(-s // q)
     sp, t, conv_dim = nc * q, b * s, h * p + 2 * g * n
     chunked = b * nc * h * q
     bc_view = h == 1 or (b == 1 and nc == 1)  # B and C chunked: (B, c, Q, H, N) contiguous
     x_view = nc == 1 or (h == 1 and (b == 1 or p == 1))  # x chunked: S innermost
     states_view = nc == 1 or (b == 1 and h == 1)  # the recurrence's output, laid out (b, h, c, p, n)
-    front = t * c + t * (2 * e + 2 * g * n + h) + b * conv_dim * (s + k - 1) + b * conv_dim * s + 2 * h + 3 * t * h
+    own = size * (t * c + t * (2 * e + 2 * g * n + h) + b * conv_dim * (s + k - 1) + 2 * t * h + t * e)
+    # fp32: SiLU's output and the clamped dt; 16 bits: fp32 copies of x, of the clamped dt (twice) and of the gate
+    reads = b * conv_dim * s + t * h if size == 4 else t * e + 2 * t * h + t * e
     segments = b * h * nc * q * q + b * h * (nc + 1) ** 2 + 2 * b * h * nc * q
     einsums = ((1 if bc_view else 2) * chunked * n + (0 if bc_view else chunked * n) + 2 * chunked * q
                + (b * sp * h * p if x_view else 2 * chunked * p) + b * sp * h * n + chunked * n
                + b * (nc + 1) * h * p * n + (nc + 1 if states_view else nc) * b * h * p * n + chunked * p)
-    norm = b * sp * e + 4 * t * e + t * g
-    return front + b * sp * e + segments + einsums + norm
+    norm = b * sp * e + 3 * t * e + t * g
+    masks = 2 * q * q + 2 * (nc + 1) ** 2
+    return own + 4 * (2 * h + reads + b * sp * e + segments + einsums + norm) + masks
 
 
 @pytest.mark.parametrize("b, s, h, p, g, q", [
@@ -135,15 +137,10 @@ def mamba2_elements(b: int, s: int, c: int, h: int, p: int, g: int, n: int, q: i
     (2, 6, 1, 1, 1, 4),  # one head of one channel: x's views, the recurrence's a copy
     (1, 5, 2, 2, 1, 2),  # one sample, two heads, three chunks: copies
 ])
-def test_mamba2_by_hand(b, s, h, p, g, q):
+@pytest.mark.parametrize("dtype, size", [("fp32", 4), ("bf16", 2)])
+def test_mamba2_by_hand(b, s, h, p, g, q, dtype, size):
+    """16 bits as transformers casts: the scan and the gated norm in fp32, x, dt and the gate upcast copies."""
     n, k, c = 2, 3, h * p
     attrs = {"d_state": n, "d_conv": k, "expand": 1, "head_dim": p, "heads": h, "groups": g, "chunk": q}
-    nc = -(-s // q)
-    expected = 4 * mamba2_elements(b, s, c, h, p, g, n, q, k) + 2 * q * q + 2 * (nc + 1) ** 2
-    assert by_rows(spec_text([b, s, c], [{"mamba2": attrs}], "fp32"), "mixer") == (expected, expected)
-
-
-def test_mamba2_in_16_bits_is_named_not_modelled():
-    model = costspec.loads(spec_text([1, 4, 4], [{"mamba2": {"d_state": 2, "head_dim": 2, "chunk": 2}}], "bf16"))
-    with pytest.raises(UsageError, match="mamba2 saves for backward in 16 bits is not modelled"):
-        saved_bytes(model.root)
+    expected = mamba2_bytes(b, s, c, h, p, g, n, q, k, size)
+    assert by_rows(spec_text([b, s, c], [{"mamba2": attrs}], dtype), "mixer") == (expected, expected)

@@ -15,6 +15,11 @@ projection is W = 2E + 2GN + H wide, the conv D = E + 2GN channels):
   (B*(c+1)*H*P*N) of the recurrence, C states' two operands (B*c*H*Q*N, B*c*H*P*N) and its output (B*c*Q*H*P);
 * the gated norm: y (B*Sp*E, the padded scan output it views), SiLU(gate), their product, 1/rms (B*S*G), the
   normalised values, and out_proj's input (B*S*E each).
+
+In 16 bits (transformers' casts: the scan and the gated norm in fp32) the input, in_proj's and the conv's outputs,
+dt + bias, softplus's output and out_proj's input (the norm's fp32 output cast back) are p bytes, the rest fp32;
+x, the clamped dt (twice: for x*dt and for A*dt) and the gate are read through fp32 copies (B*S*E, 2*B*S*H, B*S*E)
+in place of SiLU's output and dt themselves. The copies keep x's layout, so every fold is as in fp32.
 """
 from __future__ import annotations
 
@@ -45,12 +50,9 @@ def _next_merges(stride, rest) -> sympy.Boolean:
 
 def mamba2_saved(call: OpCall, sizes) -> list[Saved]:
     """See the module docstring; `sizes`: (B, S, C, E, H, P, G, N, Q, c, Sp)."""
-    if call.precision.bytes_per_element != STAT_BYTES:
-        raise NotImplementedError("what mamba2 saves for backward in 16 bits is not modelled (transformers "
-                                  "upcasts dt for x*dt and A*dt and runs its gated norm in fp32; the generated module "
-                                  "does not)")
     b, s, c, e, h, p, g, n, q, nc, sp = sizes
-    f = STAT_BYTES
+    f, bytes_ = STAT_BYTES, call.precision.bytes_per_element
+    half = bytes_ != STAT_BYTES
     t, conv_dim = b * s, e + 2 * g * n
     width = 2 * e + 2 * g * n + h
     bhcq, chunked = b * h * nc * q, b * nc * h * q
@@ -61,11 +63,15 @@ def mamba2_saved(call: OpCall, sizes) -> list[Saved]:
     x_view = merges([(b, h * p * sp), (nc, q), (h, p * sp)])
     states_view = merges([(b, h * (nc + 1) * p * n), (nc, p * n), (h, (nc + 1) * p * n)])
     one_or_two = sympy.Piecewise((1, bc_view), (2, True))
-    return [
-        Saved(INPUT, t * c, f, folded=True), Saved("in_proj", t * width, f),
-        Saved("conv", b * conv_dim * (s + call.attrs.d_conv - 1), f), Saved("conv_silu", b * conv_dim * s, f),
-        Saved("a_exp", h, f), Saved("a", h, f),
-        Saved("dt_biased", t * h, f), Saved("dt_softplus", t * h, f), Saved("dt", t * h, f),
+    saved = [Saved(INPUT, t * c, bytes_, folded=True), Saved("in_proj", t * width, bytes_),
+             Saved("conv", b * conv_dim * (s + call.attrs.d_conv - 1), bytes_),
+             Saved("a_exp", h, f), Saved("a", h, f), Saved("dt_biased", t * h, bytes_),
+             Saved("dt_softplus", t * h, bytes_)]
+    if half:  # x and the clamped dt read through fp32 copies (dt two: x*dt's and A*dt's), the gate too
+        saved += [Saved("x_upcast", t * e, f), Saved("dt_upcast", 2 * t * h, f), Saved("gate_upcast", t * e, f)]
+    else:  # x is a view of SiLU's output
+        saved += [Saved("conv_silu", b * conv_dim * s, f), Saved("dt", t * h, f)]
+    return saved + [
         Saved("x_padded", b * sp * e, f),
         Saved("chunk_masks", 2 * q * q, MASK_BYTES), Saved("decay", bhcq * q, f),
         # C's operand of C B^T and of C states: its chunks once when both are views, else a copy each
@@ -80,4 +86,4 @@ def mamba2_saved(call: OpCall, sizes) -> list[Saved]:
         Saved("y_off_states", sympy.Piecewise((nc + 1, states_view), (nc, True)) * b * h * p * n, f),
         Saved("exp_cumsum", bhcq, f), Saved("y_off", chunked * p, f),
         Saved("y", b * sp * e, f), Saved("gate_silu", t * e, f), Saved("gated", t * e, f),
-        Saved("rstd", t * g, f), Saved("normalized", t * e, f), Saved("norm", t * e, f)]
+        Saved("rstd", t * g, f), Saved("normalized", t * e, f), Saved("norm", t * e, bytes_)]
