@@ -65,20 +65,25 @@ class Mamba(nn.Module):
             dt, b, c = self.dt_layernorm(alias(dt)), self.b_layernorm(alias(b)), self.c_layernorm(alias(c))
         dt = self.dt_proj.weight @ dt.transpose(1, 2)  # (E, r) @ (B, r, S) -> (B, E, S): no bias here
         y = selective_scan(h.transpose(1, 2), dt, a, b, c, self.D.float(), z, self.dt_proj.bias.float())  # (B, E, S)
-        return self.out_proj(y.transpose(1, 2))  # (B, S, C)
+        return self.out_proj(y.transpose(1, 2).to(x.dtype))  # (B, S, C); in 16 bits the scan's fp32 y cast back
 
 
 def selective_scan(x, dt, a, b, c, d, z, dt_bias):
-    """transformers' mamba_selective_scan, its recurrent path. x, dt, z: (B, E, S); a: (E, N); b, c: (B, S, N)."""
+    """transformers' mamba_selective_scan, its recurrent path. x, dt, z: (B, E, S); a: (E, N); b, c: (B, S, N).
+
+    Its dtypes as transformers' (in 16 bits): dt stays in x's dtype (the fp32 bias cast to it); exp(A dt), dt B
+    and the states are fp32 (B and x upcast), the zero start in x's dtype; each state is cast to x's dtype for
+    its contraction with C; the D skip (fp32 D) and the gate make y fp32. In fp32 every cast is the tensor itself."""
     batch, inner, seq = x.shape
-    dt = F.softplus(dt + dt_bias[..., None])  # (B, E, S)
+    dtype = x.dtype
+    dt = F.softplus(dt + dt_bias.to(dt.dtype)[..., None])  # (B, E, S)
     da = torch.exp(a[None, :, None, :] * dt[:, :, :, None])  # (B, E, S, N)
-    dbx = dt[:, :, :, None] * b[:, None, :, :] * x[:, :, :, None]  # (B, E, S, N): (dt B) x, two multiplies
-    h = torch.zeros(batch, inner, a.shape[-1], dtype=x.dtype, device=x.device)  # (B, E, N)
+    dbx = dt[:, :, :, None] * b[:, None, :, :].float() * x[:, :, :, None].float()  # (B, E, S, N): (dt B) x
+    h = torch.zeros(batch, inner, a.shape[-1], dtype=dtype, device=x.device)  # (B, E, N)
     ys = []
     for i in range(seq):
         h = da[:, :, i] * h + dbx[:, :, i]  # (B, E, N)
-        ys.append(torch.matmul(h, c[:, i, :].unsqueeze(-1))[:, :, 0])  # (B, E, N) @ (B, N, 1) -> (B, E)
+        ys.append(torch.matmul(h.to(dtype), c[:, i, :].unsqueeze(-1))[:, :, 0])  # (B, E, N) @ (B, N, 1) -> (B, E)
     y = torch.stack(ys, dim=-1)  # (B, E, S)
     y = y + x * d[None, :, None]
     return y * F.silu(z)
@@ -95,11 +100,12 @@ class MambaRMSNormGated(nn.Module):
         self.group_size, self.eps = dim // groups, eps
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:  # x, gate: (B, S, E)
-        x = x * F.silu(gate)
+        dtype = x.dtype  # (in fp32, as transformers runs it; each cast is the tensor itself in fp32)
+        x = x.to(torch.float32) * F.silu(gate.to(torch.float32))
         *lead, dim = x.shape
         g = x.view(*lead, dim // self.group_size, self.group_size)
         g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * g.view(*lead, dim)
+        return self.weight * g.view(*lead, dim).to(dtype)
 
 
 class Mamba2(nn.Module):
@@ -133,7 +139,7 @@ class Mamba2(nn.Module):
         # the norm reads aliases: its backward scope then closes with its own inputs' gradients (gate is one
         # output of in_proj's split, whose other outputs' gradients arrive only after the whole scan's backward)
         y = self.norm(alias(y.reshape(batch, seq, -1)), alias(gate))  # (B, S, E)
-        return self.out_proj(y)  # (B, S, C)
+        return self.out_proj(y.to(x.dtype))  # (B, S, C): in 16 bits the scan's fp32 output cast back
 
 
 def _segment_sum(x: torch.Tensor) -> torch.Tensor:
@@ -161,14 +167,15 @@ def ssd_chunk_scan(x, dt, a, b, c, chunk: int, d, dt_bias):
     """transformers' mamba2_chunk_scan (no initial state). x: (B, S, H, P); dt: (B, S, H); a, d, dt_bias: (H,);
     b, c: (B, S, G, N). Returns (B, S, H, P)."""
     batch, seq, heads, _ = x.shape
-    dt = torch.clamp(F.softplus(dt + dt_bias), min=0.0, max=float("inf"))  # (B, S, H): the default dt_limit
+    # (B, S, H), in the layer's dtype: the default dt_limit
+    dt = torch.clamp(F.softplus(dt + dt_bias.to(dt.dtype)), min=0.0, max=float("inf"))
     x = x.float()
     b = b.float().repeat_interleave(heads // b.shape[2], dim=2, output_size=heads)  # (B, S, H, N)
     c = c.float().repeat_interleave(heads // c.shape[2], dim=2, output_size=heads)
     pad = (chunk - seq % chunk) % chunk
     d_residual = d[..., None] * _pad_seq(x, pad)  # (B, S + pad, H, P)
-    x = x * dt[..., None]  # (B, S, H, P)
-    a = a.to(x.dtype) * dt  # (B, S, H)
+    x = x * dt[..., None].float()  # (B, S, H, P); x, B, C and dt in fp32, as transformers casts them
+    a = a.to(x.dtype) * dt.float()  # (B, S, H)
     x, a, b, c = (_chunks(t, pad, chunk) for t in (x, a, b, c))  # (B, c, Q, H, ...)
     a = a.permute(0, 3, 1, 2)  # (B, H, c, Q)
     a_cumsum = torch.cumsum(a, dim=-1)

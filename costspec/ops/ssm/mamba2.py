@@ -22,6 +22,7 @@ from costspec.ops.attrs import Attr
 from costspec.ops.opdef import Constraint, OpCall, OpDef, requires, same_size
 from costspec.ops.registry import register_op
 from costspec.ops.ssm.common import MAMBA2_RUNTIME, CausalConv, state_note
+from costspec.ops.ssm.mamba2_saved import mamba2_saved
 from costspec.ops.work import (
     Gemm,
     Part,
@@ -68,7 +69,6 @@ class Mamba2(OpDef):
            "SSD scan (segment sums, four einsums as batched matmuls per chunk of Q positions, the inter-chunk "
            "recurrence), D skip, gated RMSNorm over G groups, out_proj; E = expand * C = heads * head_dim.")
     default_name = "mixer"
-    saved_unmodelled = "the causal conv, the projections, the gated norm and the chunked scan"
     runtime = MAMBA2_RUNTIME
     attrs = (
         Attr("d_state", "size", "state size N (transformers' state_size)", default=128),
@@ -114,6 +114,11 @@ class Mamba2(OpDef):
             out.append(Constraint(sympy.Ge(value, 2), attr + " {v}: " + _CONTRACTION, a.where(attr), {"v": value},
                                   "2 or more"))
         return out
+
+    def saved(self, call: OpCall, input_grad: bool):
+        """The projections' inputs and outputs, the conv's, the scan's einsum operands
+        (`costspec.ops.ssm.mamba2_saved`)."""
+        return mamba2_saved(call, self._sizes(call))
 
     # -- sizes ----------------------------------------------------------------------------------
     def _sizes(self, call: OpCall):
