@@ -47,8 +47,7 @@ SMALL = {
 }
 BACKENDS = {"gemma2_2b": ("flash", "eager")}  # soft-capping: PyTorch's SDPA (math) has none
 SLOW = {"deepencoder", "swin_tiny", "gemma2_2b"}  # 12-26 layers (sam_vit_b is their fast variant, with tests/ops)
-# mamba's generated scan multiplies fp32 states by 16-bit C in 16 bits, which torch's cpu kernels refuse: fp32
-DTYPES = {"mamba_130m": "fp32"}
+DTYPES: dict[str, str] = {}  # every zoo spec at its own dtype (mamba's scan included: bf16 with fp32 states)
 
 
 def test_every_zoo_spec_is_compared():
