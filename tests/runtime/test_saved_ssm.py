@@ -5,31 +5,19 @@ saved tensors written out from the dims."""
 from __future__ import annotations
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
 import costspec  # noqa: E402
-from costspec.runtime.saved_bytes import compare_saved, measure_saved  # noqa: E402
+from costspec.runtime.saved_bytes import measure_saved  # noqa: E402
 from costspec.tree.saved import saved_bytes  # noqa: E402
+from tests.runtime.saved_cases import assert_saved_equal, spec_text  # noqa: E402
 
 SETTINGS = settings(max_examples=max(10, settings.default.max_examples // 2), deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 DTYPES = st.sampled_from(["fp32", "bf16", "fp16"])
-
-
-def spec_text(shape: list, layers: list, dtype: str) -> str:
-    return yaml.safe_dump({"costspec": 1, "name": "case", "precision": {"dtype": dtype}, "input": shape,
-                           "layers": layers}, sort_keys=False)
-
-
-def assert_saved_equal(text: str) -> int:
-    model = costspec.loads(text)
-    comparison = compare_saved(model, model.bind())
-    assert not comparison.failures(), text + "\n" + "\n".join(comparison.failures())
-    return sum(m for _, _, m in comparison.rows)
 
 
 def by_rows(text: str, row: str) -> tuple[int, int]:
