@@ -68,3 +68,27 @@ def test_gpt2_default_activation_is_reported_by_name():
     _, result = against(ROOT / "specs/gpt2_small.yaml", "hf:GPT2LMHeadModel")
     kinds = {kind for row, kind, _, _ in result.phases["forward"].failures if row == "h.mlp"}
     assert {"gelu_tanh", "tanh", "cube"} <= kinds
+
+
+def test_deepencoder_saved_bytes_match_its_transformers_parts():
+    """What a training forward of the full-size DeepEncoder keeps for backward: every row equal to the wired
+    transformers parts after the named rules (fp32 norm statistics, meta's math SDPA, SAM's relative-position
+    index ids and fused qkv storage), and within 1% once the spec is taken as the real model runs
+    (tests/against/test_saved_against.py's AS_RUN rules)."""
+    pytest.importorskip("transformers")
+    import json
+
+    from tests.against.test_saved_against import AS_RUN
+    from tests.common import invoke
+
+    result = invoke("validate", "specs/deepencoder.yaml", "--against", "tests.against.models:deepencoder", "--pass",
+                    "train", "--saved-bytes", "--batch", "1", "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    saved = json.loads(result.stdout)["saved_for_backward"]
+    assert len(saved["rows"]) >= 20
+    for row in saved["rows"]:
+        assert row["real"] == row["spec"] + row["rules"], row
+    as_run = sum(r["bytes"] for r in saved["rules"] if r["used"] and r["rule"] in AS_RUN)
+    total = saved["total"]
+    assert total["real"] == total["spec"] + total["rules"]
+    assert abs(total["real"] - (total["spec"] + as_run)) / total["real"] < 0.01
