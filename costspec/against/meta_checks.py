@@ -20,12 +20,28 @@ META_CHECK_NOTE = ("a check on a tensor's value (transformers' torch_compilable_
                    "around it still runs and is counted")
 
 
+def forward_with(module: "torch.nn.Module", owner: Any, name: str, replacement: Any) -> None:
+    """From now on `module`'s forward runs with `owner.name` replaced by `replacement`, the original put back
+    after each call (however it ends)."""
+    forward = module.forward
+    original = getattr(owner, name)
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        setattr(owner, name, replacement)
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            setattr(owner, name, original)
+
+    object.__setattr__(module, "forward", patched)
+
+
 def skip_meta_value_checks(module: "torch.nn.Module", described: list[str]) -> None:
     """Run `module`'s forward with `torch._check_tensor_all_with` passing a meta condition (said once in
     `described`); any other condition is checked as before."""
     import torch
 
-    forward = module.forward
+    original = torch._check_tensor_all_with
 
     def check(error_type: Any, cond: Any, message: Any = None) -> None:
         if isinstance(cond, torch.Tensor) and cond.is_meta:
@@ -34,13 +50,4 @@ def skip_meta_value_checks(module: "torch.nn.Module", described: list[str]) -> N
             return
         original(error_type, cond, message)
 
-    original = torch._check_tensor_all_with
-
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        torch._check_tensor_all_with = check
-        try:
-            return forward(*args, **kwargs)
-        finally:
-            torch._check_tensor_all_with = original
-
-    object.__setattr__(module, "forward", checked)
+    forward_with(module, torch, "_check_tensor_all_with", check)

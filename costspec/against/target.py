@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import sympy
 import yaml
 
-from costspec.against.meta_checks import skip_meta_value_checks
+from costspec.against.meta_checks import forward_with, skip_meta_value_checks
 from costspec.core.errors import CostspecError, MissingExtraError, UsageError
 from costspec.core.expr import evaluator
 from costspec.runtime.torch_build import import_torch
@@ -135,7 +135,6 @@ def _meta_padding_masks(module: "torch.nn.Module", described: list[str]) -> None
     original = getattr(masking_utils, "fast_all", None)
     if original is None:
         return
-    forward = module.forward
 
     def all_ones(tensor: Any) -> Any:
         if not tensor.is_meta:
@@ -144,14 +143,7 @@ def _meta_padding_masks(module: "torch.nn.Module", described: list[str]) -> None
             described.append(META_MASK_NOTE)
         return True
 
-    def masked(*args: Any, **kwargs: Any) -> Any:
-        masking_utils.fast_all = all_ones
-        try:
-            return forward(*args, **kwargs)
-        finally:
-            masking_utils.fast_all = original
-
-    object.__setattr__(module, "forward", masked)
+    forward_with(module, masking_utils, "fast_all", all_ones)
 
 
 def load_target(target: str, model: "Network", values: Mapping[sympy.Symbol, sympy.Integer], device: str,
